@@ -1,0 +1,119 @@
+// Command residentd keeps coding-agent (ACP) sessions warm for a team-chat
+// desktop app. It only wires the internal packages: see docs/ARCHITECTURE.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/residentd/residentd/internal/agent"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// Exit codes a supervisor or script can tell apart.
+const (
+	exitOK     = 0
+	exitError  = 1
+	exitUsage  = 2
+	exitLocked = 3 // another daemon holds the state
+)
+
+// errUsage marks a command-line mistake.
+var errUsage = errors.New("usage")
+
+const usage = `residentd keeps ACP coding-agent sessions warm for a team chat.
+
+Usage: residentd <command> [flags]
+
+Daemon:
+  serve       run the daemon (no config needed: the built-in agent is bound)
+  demo        start a daemon on a temporary socket and play a scripted channel
+  sim         reproduce the token simulation through the real daemon
+  install     write the systemd user unit (Linux) or LaunchAgent (macOS)
+  uninstall   remove them
+
+Client (talks to the daemon's socket):
+  mention     send a mention and stream the reply
+  push        push channel messages (JSON lines on stdin)
+  sessions    list live sessions (JSON)
+  status      show live sessions as a table
+  fresh       start a (channel, binding) fresh
+  cancel      cancel a running turn
+  health      print the daemon's health
+  log-level   show or set the daemon's log level
+
+Run "residentd <command> -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	if cmd == "agent" {
+		// Hidden: the built-in ACP agent speaks ACP on stdio.
+		return agent.Main(rest, stdin, stdout, stderr)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd {
+	case "serve":
+		err = cmdServe(ctx, rest, stderr)
+	case "demo":
+		err = cmdDemo(ctx, rest, stdout, stderr)
+	case "sim":
+		err = cmdSim(ctx, rest, stdout, stderr)
+	case "install":
+		err = cmdInstall(rest, stdout, false)
+	case "uninstall":
+		err = cmdInstall(rest, stdout, true)
+	case "mention":
+		err = cmdMention(ctx, rest, stdout)
+	case "push":
+		err = cmdPush(ctx, rest, stdin, stdout)
+	case "sessions":
+		err = cmdSessions(ctx, rest, stdout)
+	case "status":
+		err = cmdStatus(ctx, rest, stdout)
+	case "fresh":
+		err = cmdFresh(ctx, rest, stdout)
+	case "cancel":
+		err = cmdCancel(ctx, rest, stdout)
+	case "health":
+		err = cmdHealth(ctx, rest, stdout)
+	case "log-level":
+		err = cmdLogLevel(ctx, rest, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "residentd: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "residentd:", err)
+		return exitUsage
+	case errors.Is(err, errLockedState):
+		fmt.Fprintln(stderr, "residentd:", err)
+		return exitLocked
+	default:
+		fmt.Fprintln(stderr, "residentd:", err)
+		return exitError
+	}
+}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/term"
+
+	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/service"
+	"github.com/residentd/residentd/internal/store"
+)
+
+var errLockedState = errors.New("state is locked by another residentd")
+
+// serveFlags is everything `residentd serve` takes from the command line.
+type serveFlags struct {
+	config      string
+	socket      string
+	state       string
+	logLevel    string
+	logFormat   string
+	metricsAddr string
+	maxLive     int
+	idle        time.Duration
+	grace       time.Duration
+}
+
+func parseServe(args []string, stderr io.Writer) (serveFlags, error) {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", os.Getenv("RESIDENTD_CONFIG"), "JSON config file (default: none, the built-in agent binding only)")
+	fs.StringVar(&f.socket, "socket", "", "Unix socket path (default $XDG_RUNTIME_DIR/residentd/residentd.sock)")
+	fs.StringVar(&f.state, "state", "", "state directory for the bbolt file (default $XDG_STATE_HOME/residentd)")
+	fs.StringVar(&f.logLevel, "log-level", envOr("RESIDENTD_LOG_LEVEL", "info"), "debug, info, warn or error (env RESIDENTD_LOG_LEVEL)")
+	fs.StringVar(&f.logFormat, "log-format", envOr("RESIDENTD_LOG_FORMAT", "auto"), "json, console, or auto (console on a terminal)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "also serve /metrics on this loopback TCP address, e.g. 127.0.0.1:9464")
+	fs.IntVar(&f.maxLive, "max-live", 0, "live agent processes at once (default 4)")
+	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop an agent idle this long (default 30m)")
+	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long turns in flight may finish on SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		return f, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fs.Args())
+	}
+	return f, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// defaultStateDir is $XDG_STATE_HOME/residentd or ~/.local/state/residentd.
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "residentd")
+	}
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" { // systemd StateDirectory=
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "state", "residentd")
+}
+
+// newLogger builds the zap logger: JSON in production, console on a terminal.
+func newLogger(level, format string, w zapcore.WriteSyncer, isTerm bool) (*zap.Logger, zap.AtomicLevel, error) {
+	lvl, err := zap.ParseAtomicLevel(strings.ToLower(level))
+	if err != nil {
+		return nil, lvl, fmt.Errorf("%w: --log-level %q: use debug, info, warn or error", errUsage, level)
+	}
+	var enc zapcore.Encoder
+	switch {
+	case format == "json" || (format == "auto" && !isTerm):
+		ec := zap.NewProductionEncoderConfig()
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
+	case format == "console" || format == "auto":
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, lvl, fmt.Errorf("%w: --log-format %q: use json, console or auto", errUsage, format)
+	}
+	return zap.New(zapcore.NewCore(enc, w, lvl)), lvl, nil
+}
+
+// loadConfig reads the config file, or builds the built-in default, and
+// always makes the built-in binding available.
+func loadConfig(path, self, stateDir string) (*config.Config, error) {
+	cfg := &config.Config{}
+	if path != "" {
+		c, err := config.Load(path)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = stateDir
+	}
+	if _, ok := cfg.Binding("b-builtin"); !ok {
+		cfg.Bindings = append(cfg.Bindings, config.Builtin(self, cfg.StateDir))
+	}
+	cfg.SetDefaults()
+	return cfg, cfg.Validate()
+}
+
+// gauges lets metrics read the daemon's live counts once the daemon exists.
+type gauges struct{ d *daemon.Daemon }
+
+func (g *gauges) Live() int {
+	if g.d == nil {
+		return 0
+	}
+	return g.d.Live()
+}
+func (g *gauges) Busy() int {
+	if g.d == nil {
+		return 0
+	}
+	return g.d.Busy()
+}
+func (g *gauges) Queued() int {
+	if g.d == nil {
+		return 0
+	}
+	return g.d.Queued()
+}
+
+func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
+	f, err := parseServe(args, stderr)
+	if err != nil {
+		return err
+	}
+	isTerm := false
+	if fd, ok := stderr.(*os.File); ok {
+		isTerm = term.IsTerminal(int(fd.Fd()))
+	}
+	log, level, err := newLogger(f.logLevel, f.logFormat, zapcore.Lock(zapcore.AddSync(stderr)), isTerm)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	state := f.state
+	if state == "" {
+		state = defaultStateDir()
+	}
+	cfg, err := loadConfig(f.config, self, state)
+	if err != nil {
+		return err
+	}
+	if f.socket != "" {
+		cfg.Socket = f.socket
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = api.DefaultSocketPath()
+	}
+	if f.maxLive > 0 {
+		cfg.MaxLive = f.maxLive
+	}
+	if f.idle > 0 {
+		cfg.IdleTimeout = config.Duration(f.idle)
+	}
+	return serve(ctx, cfg, serveDeps{log: log, level: &level, metricsAddr: f.metricsAddr, grace: f.grace})
+}
+
+type serveDeps struct {
+	log         *zap.Logger
+	level       *zap.AtomicLevel
+	metricsAddr string
+	grace       time.Duration
+	listener    net.Listener                     // pre-bound listener (demo, tests); nil = activated or cfg.Socket
+	onEvict     func(k pool.Key, r pool.Reason)   // demo's report of evictions
+	ready       func(*api.Server, *daemon.Daemon) // called once serving
+}
+
+// serve runs the daemon until ctx ends.
+func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
+	log := deps.log
+	// The store's file lock comes first: a second daemon must fail here,
+	// before it touches the first one's socket.
+	st, err := store.Open(filepath.Join(cfg.StateDir, "residentd.db"), store.Options{})
+	if errors.Is(err, store.ErrLocked) {
+		return fmt.Errorf("%w: %v", errLockedState, err)
+	}
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	sweepAgents(st, log)
+
+	g := &gauges{}
+	m := metrics.New(version, g)
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: mcpServers(cfg)})
+	if err != nil {
+		return err
+	}
+	g.d = d
+
+	ln := deps.listener
+	if ln == nil {
+		lns, err := service.ActivatedListeners()
+		if err != nil {
+			d.Close(0)
+			return err
+		}
+		if len(lns) > 0 {
+			ln = lns[0]
+			for _, extra := range lns[1:] {
+				extra.Close()
+			}
+			log.Info("using socket-activated listener", zap.String("addr", ln.Addr().String()))
+		} else if ln, err = api.Listen(cfg.Socket); err != nil {
+			d.Close(0)
+			return err
+		}
+	}
+	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version})
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+
+	var metricsSrv *http.Server
+	if deps.metricsAddr != "" {
+		mln, err := listenLoopback(deps.metricsAddr)
+		if err != nil {
+			srv.Shutdown(context.Background())
+			d.Close(0)
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics listener: %w", err)
+			}
+		}()
+		log.Info("serving metrics", zap.String("addr", mln.Addr().String()))
+	}
+	log.Info("serving", zap.String("socket", ln.Addr().String()), zap.String("state", st.Path()),
+		zap.Int("max_live", cfg.MaxLive), zap.Int("bindings", len(cfg.Bindings)), zap.String("version", version))
+	service.Ready()
+	if deps.ready != nil {
+		deps.ready(srv, d)
+	}
+
+	// The supervisor loop: watchdog pings and status for systemd.
+	var tick <-chan time.Time
+	if iv, ok := service.WatchdogInterval(); ok {
+		t := time.NewTicker(iv / 2)
+		defer t.Stop()
+		tick = t.C
+	} else {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			runErr = err
+			break loop
+		case <-tick:
+			service.Watchdog()
+			service.Status(fmt.Sprintf("%d live, %d busy, %d queued", d.Live(), d.Busy(), d.Queued()))
+		}
+	}
+	service.Stopping()
+	log.Info("stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), deps.grace)
+	defer cancel()
+	// Turns in flight get the grace to finish; then their agents stop.
+	go srv.Shutdown(sctx)
+	d.Close(deps.grace)
+	srv.Shutdown(sctx)
+	if metricsSrv != nil {
+		metricsSrv.Shutdown(sctx)
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// listenLoopback refuses non-loopback metrics addresses: the daemon's API is
+// local, and so are its metrics.
+func listenLoopback(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --metrics-addr %q: %v", errUsage, addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("%w: --metrics-addr %q must be a loopback address such as 127.0.0.1:9464", errUsage, addr)
+	}
+	return net.Listen("tcp", addr)
+}

@@ -1,0 +1,605 @@
+// Package acp owns the client side of the Agent Client Protocol: it spawns and
+// supervises one agent child process and runs initialize/new/load/prompt on it.
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+)
+
+// Sentinel error classes; match with errors.Is.
+var (
+	// ErrExited: the agent process is gone (the message carries its exit and stderr tail).
+	ErrExited = errors.New("agent process exited")
+	// ErrStart: the agent could not be spawned at all.
+	ErrStart = errors.New("agent could not be started")
+	// ErrProtocol: the agent answered a request with a JSON-RPC error.
+	ErrProtocol = errors.New("agent returned an error")
+)
+
+// Permission policies for session/request_permission.
+const (
+	PermissionDeny     = "deny"
+	PermissionReadOnly = "read-only"
+	PermissionAllow    = "allow"
+)
+
+// Exit kinds reported by ExitKind.
+const (
+	ExitClean  = "clean"
+	ExitSignal = "signal"
+	ExitError  = "error"
+)
+
+// daemonEnv are the daemon's own service-manager variables; an agent that
+// inherited them could notify or steal sockets on the daemon's behalf.
+var daemonEnv = []string{"NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID"}
+
+// Spec describes how to run one agent process.
+type Spec struct {
+	Command string
+	Args    []string
+	Env     []string // extra KEY=VALUE appended to the daemon's environment
+
+	Dir        string // working dir of the child; client fs methods are confined to it
+	Permission string // PermissionDeny (default), PermissionReadOnly or PermissionAllow
+	MCPServers []sdk.McpServer
+
+	Grace        time.Duration // SIGTERM -> SIGKILL on Close (default 5s)
+	CancelGrace  time.Duration // session/cancel -> kill (default 5s)
+	StartTimeout time.Duration // spawn + initialize (default 30s)
+	StderrTail   int           // bytes of stderr kept (default 8 KiB)
+}
+
+// Update is one session/update (or permission decision) seen during a prompt.
+type Update struct {
+	Kind string          `json:"kind"`
+	Text string          `json:"text,omitempty"`
+	Raw  json.RawMessage `json:"raw,omitempty"`
+}
+
+// Usage is the token usage an agent reported for a turn.
+type Usage struct {
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+}
+
+// Result is the outcome of one prompt turn.
+type Result struct {
+	StopReason string
+	Text       string // concatenated agent_message_chunk text
+	Usage      *Usage
+}
+
+// Agent is one supervised agent process with an initialized ACP connection.
+type Agent struct {
+	spec Spec
+	root string // Spec.Dir with symlinks resolved: the fs confinement root
+	log  *zap.Logger
+
+	cmd     *exec.Cmd
+	pid     int
+	stdin   *os.File // our write end of the child's stdin
+	stdout  *os.File // our read end of the child's stdout
+	stderr  *os.File
+	conn    *sdk.ClientSideConnection
+	canLoad bool
+	tail    *ring
+
+	sigMu  sync.Mutex // serialises group signals with the reap
+	reaped bool
+
+	done     chan struct{}
+	exitErr  error
+	exitKind string
+
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	routes map[string]*route // native session id -> its update route
+}
+
+// route carries a session's updates to the caller of the running Prompt.
+// Its mutex is held while on runs, so detaching under it guarantees on is
+// never called after Prompt returns.
+type route struct {
+	mu      sync.Mutex
+	loading bool
+	on      func(Update)
+	text    strings.Builder
+}
+
+func (s *Spec) defaults() {
+	if s.Permission == "" {
+		s.Permission = PermissionDeny
+	}
+	if s.Grace <= 0 {
+		s.Grace = 5 * time.Second
+	}
+	if s.CancelGrace <= 0 {
+		s.CancelGrace = 5 * time.Second
+	}
+	if s.StartTimeout <= 0 {
+		s.StartTimeout = 30 * time.Second
+	}
+	if s.StderrTail <= 0 {
+		s.StderrTail = 8 << 10
+	}
+	if s.MCPServers == nil {
+		s.MCPServers = []sdk.McpServer{} // ACP requires an array; null is rejected
+	}
+}
+
+// Start spawns the agent and runs initialize. On error nothing is left running.
+func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
+	spec.defaults()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	switch spec.Permission {
+	case PermissionDeny, PermissionReadOnly, PermissionAllow:
+	default:
+		return nil, fmt.Errorf("acp: start %q: permission %q is not one of deny, read-only, allow: %w", spec.Command, spec.Permission, ErrStart)
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = "."
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("acp: start %q: working dir %q: %v: %w", spec.Command, spec.Dir, err, ErrStart)
+	}
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("acp: start %q: working dir %q does not exist; create it or fix the binding's dir: %v: %w", spec.Command, dir, err, ErrStart)
+	}
+	spec.Dir = dir
+	path, err := exec.LookPath(spec.Command)
+	if err != nil {
+		return nil, fmt.Errorf("acp: start %q: command not found or not executable (%v); install the agent or set the binding's command to the absolute path of an executable: %w", spec.Command, err, ErrStart)
+	}
+
+	a := &Agent{
+		spec:   spec,
+		root:   root,
+		log:    log.With(zap.String("command", spec.Command)),
+		tail:   newRing(spec.StderrTail),
+		done:   make(chan struct{}),
+		routes: make(map[string]*route),
+	}
+	if err := a.spawn(path); err != nil {
+		return nil, err
+	}
+	a.log = a.log.With(zap.Int("pid", a.pid))
+
+	ictx, cancel := context.WithTimeout(ctx, spec.StartTimeout)
+	defer cancel()
+	resp, err := a.conn.Initialize(ictx, sdk.InitializeRequest{
+		ProtocolVersion: sdk.ProtocolVersionNumber,
+		ClientCapabilities: sdk.ClientCapabilities{
+			Fs:       sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
+			Terminal: false,
+		},
+		ClientInfo: &sdk.Implementation{Name: "residentd", Version: "1"},
+	})
+	if err != nil {
+		err = a.callErr(ictx, "initialize", err)
+		_ = a.Close()
+		return nil, err
+	}
+	if resp.ProtocolVersion != sdk.ProtocolVersionNumber {
+		a.log.Warn("agent speaks another ACP protocol version", zap.Int("agent_version", int(resp.ProtocolVersion)), zap.Int("client_version", sdk.ProtocolVersionNumber))
+	}
+	a.canLoad = resp.AgentCapabilities.LoadSession
+	return a, nil
+}
+
+// spawn starts the process and its two owned goroutines (stderr, reaper).
+func (a *Agent) spawn(path string) error {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("acp: start %q: stdin pipe: %v: %w", a.spec.Command, err, ErrStart)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return fmt.Errorf("acp: start %q: stdout pipe: %v: %w", a.spec.Command, err, ErrStart)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return fmt.Errorf("acp: start %q: stderr pipe: %v: %w", a.spec.Command, err, ErrStart)
+	}
+	cmd := exec.Command(path, a.spec.Args...)
+	cmd.Dir = a.spec.Dir
+	cmd.Env = childEnv(os.Environ(), a.spec.Env)
+	// *os.File stdio is passed straight to the child: no copy goroutines, so
+	// Wait never blocks on a grandchild that keeps a pipe open.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	if err := startCmd(cmd); err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW)
+		return fmt.Errorf("acp: start %q: %v; check that the path is an executable file: %w", path, err, ErrStart)
+	}
+	closeAll(inR, outW, errW)
+	a.cmd, a.pid = cmd, cmd.Process.Pid
+	a.stdin, a.stdout, a.stderr = inW, outR, errR
+
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		a.tail.readFrom(errR)
+	}()
+	a.conn = sdk.NewClientSideConnection(&client{a: a}, inW, outR)
+	a.conn.SetLogger(newSlog(a.log))
+	go a.reap(stderrDone)
+	return nil
+}
+
+// reap is the one goroutine that waits for the process; it closes done.
+func (a *Agent) reap(stderrDone <-chan struct{}) {
+	var err error
+	if waitExited(a.pid) == nil {
+		a.sigMu.Lock()
+		// The leader is a zombie: its pid, and so the group id, cannot be reused yet.
+		a.killGroup(syscall.SIGKILL)
+		err = a.cmd.Wait()
+		a.reaped = true
+		a.sigMu.Unlock()
+	} else {
+		err = a.cmd.Wait()
+		a.sigMu.Lock()
+		a.killGroup(syscall.SIGKILL)
+		a.reaped = true
+		a.sigMu.Unlock()
+	}
+	a.exitErr, a.exitKind = err, exitKind(a.cmd.ProcessState)
+
+	_ = a.stdin.Close()
+	// The group is dead, so EOF arrives once buffered output is read; the
+	// bound only matters for a descendant that escaped the group.
+	drain := time.NewTimer(2 * time.Second)
+	select {
+	case <-a.conn.Done():
+	case <-drain.C:
+	}
+	select {
+	case <-stderrDone:
+	case <-drain.C:
+	}
+	drain.Stop()
+	_ = a.stdout.Close()
+	_ = a.stderr.Close()
+	<-stderrDone
+
+	fields := []zap.Field{zap.String("exit_kind", a.exitKind), zap.String("stderr_tail", a.tail.String())}
+	if err != nil {
+		fields = append(fields, zap.Error(err))
+	}
+	if a.exitKind == ExitClean {
+		a.log.Debug("agent exited", fields...)
+	} else {
+		a.log.Warn("agent exited", fields...)
+	}
+	close(a.done)
+}
+
+func exitKind(ps *os.ProcessState) string {
+	if ps == nil {
+		return ExitError
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ExitSignal
+	}
+	if ps.Success() {
+		return ExitClean
+	}
+	return ExitError
+}
+
+// killGroup signals the whole process group; callers hold sigMu.
+func (a *Agent) killGroup(sig syscall.Signal) {
+	if a.reaped {
+		return
+	}
+	if err := syscall.Kill(-a.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		a.log.Warn("signal agent process group", zap.Stringer("signal", sig), zap.Error(err))
+	}
+}
+
+func (a *Agent) signal(sig syscall.Signal) {
+	a.sigMu.Lock()
+	defer a.sigMu.Unlock()
+	a.killGroup(sig)
+}
+
+// Close stops the agent: close stdin, SIGTERM the group, wait Grace, SIGKILL
+// the group, and wait for the reap. Idempotent and safe concurrently.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		_ = a.stdin.Close()
+		a.signal(syscall.SIGTERM)
+		t := time.NewTimer(a.spec.Grace)
+		defer t.Stop()
+		select {
+		case <-a.done:
+		case <-t.C:
+			a.log.Warn("agent ignored SIGTERM; killing its process group", zap.Duration("grace", a.spec.Grace))
+			a.signal(syscall.SIGKILL)
+		}
+	})
+	<-a.done
+	return nil
+}
+
+// Pid is the agent's process id (and its process group id).
+func (a *Agent) Pid() int { return a.pid }
+
+// Done is closed once the process has been reaped.
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// ExitErr is why the process exited; valid after Done.
+func (a *Agent) ExitErr() error {
+	select {
+	case <-a.done:
+		return a.exitErr
+	default:
+		return nil
+	}
+}
+
+// ExitKind is ExitClean, ExitSignal or ExitError after Done, "" before.
+func (a *Agent) ExitKind() string {
+	select {
+	case <-a.done:
+		return a.exitKind
+	default:
+		return ""
+	}
+}
+
+// StderrTail is the last bytes the agent wrote to stderr.
+func (a *Agent) StderrTail() string { return a.tail.String() }
+
+// CanLoad reports the agent's loadSession capability.
+func (a *Agent) CanLoad() bool { return a.canLoad }
+
+// NewSession runs session/new with cwd = Spec.Dir and returns the native id.
+func (a *Agent) NewSession(ctx context.Context) (string, error) {
+	resp, err := a.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+	if err != nil {
+		return "", a.callErr(ctx, "new session", err)
+	}
+	native := string(resp.SessionId)
+	a.mu.Lock()
+	if _, ok := a.routes[native]; !ok {
+		a.routes[native] = &route{}
+	}
+	a.mu.Unlock()
+	return native, nil
+}
+
+// LoadSession runs session/load; the history the agent replays meanwhile is
+// swallowed because the caller already has it.
+func (a *Agent) LoadSession(ctx context.Context, native string) error {
+	r := &route{loading: true}
+	a.mu.Lock()
+	if old, ok := a.routes[native]; ok {
+		r = old
+		r.mu.Lock()
+		r.loading = true
+		r.mu.Unlock()
+	} else {
+		a.routes[native] = r
+	}
+	a.mu.Unlock()
+	_, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+	// The SDK returns only after the notifications sent before the response
+	// were handled, so the whole replay has been swallowed by now.
+	r.mu.Lock()
+	r.loading = false
+	r.mu.Unlock()
+	if err != nil {
+		a.mu.Lock()
+		if a.routes[native] == r {
+			delete(a.routes, native)
+		}
+		a.mu.Unlock()
+		return a.callErr(ctx, fmt.Sprintf("load session %q", native), err)
+	}
+	return nil
+}
+
+// Prompt sends text as one turn of session native and streams its updates to
+// on (sequentially, never after Prompt returns).
+func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)) (Result, error) {
+	op := fmt.Sprintf("prompt session %q", native)
+	a.mu.Lock()
+	r, ok := a.routes[native]
+	a.mu.Unlock()
+	if !ok {
+		return Result{}, fmt.Errorf("acp: %s: session was not created or loaded on this agent (pid %d)", op, a.pid)
+	}
+	r.mu.Lock()
+	if r.on != nil {
+		r.mu.Unlock()
+		return Result{}, fmt.Errorf("acp: %s: a prompt is already running on this session", op)
+	}
+	if on == nil {
+		on = func(Update) {}
+	}
+	r.on = on
+	r.text.Reset()
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.on = nil
+		r.mu.Unlock()
+	}()
+
+	type answer struct {
+		resp sdk.PromptResponse
+		err  error
+	}
+	answered := make(chan answer, 1)
+	finished := make(chan struct{})
+	reqCtx, stopReq := context.WithCancel(context.Background())
+	go func() {
+		defer close(finished)
+		resp, err := a.conn.Prompt(reqCtx, sdk.PromptRequest{SessionId: sdk.SessionId(native), Prompt: []sdk.ContentBlock{sdk.TextBlock(text)}})
+		answered <- answer{resp, err}
+	}()
+	// The request goroutine ends when its answer arrives, the connection
+	// drops, or reqCtx is cancelled here; Prompt waits for it either way.
+	defer func() {
+		stopReq()
+		<-finished
+	}()
+
+	finish := func(ans answer) (Result, error) {
+		if ans.err != nil {
+			return Result{}, a.callErr(ctx, op, ans.err)
+		}
+		return a.result(r, ans.resp), nil
+	}
+
+	select {
+	case ans := <-answered:
+		return finish(ans)
+	case <-a.done:
+		return Result{}, fmt.Errorf("acp: %s: %w", op, a.exitedErr())
+	case <-ctx.Done():
+	}
+
+	// The turn's deadline or the caller ended it: ask the agent to stop and
+	// give it CancelGrace to answer before killing it.
+	cause := ctx.Err()
+	if err := a.conn.Cancel(context.Background(), sdk.CancelNotification{SessionId: sdk.SessionId(native)}); err != nil {
+		a.log.Debug("send session/cancel", zap.String("session", native), zap.Error(err))
+	}
+	t := time.NewTimer(a.spec.CancelGrace)
+	defer t.Stop()
+	select {
+	case ans := <-answered:
+		if ans.err != nil {
+			return Result{}, fmt.Errorf("acp: %s: %w", op, cause)
+		}
+		return a.result(r, ans.resp), fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
+	case <-a.done:
+		return Result{}, fmt.Errorf("acp: %s: %w (and the agent exited: %v)", op, cause, a.exitedErr())
+	case <-t.C:
+		a.log.Warn("agent did not answer session/cancel; killing it", zap.String("session", native), zap.Duration("cancel_grace", a.spec.CancelGrace))
+		_ = a.Close()
+		return Result{}, fmt.Errorf("acp: %s: agent did not answer session/cancel within %s and was killed: %w", op, a.spec.CancelGrace, cause)
+	}
+}
+
+func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
+	r.mu.Lock()
+	res := Result{StopReason: string(resp.StopReason), Text: r.text.String()}
+	r.mu.Unlock()
+	if u := resp.Usage; u != nil {
+		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}
+		if u.CachedReadTokens != nil {
+			res.Usage.CacheReadTokens = int64(*u.CachedReadTokens)
+		}
+		if u.CachedWriteTokens != nil {
+			res.Usage.CacheWriteTokens = int64(*u.CachedWriteTokens)
+		}
+	}
+	return res
+}
+
+// callErr classifies an SDK call error: process gone, caller's context, or
+// the agent's own JSON-RPC error.
+func (a *Agent) callErr(ctx context.Context, op string, err error) error {
+	select {
+	case <-a.conn.Done():
+		// stdout closed: the process is exiting, or is useless; make sure it is reaped.
+		t := time.NewTimer(a.spec.Grace)
+		select {
+		case <-a.done:
+		case <-t.C:
+			_ = a.Close()
+		}
+		t.Stop()
+		return fmt.Errorf("acp: %s: %w", op, a.exitedErr())
+	case <-a.done:
+		return fmt.Errorf("acp: %s: %w", op, a.exitedErr())
+	default:
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("acp: %s: %w", op, cerr)
+	}
+	var re *sdk.RequestError
+	if errors.As(err, &re) {
+		msg := re.Message
+		if re.Data != nil {
+			if b, jerr := json.Marshal(re.Data); jerr == nil {
+				msg += " " + string(b)
+			}
+		}
+		return fmt.Errorf("acp: %s: %w: code %d: %s", op, ErrProtocol, re.Code, msg)
+	}
+	return fmt.Errorf("acp: %s: %w", op, err)
+}
+
+// exitedErr describes a reaped process; call only after done is closed.
+func (a *Agent) exitedErr() error {
+	<-a.done
+	why := "exit status 0"
+	if a.exitErr != nil {
+		why = a.exitErr.Error()
+	}
+	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.tail.String(), 512))
+}
+
+// summarize keeps the last max bytes of the tail, from a line start if possible.
+func summarize(s string, max int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= max {
+		return s
+	}
+	s = s[len(s)-max:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+		s = s[i+1:]
+	}
+	return "…" + s
+}
+
+func childEnv(base, extra []string) []string {
+	env := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		drop := false
+		for _, d := range daemonEnv {
+			if name == d {
+				drop = true
+				break
+			}
+		}
+		if !drop {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}

@@ -1,0 +1,228 @@
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+)
+
+// errNoTerminal answers every terminal method: residentd does not advertise
+// the terminal capability, so an agent calling them is out of protocol.
+var errNoTerminal = errors.New("terminal not supported by residentd (clientCapabilities.terminal is false); run commands through the agent's own tools")
+
+// client is the sdk.Client half of one Agent: routing of session/update,
+// the permission policy and the confined file system.
+type client struct{ a *Agent }
+
+var _ sdk.Client = (*client)(nil)
+
+func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) error {
+	a := c.a
+	id := string(n.SessionId)
+	a.mu.Lock()
+	r := a.routes[id]
+	a.mu.Unlock()
+	if r == nil {
+		a.log.Warn("dropping session/update for a session this agent never opened", zap.String("session", id))
+		return nil
+	}
+	u := toUpdate(n.Update)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loading {
+		return nil // replayed history of session/load: the caller already has it
+	}
+	if r.on == nil {
+		a.log.Debug("dropping session/update outside a prompt", zap.String("session", id), zap.String("kind", u.Kind))
+		return nil
+	}
+	if u.Kind == "agent_message_chunk" {
+		r.text.WriteString(u.Text)
+	}
+	r.on(u)
+	return nil
+}
+
+// toUpdate flattens an SDK session update into the daemon's Update.
+func toUpdate(su sdk.SessionUpdate) Update {
+	raw, _ := json.Marshal(su)
+	u := Update{Kind: "other", Raw: raw}
+	switch {
+	case su.AgentMessageChunk != nil:
+		u.Kind, u.Text = "agent_message_chunk", blockText(su.AgentMessageChunk.Content)
+	case su.AgentThoughtChunk != nil:
+		u.Kind, u.Text = "agent_thought_chunk", blockText(su.AgentThoughtChunk.Content)
+	case su.ToolCall != nil:
+		u.Kind, u.Text = "tool_call", su.ToolCall.Title
+	case su.ToolCallUpdate != nil:
+		u.Kind = "tool_call_update"
+		if su.ToolCallUpdate.Title != nil {
+			u.Text = *su.ToolCallUpdate.Title
+		} else if su.ToolCallUpdate.Status != nil {
+			u.Text = string(*su.ToolCallUpdate.Status)
+		}
+	case su.Plan != nil:
+		u.Kind = "plan"
+		var b strings.Builder
+		for i, e := range su.Plan.Entries {
+			if i > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(e.Content)
+		}
+		u.Text = b.String()
+	case su.UsageUpdate != nil:
+		u.Kind, u.Text = "usage_update", fmt.Sprintf("used=%d size=%d", su.UsageUpdate.Used, su.UsageUpdate.Size)
+	}
+	return u
+}
+
+func blockText(b sdk.ContentBlock) string {
+	if b.Text != nil {
+		return b.Text.Text
+	}
+	return ""
+}
+
+var readOnlyKinds = map[sdk.ToolKind]bool{
+	sdk.ToolKindRead: true, sdk.ToolKindSearch: true, sdk.ToolKindFetch: true, sdk.ToolKindThink: true,
+}
+
+// RequestPermission answers by the Spec's policy; nobody is there to ask.
+func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+	a := c.a
+	allow := false
+	switch a.spec.Permission {
+	case PermissionAllow:
+		allow = true
+	case PermissionReadOnly:
+		allow = p.ToolCall.Kind != nil && readOnlyKinds[*p.ToolCall.Kind]
+	}
+	var pick *sdk.PermissionOption
+	prefs := []sdk.PermissionOptionKind{sdk.PermissionOptionKindRejectOnce, sdk.PermissionOptionKindRejectAlways}
+	if allow {
+		prefs = []sdk.PermissionOptionKind{sdk.PermissionOptionKindAllowOnce, sdk.PermissionOptionKindAllowAlways}
+	}
+	for _, kind := range prefs {
+		for i := range p.Options {
+			if p.Options[i].Kind == kind && pick == nil {
+				pick = &p.Options[i]
+			}
+		}
+	}
+	title := "(untitled tool)"
+	if p.ToolCall.Title != nil {
+		title = *p.ToolCall.Title
+	}
+	resp := sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}
+	decision := "cancelled"
+	if pick != nil {
+		resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(pick.OptionId)
+		decision = string(pick.Kind)
+	}
+	a.log.Debug("permission decided", zap.String("session", string(p.SessionId)), zap.String("policy", a.spec.Permission), zap.String("decision", decision), zap.String("tool", title))
+
+	a.mu.Lock()
+	r := a.routes[string(p.SessionId)]
+	a.mu.Unlock()
+	if r != nil {
+		raw, _ := json.Marshal(p)
+		r.mu.Lock()
+		if r.on != nil {
+			r.on(Update{Kind: "permission", Text: decision + " " + title, Raw: raw})
+		}
+		r.mu.Unlock()
+	}
+	return resp, nil
+}
+
+func (c *client) ReadTextFile(ctx context.Context, p sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
+	path, err := c.a.confine(p.Path, false)
+	if err != nil {
+		return sdk.ReadTextFileResponse{}, fmt.Errorf("acp: read %q: %w", p.Path, err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return sdk.ReadTextFileResponse{}, fmt.Errorf("acp: read %q: %w", p.Path, err)
+	}
+	content := string(data)
+	if p.Line != nil || p.Limit != nil {
+		lines := strings.SplitAfter(content, "\n")
+		start := 0
+		if p.Line != nil && *p.Line > 1 {
+			start = min(*p.Line-1, len(lines))
+		}
+		end := len(lines)
+		if p.Limit != nil && *p.Limit >= 0 {
+			end = min(start+*p.Limit, len(lines))
+		}
+		content = strings.Join(lines[start:end], "")
+	}
+	return sdk.ReadTextFileResponse{Content: content}, nil
+}
+
+func (c *client) WriteTextFile(ctx context.Context, p sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
+	if c.a.spec.Permission != PermissionAllow {
+		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: refused by permission policy %q; set permission \"allow\" on the binding to let agents write files", p.Path, c.a.spec.Permission)
+	}
+	path, err := c.a.confine(p.Path, true)
+	if err != nil {
+		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: %w", p.Path, err)
+	}
+	if err := os.WriteFile(path, []byte(p.Content), 0o644); err != nil {
+		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: %w", p.Path, err)
+	}
+	return sdk.WriteTextFileResponse{}, nil
+}
+
+// confine resolves path (relative ones against Spec.Dir) through symlinks
+// and refuses anything outside the agent's working directory. For a write
+// the file may not exist yet, so its parent directory is resolved instead.
+func (a *Agent) confine(path string, write bool) (string, error) {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(a.spec.Dir, path)
+	}
+	path = filepath.Clean(path)
+	resolved, err := filepath.EvalSymlinks(path)
+	if write && errors.Is(err, fs.ErrNotExist) {
+		var dir string
+		dir, err = filepath.EvalSymlinks(filepath.Dir(path))
+		resolved = filepath.Join(dir, filepath.Base(path))
+	}
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(a.root, resolved)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("path resolves to %q, outside the agent's working directory %q; file access is confined to it", resolved, a.root)
+	}
+	return resolved, nil
+}
+
+func (c *client) CreateTerminal(ctx context.Context, p sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
+	return sdk.CreateTerminalResponse{}, errNoTerminal
+}
+
+func (c *client) KillTerminal(ctx context.Context, p sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
+	return sdk.KillTerminalResponse{}, errNoTerminal
+}
+
+func (c *client) TerminalOutput(ctx context.Context, p sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
+	return sdk.TerminalOutputResponse{}, errNoTerminal
+}
+
+func (c *client) ReleaseTerminal(ctx context.Context, p sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
+	return sdk.ReleaseTerminalResponse{}, errNoTerminal
+}
+
+func (c *client) WaitForTerminalExit(ctx context.Context, p sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
+	return sdk.WaitForTerminalExitResponse{}, errNoTerminal
+}

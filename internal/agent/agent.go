@@ -1,0 +1,436 @@
+// Package agent owns the built-in deterministic ACP agent (`residentd agent`)
+// that tests, the default config and the demo talk to, including its fault modes.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+)
+
+// Fault modes. Modes that act before a prompt exists only work as --fault.
+const (
+	FaultExitInitialize       = "exit-initialize"
+	FaultExitNew              = "exit-new"
+	FaultExitTurn             = "exit-turn"
+	FaultHangTurn             = "hang-turn"
+	FaultHangIgnoreCancel     = "hang-ignore-cancel"
+	FaultGarbageStdout        = "garbage-stdout"
+	FaultPartialJSON          = "partial-json"
+	FaultFloodStderr          = "flood-stderr"
+	FaultUnknownSessionUpdate = "unknown-session-update"
+	FaultIgnoreSigterm        = "ignore-sigterm"
+	FaultGrandchild           = "grandchild"
+	FaultSlowStart            = "slow-start"
+	FaultFailTurn             = "fail-turn"
+	FaultRefusal              = "refusal"
+	FaultLoadFail             = "load-fail"
+)
+
+var knownFaults = map[string]bool{
+	FaultExitInitialize: true, FaultExitNew: true, FaultExitTurn: true, FaultHangTurn: true,
+	FaultHangIgnoreCancel: true, FaultGarbageStdout: true, FaultPartialJSON: true,
+	FaultFloodStderr: true, FaultUnknownSessionUpdate: true, FaultIgnoreSigterm: true,
+	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
+	FaultLoadFail: true,
+}
+
+// exitFaultCode is the exit status of every fault that makes the agent quit.
+const exitFaultCode = 3
+
+var (
+	faultDirective = regexp.MustCompile(`\[\[fault:([a-z-]+)\]\]`)
+	// Test directives make the agent exercise the client's methods; the
+	// outcome is reported as an agent_thought_chunk so the reply stays stable.
+	readDirective  = regexp.MustCompile(`\[\[read:([^\]]+)\]\]`)
+	writeDirective = regexp.MustCompile(`\[\[write:([^\]]+)\]\]`)
+	permDirective  = regexp.MustCompile(`\[\[permission:([a-z_]+)\]\]`)
+)
+
+type options struct {
+	state     string
+	record    string
+	noLoad    bool
+	fault     string
+	slow      time.Duration
+	framing   string
+	hold      bool
+	exe       string // re-exec target for the grandchild fault
+	stdoutRaw io.Writer
+}
+
+// Main runs the built-in agent over stdin/stdout until stdin closes and
+// returns the process exit code. args may start with the word "agent".
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "agent" {
+		args = args[1:]
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.state, "state", "", "directory that persists session history so session/load works in a new process")
+	fs.StringVar(&o.record, "record", "", "file that gets one JSON line per prompt, session/new and session/load")
+	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
+	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
+	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
+	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
+	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.hold {
+		blockForever()
+	}
+	if o.fault != "" && !knownFaults[o.fault] {
+		fmt.Fprintf(stderr, "builtin: unknown --fault %q\n", o.fault)
+		return 2
+	}
+	if o.state != "" {
+		if err := os.MkdirAll(o.state, 0o700); err != nil {
+			fmt.Fprintf(stderr, "builtin: state dir %q: %v\n", o.state, err)
+			return 1
+		}
+	}
+
+	switch o.fault {
+	case FaultIgnoreSigterm:
+		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
+	case FaultGrandchild:
+		if err := spawnGrandchild(stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "builtin: spawn grandchild: %v\n", err)
+			return 1
+		}
+	case FaultSlowStart:
+		time.Sleep(o.slow)
+	}
+
+	out := &lockedWriter{w: stdout}
+	b := &builtin{
+		opts:     o,
+		out:      out,
+		stderr:   stderr,
+		sessions: make(map[string]*session),
+		exit:     make(chan int, 1),
+	}
+	conn := acp.NewAgentSideConnection(b, out, stdin)
+	conn.SetLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	b.conn = conn
+
+	select {
+	case <-conn.Done():
+		if o.fault == FaultIgnoreSigterm {
+			// Models an agent that outlives its client: only SIGKILL ends it.
+			blockForever()
+		}
+		return 0
+	case code := <-b.exit:
+		return code
+	}
+}
+
+// spawnGrandchild starts a process that inherits stdout and never exits, the
+// way a tool subprocess of a real agent can keep the pipe open.
+func spawnGrandchild(stdout, stderr io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.Command(exe, "agent", "--hold")
+	cmd.Env = os.Environ()
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }() // reaps it if it ever ends; lives as long as this process
+	return nil
+}
+
+func blockForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// lockedWriter serialises the SDK's writes with the raw writes of faults.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type turn struct {
+	User  string `json:"user"`
+	Reply string `json:"reply"`
+}
+
+type session struct {
+	ID         string          `json:"id"`
+	Cwd        string          `json:"cwd"`
+	MCPServers json.RawMessage `json:"mcp_servers"`
+	Turns      []turn          `json:"turns"`
+}
+
+type builtin struct {
+	opts   options
+	conn   *acp.AgentSideConnection
+	out    *lockedWriter
+	stderr io.Writer
+	exit   chan int
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+var (
+	_ acp.Agent       = (*builtin)(nil)
+	_ acp.AgentLoader = (*builtin)(nil)
+)
+
+// quit makes Main return code and parks the calling handler so it never answers.
+func (b *builtin) quit(reason string) {
+	fmt.Fprintf(b.stderr, "builtin: %s, exiting %d\n", reason, exitFaultCode)
+	select {
+	case b.exit <- exitFaultCode:
+	default:
+	}
+	blockForever()
+}
+
+func (b *builtin) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.InitializeResponse, error) {
+	if b.opts.fault == FaultExitInitialize {
+		b.quit("fault exit-initialize")
+	}
+	return acp.InitializeResponse{
+		ProtocolVersion:   acp.ProtocolVersionNumber,
+		AgentCapabilities: acp.AgentCapabilities{LoadSession: !b.opts.noLoad},
+		AgentInfo:         &acp.Implementation{Name: "residentd-builtin", Version: "1"},
+		AuthMethods:       []acp.AuthMethod{},
+	}, nil
+}
+
+func (b *builtin) Authenticate(ctx context.Context, p acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+	return acp.AuthenticateResponse{}, nil
+}
+
+func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
+	if b.opts.fault == FaultExitNew {
+		b.quit("fault exit-new")
+	}
+	var raw [8]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return acp.NewSessionResponse{}, fmt.Errorf("builtin: session id: %w", err)
+	}
+	mcp, _ := json.Marshal(p.McpServers)
+	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp}
+	b.record(map[string]any{"method": acp.AgentMethodSessionNew, "session": s.ID, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
+	if err := b.save(s); err != nil {
+		return acp.NewSessionResponse{}, err
+	}
+	b.mu.Lock()
+	b.sessions[s.ID] = s
+	b.mu.Unlock()
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID)}, nil
+}
+
+func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	id := string(p.SessionId)
+	mcp, _ := json.Marshal(p.McpServers)
+	b.record(map[string]any{"method": acp.AgentMethodSessionLoad, "session": id, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
+	if b.opts.noLoad {
+		return acp.LoadSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionLoad)
+	}
+	if b.opts.fault == FaultLoadFail {
+		return acp.LoadSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced load failure"}
+	}
+	s, err := b.lookup(id)
+	if err != nil {
+		return acp.LoadSessionResponse{}, err
+	}
+	b.mu.Lock()
+	s.Cwd, s.MCPServers = p.Cwd, mcp
+	turns := append([]turn(nil), s.Turns...)
+	b.mu.Unlock()
+	for _, t := range turns {
+		if err := b.send(ctx, id, acp.UpdateUserMessageText(t.User)); err != nil {
+			return acp.LoadSessionResponse{}, err
+		}
+		if err := b.send(ctx, id, acp.UpdateAgentMessageText(t.Reply)); err != nil {
+			return acp.LoadSessionResponse{}, err
+		}
+	}
+	return acp.LoadSessionResponse{}, nil
+}
+
+func (b *builtin) Cancel(ctx context.Context, p acp.CancelNotification) error {
+	return nil // the SDK cancels the running prompt's context
+}
+
+func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
+	id := string(p.SessionId)
+	b.mu.Lock()
+	s, ok := b.sessions[id]
+	b.mu.Unlock()
+	if !ok {
+		return acp.PromptResponse{}, &acp.RequestError{Code: -32602, Message: fmt.Sprintf("builtin: unknown session %q: call session/new or session/load first", id)}
+	}
+	var parts []string
+	for _, c := range p.Prompt {
+		if c.Text != nil {
+			parts = append(parts, c.Text.Text)
+		}
+	}
+	text := strings.Join(parts, "\n")
+	b.mu.Lock()
+	n, cwd, mcp := len(s.Turns)+1, s.Cwd, s.MCPServers
+	b.mu.Unlock()
+	b.record(map[string]any{"method": acp.AgentMethodSessionPrompt, "session": id, "turn": n, "prompt": text, "cwd": cwd, "mcp_servers": mcp})
+
+	fault := b.opts.fault
+	if m := faultDirective.FindAllStringSubmatch(text, -1); len(m) > 0 {
+		fault = m[len(m)-1][1]
+	}
+	reply := Summary(text, b.opts.framing, n)
+
+	switch fault {
+	case FaultExitTurn:
+		_ = b.send(ctx, id, acp.UpdateAgentMessageText(chunks(reply)[0]))
+		b.quit("fault exit-turn")
+	case FaultHangTurn:
+		<-ctx.Done()
+		return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+	case FaultHangIgnoreCancel:
+		blockForever()
+	case FaultGarbageStdout:
+		_, _ = b.out.Write([]byte("this is not json-rpc {\n"))
+	case FaultPartialJSON:
+		_, _ = b.out.Write([]byte(`{"jsonrpc":"2.0","id":`))
+		b.quit("fault partial-json")
+	case FaultFloodStderr:
+		line := []byte(strings.Repeat("x", 1023) + "\n")
+		for range 4096 {
+			_, _ = b.stderr.Write(line)
+		}
+	case FaultUnknownSessionUpdate:
+		_ = b.send(ctx, "nat-unknown", acp.UpdateAgentMessageText("for nobody"))
+	case FaultFailTurn:
+		return acp.PromptResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced failure"}
+	}
+
+	b.directives(ctx, id, text)
+
+	for _, c := range chunks(reply) {
+		if err := b.send(ctx, id, acp.UpdateAgentMessageText(c)); err != nil {
+			return acp.PromptResponse{}, err
+		}
+	}
+	in, out := len(text)/4, len(reply)/4
+	_ = b.send(ctx, id, acp.SessionUpdate{UsageUpdate: &acp.SessionUsageUpdate{
+		Used: in + out,
+		Size: 200000,
+		Meta: map[string]any{"inputTokens": in, "outputTokens": out},
+	}})
+
+	b.mu.Lock()
+	s.Turns = append(s.Turns, turn{User: text, Reply: reply})
+	b.mu.Unlock()
+	if err := b.save(s); err != nil {
+		return acp.PromptResponse{}, err
+	}
+	stop := acp.StopReasonEndTurn
+	if fault == FaultRefusal {
+		stop = acp.StopReasonRefusal
+	}
+	return acp.PromptResponse{
+		StopReason: stop,
+		Usage:      &acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out},
+	}, nil
+}
+
+// directives runs the test-only client calls found in the prompt.
+func (b *builtin) directives(ctx context.Context, id, text string) {
+	for _, m := range readDirective.FindAllStringSubmatch(text, -1) {
+		resp, err := b.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: acp.SessionId(id), Path: m[1]})
+		b.thought(ctx, id, "read "+m[1], resp.Content, err)
+	}
+	for _, m := range writeDirective.FindAllStringSubmatch(text, -1) {
+		_, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: acp.SessionId(id), Path: m[1], Content: "written by builtin\n"})
+		b.thought(ctx, id, "write "+m[1], "", err)
+	}
+	for _, m := range permDirective.FindAllStringSubmatch(text, -1) {
+		kind := acp.ToolKind(m[1])
+		title := "builtin " + m[1] + " tool"
+		resp, err := b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
+			SessionId: acp.SessionId(id),
+			ToolCall:  acp.ToolCallUpdate{ToolCallId: "call-1", Title: &title, Kind: &kind},
+			Options: []acp.PermissionOption{
+				{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
+				{OptionId: "reject", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
+			},
+		})
+		outcome := "cancelled"
+		if resp.Outcome.Selected != nil {
+			outcome = "selected " + string(resp.Outcome.Selected.OptionId)
+		}
+		b.thought(ctx, id, "permission "+m[1], outcome, err)
+	}
+}
+
+func (b *builtin) thought(ctx context.Context, id, what, result string, err error) {
+	msg := what + " ok: " + result
+	if err != nil {
+		msg = what + " error: " + err.Error()
+	}
+	_ = b.send(ctx, id, acp.UpdateAgentThoughtText(msg))
+}
+
+func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) error {
+	return b.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: acp.SessionId(id), Update: u})
+}
+
+func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	return acp.SetSessionModeResponse{}, nil
+}
+
+func (b *builtin) SetSessionConfigOption(ctx context.Context, p acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
+	return acp.SetSessionConfigOptionResponse{}, nil
+}
+
+func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
+	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
+}
+
+func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+}
+
+func (b *builtin) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	b.mu.Lock()
+	delete(b.sessions, string(p.SessionId))
+	b.mu.Unlock()
+	return acp.CloseSessionResponse{}, nil
+}
+
+// errUnknownSession is returned by session/load for an id this agent cannot restore.
+var errUnknownSession = errors.New("unknown session")

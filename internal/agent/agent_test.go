@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	acp "github.com/coder/acp-go-sdk"
+)
+
+func TestSummary(t *testing.T) {
+	mention := `{"channel_id":"ch-backend","message_id":"m026","text":"@claude hi"}`
+	tests := []struct {
+		name, prompt string
+		turn         int
+		want         string
+	}{
+		{"empty", "", 1, "builtin turn=1 framing=no users=0 assistants=0 mention=- context=0"},
+		{"framed replay", "You are Claude.\n\nUser: a\nAssistant: b\nUser: c", 1, "builtin turn=1 framing=yes users=2 assistants=1 mention=- context=0"},
+		{"warm mention", "You were mentioned.\n" + mention + "\n---\nbrief\n- [user] x\n- [user] y\n- [bot] z", 4, "builtin turn=4 framing=no users=0 assistants=0 mention=m026 context=3"},
+		{"last mention wins", mention + "\n" + `{"channel_id":"c","message_id":"m099"}`, 2, "builtin turn=2 framing=no users=0 assistants=0 mention=m099 context=0"},
+		{"broken mention", mention + "\n" + `{"channel_id": nope`, 1, "builtin turn=1 framing=no users=0 assistants=0 mention=- context=0"},
+		{"indented lines do not count", " User: a\n  - [user] b\nUser:a", 1, "builtin turn=1 framing=no users=0 assistants=0 mention=- context=0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Summary(tt.prompt, "You are ", tt.turn); got != tt.want {
+				t.Fatalf("Summary = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestChunksJoin(t *testing.T) {
+	for _, s := range []string{"", "ab", "abc", "builtin turn=1 mention=ü€x"} {
+		c := chunks(s)
+		if strings.Join(c, "") != s || len(c) > 3 || (len([]rune(s)) >= 3 && len(c) != 3) {
+			t.Fatalf("chunks(%q) = %q", s, c)
+		}
+	}
+}
+
+// testClient is the minimal client side of the in-process round trip.
+type testClient struct {
+	mu      sync.Mutex
+	updates []acp.SessionNotification
+}
+
+func (c *testClient) SessionUpdate(_ context.Context, n acp.SessionNotification) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.updates = append(c.updates, n)
+	return nil
+}
+
+func (c *testClient) take() []acp.SessionNotification {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.updates
+	c.updates = nil
+	return u
+}
+
+func (c *testClient) RequestPermission(context.Context, acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}, nil
+}
+func (c *testClient) ReadTextFile(context.Context, acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
+	return acp.ReadTextFileResponse{}, nil
+}
+func (c *testClient) WriteTextFile(context.Context, acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	return acp.WriteTextFileResponse{}, nil
+}
+func (c *testClient) CreateTerminal(context.Context, acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
+	return acp.CreateTerminalResponse{}, nil
+}
+func (c *testClient) KillTerminal(context.Context, acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
+	return acp.KillTerminalResponse{}, nil
+}
+func (c *testClient) TerminalOutput(context.Context, acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
+	return acp.TerminalOutputResponse{}, nil
+}
+func (c *testClient) ReleaseTerminal(context.Context, acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
+	return acp.ReleaseTerminalResponse{}, nil
+}
+func (c *testClient) WaitForTerminalExit(context.Context, acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
+	return acp.WaitForTerminalExitResponse{}, nil
+}
+
+// runInProcess runs Main over pipes and returns a connected client; cleanup
+// closes the agent's stdin and waits for Main to return 0.
+func runInProcess(t *testing.T, args ...string) (*acp.ClientSideConnection, *testClient) {
+	t.Helper()
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- Main(args, toAgentR, fromAgentW, io.Discard)
+		_ = fromAgentW.Close()
+	}()
+	c := &testClient{}
+	conn := acp.NewClientSideConnection(c, toAgentW, fromAgentR)
+	t.Cleanup(func() {
+		_ = toAgentW.Close()
+		if got := <-code; got != 0 {
+			t.Errorf("Main returned %d, want 0 after stdin EOF", got)
+		}
+	})
+	return conn, c
+}
+
+func TestRoundTripInProcess(t *testing.T) {
+	ctx := context.Background()
+	state := t.TempDir()
+	conn, c := runInProcess(t, "agent", "--state", state)
+	ir, err := conn.Initialize(ctx, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber})
+	if err != nil || !ir.AgentCapabilities.LoadSession {
+		t.Fatalf("Initialize: %+v, %v", ir, err)
+	}
+	ns, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := string(ns.SessionId)
+	if len(id) != len("nat-")+16 || !strings.HasPrefix(id, "nat-") {
+		t.Fatalf("session id %q, want nat- + 16 hex", id)
+	}
+	prompt := "You are x\nUser: hello"
+	resp, err := conn.Prompt(ctx, acp.PromptRequest{SessionId: ns.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock(prompt)}})
+	if err != nil || resp.StopReason != acp.StopReasonEndTurn || resp.Usage == nil || resp.Usage.InputTokens != len(prompt)/4 {
+		t.Fatalf("Prompt: %+v, %v", resp, err)
+	}
+	var text strings.Builder
+	chunks, usage := 0, 0
+	for _, u := range c.take() {
+		switch {
+		case u.Update.AgentMessageChunk != nil:
+			chunks++
+			text.WriteString(u.Update.AgentMessageChunk.Content.Text.Text)
+		case u.Update.UsageUpdate != nil:
+			usage++
+		}
+	}
+	if want := Summary(prompt, "You are ", 1); text.String() != want || chunks < 2 || usage != 1 {
+		t.Fatalf("streamed %q in %d chunks with %d usage updates, want %q", text.String(), chunks, usage, want)
+	}
+	if _, err := os.Stat(filepath.Join(state, id+".json")); err != nil {
+		t.Fatalf("history not persisted under --state: %v", err)
+	}
+
+	// A second agent over the same state replays the history on load.
+	conn2, c2 := runInProcess(t, "--state", state)
+	if _, err := conn2.Initialize(ctx, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn2.LoadSession(ctx, acp.LoadSessionRequest{SessionId: ns.SessionId, Cwd: t.TempDir(), McpServers: []acp.McpServer{}}); err != nil {
+		t.Fatalf("LoadSession: %v", err)
+	}
+	replay := c2.take()
+	if len(replay) != 2 || replay[0].Update.UserMessageChunk == nil || replay[0].Update.UserMessageChunk.Content.Text.Text != prompt ||
+		replay[1].Update.AgentMessageChunk == nil || replay[1].Update.AgentMessageChunk.Content.Text.Text != text.String() {
+		t.Fatalf("replay = %+v, want the user turn and the reply", replay)
+	}
+	if _, err := conn2.LoadSession(ctx, acp.LoadSessionRequest{SessionId: "nat-0000000000000000", Cwd: "/", McpServers: []acp.McpServer{}}); err == nil || !strings.Contains(err.Error(), "nat-0000000000000000") {
+		t.Fatalf("load of an unknown id: err = %v, want an error naming it", err)
+	}
+}

@@ -1,0 +1,266 @@
+// Package config owns residentd's settings: the daemon's limits and the
+// bindings that say how to start each agent, read from one JSON file or the
+// built-in default.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Duration is a time.Duration written as "30m" in JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"30m\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Brief placements.
+const (
+	BriefInTurn    = "turn"    // every user turn carries the brief (the default)
+	BriefInFraming = "framing" // the brief rides with the system framing
+)
+
+// Permission policies for the agent's permission requests.
+const (
+	PermDeny     = "deny"
+	PermReadOnly = "read-only"
+	PermAllow    = "allow"
+)
+
+// Binding says how to start one agent and how to talk to it.
+type Binding struct {
+	ID      string            `json:"id"`
+	Handle  string            `json:"handle"`  // the agent's chat handle, e.g. "@claude"
+	Runtime string            `json:"runtime"` // reported in the mention payload
+	Command string            `json:"command"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Dir     string            `json:"dir,omitempty"` // working directory; default the daemon's state dir/work/<binding>
+
+	System     string `json:"system,omitempty"`      // system framing text
+	SystemFile string `json:"system_file,omitempty"` // or a file holding it
+	Brief      string `json:"brief,omitempty"`       // overrides the default brief
+	// BriefPlacement is "turn" (default) or "framing".
+	BriefPlacement string `json:"brief_placement,omitempty"`
+	// BriefEvery re-sends the full brief every N warm turns when it lives in
+	// the framing, so a session that compacted its history gets it back.
+	BriefEvery int `json:"brief_every,omitempty"`
+
+	Supervised bool `json:"supervised"`
+	Resident   bool `json:"resident"`
+	// SavedSession is an exact native session id to load for every process.
+	SavedSession string `json:"saved_session,omitempty"`
+	// Restore reloads a key's last native session with session/load when a
+	// new process starts; on by default.
+	Restore *bool `json:"restore,omitempty"`
+	// Permission answers the agent's permission requests: deny (default),
+	// read-only or allow.
+	Permission string `json:"permission,omitempty"`
+	// Tools passes the channel tools (MCP) to the agent; on by default.
+	Tools *bool `json:"tools,omitempty"`
+	// OmitOwnPosts leaves the agent's own channel posts out of its context
+	// block; on by default.
+	OmitOwnPosts *bool `json:"omit_own_posts,omitempty"`
+
+	TurnTimeout Duration `json:"turn_timeout,omitempty"` // default 10m
+}
+
+// RestoreOn reports whether restore is enabled.
+func (b Binding) RestoreOn() bool { return b.Restore == nil || *b.Restore }
+
+// ToolsOn reports whether channel tools are passed to the agent.
+func (b Binding) ToolsOn() bool { return b.Tools == nil || *b.Tools }
+
+// OmitOwn reports whether the agent's own posts are left out of its block.
+func (b Binding) OmitOwn() bool { return b.OmitOwnPosts == nil || *b.OmitOwnPosts }
+
+// KeepsSession reports whether the binding's sessions remember earlier turns,
+// the only ones that get a watermark: supervised and resident, or an exact
+// saved session.
+func (b Binding) KeepsSession() bool { return (b.Supervised && b.Resident) || b.SavedSession != "" }
+
+// Framing returns the system framing text, reading SystemFile if set.
+func (b Binding) Framing() (string, error) {
+	if b.SystemFile == "" {
+		return b.System, nil
+	}
+	data, err := os.ReadFile(b.SystemFile)
+	if err != nil {
+		return "", fmt.Errorf("config: binding %q: read system_file: %w", b.ID, err)
+	}
+	return string(data), nil
+}
+
+// Config is the daemon's whole configuration.
+type Config struct {
+	Socket       string    `json:"socket,omitempty"`
+	StateDir     string    `json:"state_dir,omitempty"`
+	MaxLive      int       `json:"max_live,omitempty"`
+	IdleTimeout  Duration  `json:"idle_timeout,omitempty"`
+	QueueLen     int       `json:"queue_len,omitempty"`
+	QueueTimeout Duration  `json:"queue_timeout,omitempty"`
+	AgentGrace   Duration  `json:"agent_grace,omitempty"`
+	Context      Context   `json:"context,omitempty"`
+	Bindings     []Binding `json:"bindings"`
+}
+
+// Context holds the channel-context numbers of the spec.
+type Context struct {
+	Fetch    int `json:"fetch,omitempty"`     // newest rows read per mention; default 30
+	Limit    int `json:"limit,omitempty"`     // rows shown; default 12
+	MaxChars int `json:"max_chars,omitempty"` // characters per body; default 600
+	MaxIDs   int `json:"max_ids,omitempty"`   // ids per watermark; default 200
+}
+
+// ErrInvalid classifies configuration errors.
+var ErrInvalid = errors.New("invalid configuration")
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Load reads a JSON config file; unknown fields are errors.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("config: parse %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// SetDefaults fills every zero value with the spec's numbers.
+func (c *Config) SetDefaults() {
+	if c.MaxLive <= 0 {
+		c.MaxLive = 4
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = Duration(30 * time.Minute)
+	}
+	if c.QueueLen <= 0 {
+		c.QueueLen = 64
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = Duration(2 * time.Minute)
+	}
+	if c.AgentGrace <= 0 {
+		c.AgentGrace = Duration(5 * time.Second)
+	}
+	if c.Context.Fetch <= 0 {
+		c.Context.Fetch = 30
+	}
+	if c.Context.Limit <= 0 {
+		c.Context.Limit = 12
+	}
+	if c.Context.MaxChars <= 0 {
+		c.Context.MaxChars = 600
+	}
+	if c.Context.MaxIDs <= 0 {
+		c.Context.MaxIDs = 200
+	}
+	for i := range c.Bindings {
+		b := &c.Bindings[i]
+		if b.Permission == "" {
+			b.Permission = PermDeny
+		}
+		if b.BriefPlacement == "" {
+			b.BriefPlacement = BriefInTurn
+		}
+		if b.BriefEvery <= 0 {
+			b.BriefEvery = 10
+		}
+		if b.TurnTimeout <= 0 {
+			b.TurnTimeout = Duration(10 * time.Minute)
+		}
+		if b.Runtime == "" {
+			b.Runtime = "acp:" + filepath.Base(b.Command)
+		}
+	}
+}
+
+// Validate reports the first problem, naming the binding and the fix.
+func (c *Config) Validate() error {
+	if len(c.Bindings) == 0 {
+		return fmt.Errorf("%w: no bindings; add one under \"bindings\"", ErrInvalid)
+	}
+	seen := map[string]bool{}
+	for i, b := range c.Bindings {
+		switch {
+		case !idRE.MatchString(b.ID):
+			return fmt.Errorf("%w: binding %d: id %q must be 1-64 letters, digits, '.', '_' or '-'", ErrInvalid, i, b.ID)
+		case seen[b.ID]:
+			return fmt.Errorf("%w: binding %q is defined twice", ErrInvalid, b.ID)
+		case b.Command == "":
+			return fmt.Errorf("%w: binding %q has no command", ErrInvalid, b.ID)
+		case !strings.HasPrefix(b.Handle, "@"):
+			return fmt.Errorf("%w: binding %q: handle %q must start with '@'", ErrInvalid, b.ID, b.Handle)
+		case b.System != "" && b.SystemFile != "":
+			return fmt.Errorf("%w: binding %q sets both system and system_file; keep one", ErrInvalid, b.ID)
+		case b.Permission != PermDeny && b.Permission != PermReadOnly && b.Permission != PermAllow:
+			return fmt.Errorf("%w: binding %q: permission %q must be deny, read-only or allow", ErrInvalid, b.ID, b.Permission)
+		case b.BriefPlacement != BriefInTurn && b.BriefPlacement != BriefInFraming:
+			return fmt.Errorf("%w: binding %q: brief_placement %q must be turn or framing", ErrInvalid, b.ID, b.BriefPlacement)
+		}
+		seen[b.ID] = true
+	}
+	return nil
+}
+
+// Binding returns the binding with id, or false.
+func (c *Config) Binding(id string) (Binding, bool) {
+	for _, b := range c.Bindings {
+		if b.ID == id {
+			return b, true
+		}
+	}
+	return Binding{}, false
+}
+
+// BuiltinFraming is the built-in binding's system framing. It never changes
+// between turns: everything per-turn goes in the user turn.
+const BuiltinFraming = `You are @agent, a resident coding agent in a team chat. People mention you in channels; each mention arrives as a user turn with the mention payload, a brief, and the channel lines you have not seen yet. Answer the mention; keep replies short.`
+
+// Builtin returns the binding for the repo's own deterministic agent, run
+// as "<self> agent" with its sessions kept under stateDir.
+func Builtin(self, stateDir string) Binding {
+	return Binding{
+		ID: "b-builtin", Handle: "@agent", Runtime: "builtin:residentd:agent",
+		Command: self, Args: []string{"agent", "--state", filepath.Join(stateDir, "builtin-agent")},
+		System: BuiltinFraming, Supervised: true, Resident: true,
+	}
+}
+
+// ClaudeAgentACP returns a ready binding for claude-agent-acp. A one-hour
+// provider cache outlives the 30-minute idle reaper, so a session restored
+// after a reap still hits it.
+func ClaudeAgentACP() Binding {
+	return Binding{
+		ID: "b-claude", Handle: "@claude", Runtime: "cli:claude:agent",
+		Command:    "claude-agent-acp",
+		Env:        map[string]string{"ENABLE_PROMPT_CACHING_1H": "1"},
+		System:     `You are @claude, a resident coding agent in a team chat. People mention you in channels; each mention arrives as a user turn with the mention payload, a brief, and the channel lines you have not seen yet.`,
+		Supervised: true, Resident: true,
+	}
+}

@@ -1,0 +1,652 @@
+// Package daemon owns one turn end to end: it leases the key's process from
+// the pool, shapes the prompt, streams the agent's reply, and commits or
+// discards the turn's watermarks and conversation on the way out.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// Errors the API maps to stable codes.
+var (
+	ErrBadRequest     = errors.New("bad request")
+	ErrUnknownBinding = errors.New("unknown binding")
+	ErrUnknownRun     = errors.New("unknown run")
+	ErrRunInUse       = errors.New("run id already in use")
+	ErrAgentFailed    = errors.New("agent failed the turn")
+	ErrShuttingDown   = errors.New("daemon is shutting down")
+	// errCancelled is the cause of a turn cancelled by a client.
+	errCancelled = errors.New("cancelled by a client")
+)
+
+// MCPServers returns the MCP servers handed to a session of key k; the
+// daemon sends an empty list when it is nil.
+type MCPServers func(k pool.Key, b config.Binding) []sdk.McpServer
+
+// Options wires a Daemon.
+type Options struct {
+	Config  *config.Config // defaults set, validated
+	Store   *store.Store
+	Metrics *metrics.Metrics
+	Log     *zap.Logger
+	MCP     MCPServers
+	// OnEvict, when set, also hears of every eviction (the demo prints them).
+	OnEvict func(k pool.Key, r pool.Reason)
+	// Now is the clock; tests inject one.
+	Now func() time.Time
+}
+
+// Daemon runs turns. Create it with New; stop it with Close.
+type Daemon struct {
+	cfg  *config.Config
+	st   *store.Store
+	m    *metrics.Metrics
+	log  *zap.Logger
+	mcp  MCPServers
+	now  func() time.Time
+	pool *pool.Pool[*session]
+
+	wg sync.WaitGroup // turns in flight and agent exit watchers
+
+	mu       sync.Mutex // guards the fields below
+	runs     map[string]context.CancelCauseFunc
+	framing  map[string]string // binding -> framing of its last cold turn
+	warnedFr map[string]bool
+	warmSeq  map[pool.Key]int // warm turns since the full brief, per key
+	closing  bool
+}
+
+// New returns a running daemon; Close stops it.
+func New(o Options) (*Daemon, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	d := &Daemon{
+		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
+		runs: map[string]context.CancelCauseFunc{}, framing: map[string]string{}, warnedFr: map[string]bool{},
+		warmSeq: map[pool.Key]int{},
+	}
+	ids := make([]string, 0, len(o.Config.Bindings))
+	for _, b := range o.Config.Bindings {
+		ids = append(ids, b.ID)
+	}
+	d.m.InitBindings(ids)
+	plog := o.Log.Named("pool")
+	d.pool = pool.New[*session](pool.Config{
+		MaxLive:      o.Config.MaxLive,
+		IdleTimeout:  time.Duration(o.Config.IdleTimeout),
+		QueueLen:     o.Config.QueueLen,
+		QueueTimeout: time.Duration(o.Config.QueueTimeout),
+		Now:          o.Now,
+		OnEvict: func(k pool.Key, r pool.Reason) {
+			d.m.Evicted(string(r))
+			if o.OnEvict != nil {
+				o.OnEvict(k, r)
+			}
+			plog.Info("evicted", zap.String("key", k.String()), zap.String("reason", string(r)))
+		},
+	}, (*spawner)(d))
+	return d, nil
+}
+
+// Pool exposes the pool's gauges and listing.
+func (d *Daemon) Pool() *pool.Pool[*session] { return d.pool }
+
+// Live, Busy and Queued feed the metrics gauges.
+func (d *Daemon) Live() int   { return d.pool.Live() }
+func (d *Daemon) Busy() int   { return d.pool.Busy() }
+func (d *Daemon) Queued() int { return d.pool.Queued() }
+
+// Config returns the daemon's configuration.
+func (d *Daemon) Config() *config.Config { return d.cfg }
+
+// TurnRequest is one mention to answer.
+type TurnRequest struct {
+	Channel       string           `json:"channel_id"`
+	Binding       string           `json:"binding_id"`
+	MessageID     string           `json:"message_id"`
+	ThreadRoot    *string          `json:"thread_root_id"`
+	RunID         string           `json:"run_id,omitempty"`
+	Text          string           `json:"text"`
+	ChannelAgents []delivery.Agent `json:"channel_agents,omitempty"`
+	MaxRecipients int              `json:"max_recipients,omitempty"`
+}
+
+// Event is one line of a turn's stream.
+type Event struct {
+	Event      string         `json:"event"` // start, update, done, error
+	RunID      string         `json:"run_id,omitempty"`
+	Shape      string         `json:"shape,omitempty"`
+	Native     string         `json:"native_session,omitempty"`
+	Pid        int            `json:"pid,omitempty"`
+	Update     *acp.Update    `json:"update,omitempty"`
+	StopReason string         `json:"stop_reason,omitempty"`
+	Text       string         `json:"text,omitempty"`
+	Watermark  string         `json:"watermark,omitempty"` // committed, discarded, none
+	Context    *ContextReport `json:"context,omitempty"`
+	Usage      *acp.Usage     `json:"usage,omitempty"`
+	Code       string         `json:"code,omitempty"`
+	Message    string         `json:"message,omitempty"`
+}
+
+// ContextReport says what channel context the turn carried.
+type ContextReport struct {
+	Header       string `json:"header"` // snapshot, new, none
+	Lines        int    `json:"lines"`
+	Chars        int    `json:"chars"`
+	DroppedSeen  int    `json:"dropped_seen"`
+	DroppedBound int    `json:"dropped_bound"`
+	Truncated    int    `json:"truncated"`
+	OwnOmitted   int    `json:"own_omitted"`
+	PromptBytes  int    `json:"prompt_bytes"`
+}
+
+func (r TurnRequest) validate() error {
+	switch {
+	case r.Channel == "":
+		return fmt.Errorf("%w: channel_id is required", ErrBadRequest)
+	case r.Binding == "":
+		return fmt.Errorf("%w: binding_id is required", ErrBadRequest)
+	case r.Text == "":
+		return fmt.Errorf("%w: text is required (the mention's message text)", ErrBadRequest)
+	case r.ThreadRoot != nil && *r.ThreadRoot == "":
+		return fmt.Errorf("%w: thread_root_id must be null or a message id, not empty", ErrBadRequest)
+	case r.MaxRecipients < 0:
+		return fmt.Errorf("%w: max_recipients must not be negative", ErrBadRequest)
+	}
+	return nil
+}
+
+// Turn answers one mention, calling emit for the start, every update, and the
+// final done event; the returned error says why it failed (emit is not
+// called for the error: the caller reports it).
+func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (err error) {
+	if err := req.validate(); err != nil {
+		return err
+	}
+	b, ok := d.cfg.Binding(req.Binding)
+	if !ok {
+		return fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.bindingIDs())
+	}
+	if req.RunID == "" {
+		req.RunID = newRunID()
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return ErrShuttingDown
+	}
+	if _, busy := d.runs[req.RunID]; busy {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %q; use a new run_id", ErrRunInUse, req.RunID)
+	}
+	d.runs[req.RunID] = cancel
+	d.wg.Add(1)
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.runs, req.RunID)
+		d.mu.Unlock()
+		d.wg.Done()
+	}()
+
+	key := pool.Key{Channel: req.Channel, Binding: b.ID}
+	log := d.log.With(zap.String("key", key.String()), zap.String("run", req.RunID))
+	start := d.now()
+	co, err := d.pool.Acquire(ctx, key)
+	if err != nil {
+		if errors.Is(err, pool.ErrQueueFull) || errors.Is(err, pool.ErrQueueTimeout) {
+			d.m.ObserveTurn("cold", "rejected", d.now().Sub(start))
+		}
+		if errors.Is(err, pool.ErrClosed) {
+			return ErrShuttingDown
+		}
+		return d.ctxErr(ctx, err)
+	}
+	d.m.ObserveQueueWait(co.Waited)
+	l := co.Lease
+	shape := l.Shape.String()
+	keep := b.Resident || b.SavedSession != ""
+	succeeded := false
+	defer func() {
+		if succeeded {
+			n, cerr := l.Commit(d.st)
+			for i := 0; i < n; i++ {
+				d.m.Watermark(true)
+			}
+			if cerr != nil {
+				log.Error("watermark commit failed", zap.Error(cerr))
+			}
+		} else if n := l.Discard(); n > 0 {
+			for i := 0; i < n; i++ {
+				d.m.Watermark(false)
+			}
+		}
+		d.pool.Release(co, keep)
+	}()
+	emit(Event{Event: "start", RunID: req.RunID, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
+
+	text, user, rep, err := d.compose(key, b, req, l)
+	if err != nil {
+		d.m.ObserveTurn(shape, "agent_error", d.now().Sub(start))
+		return err
+	}
+	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
+
+	tctx, tcancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
+	defer tcancel()
+	first := true
+	turnStart := d.now()
+	res, err := co.Session.a.Prompt(tctx, l.Native, text, func(u acp.Update) {
+		if first {
+			first = false
+			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))
+		}
+		emit(Event{Event: "update", RunID: req.RunID, Update: &u})
+	})
+	if res.Usage != nil {
+		d.m.Tokens(shape, res.Usage.InputTokens, res.Usage.OutputTokens, res.Usage.CacheReadTokens, res.Usage.CacheWriteTokens)
+	}
+	if err == nil && !successful(res.StopReason) {
+		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
+		if res.StopReason == string(sdk.StopReasonCancelled) {
+			err = context.Canceled
+		}
+	}
+	if err != nil {
+		err = d.ctxErr(ctx, err)
+		outcome := Outcome(err)
+		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
+		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", outcome), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
+		return fmt.Errorf("turn %q for binding %q in channel %q: %w", req.RunID, b.ID, req.Channel, err)
+	}
+	now := d.now()
+	if aerr := d.st.AppendTurns(store.Key(key), store.Turn{Role: "user", Text: user, At: start}, store.Turn{Role: "assistant", Text: res.Text, At: now}); aerr != nil {
+		log.Error("conversation append failed", zap.Error(aerr))
+	}
+	succeeded = true
+	wm := "none"
+	if l.Staged() > 0 {
+		wm = "committed"
+	}
+	d.m.ObserveTurn(shape, "ok", now.Sub(start))
+	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
+	emit(Event{Event: "done", RunID: req.RunID, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: res.Usage})
+	return nil
+}
+
+// successful reports whether a stop reason means the agent read the turn:
+// end_turn, max_tokens, max_turn_requests and refusal all answered after
+// reading it; cancelled may not have.
+func successful(stop string) bool {
+	switch sdk.StopReason(stop) {
+	case sdk.StopReasonEndTurn, sdk.StopReasonMaxTokens, sdk.StopReasonMaxTurnRequests, sdk.StopReasonRefusal:
+		return true
+	}
+	return false
+}
+
+// ctxErr turns the cancellation of a turn into the error that says why.
+func (d *Daemon) ctxErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("%w: %w", cause, err)
+	}
+	return err
+}
+
+// Outcome classifies a turn's error for metrics and logs.
+func Outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout):
+		return "rejected"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled), errors.Is(err, errCancelled), errors.Is(err, ErrShuttingDown):
+		return "cancelled"
+	case errors.Is(err, acp.ErrExited):
+		return "crash"
+	}
+	return "agent_error"
+}
+
+// compose builds the prompt text for this turn, the user turn to remember,
+// and what channel context it carried. Watermarks are staged on l.
+func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lease.Lease) (string, string, *ContextReport, error) {
+	thread := ""
+	if req.ThreadRoot != nil {
+		thread = *req.ThreadRoot
+	}
+	wk := store.WatermarkKey{Session: store.Key(key).Session(), Channel: req.Channel, Thread: thread}
+	var wm *channel.Watermark
+	if b.KeepsSession() {
+		// watermark_for: only the record of the native session that answers.
+		got, found, err := d.st.Watermark(wk)
+		if err != nil {
+			return "", "", nil, fmt.Errorf("read watermark for %q: %w", key, err)
+		}
+		if found && got.Native == l.Native {
+			wm = &got
+		}
+	}
+	rows, err := d.st.Recent(req.Channel, thread, d.cfg.Context.Fetch)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("read channel %q: %w", req.Channel, err)
+	}
+	opt := delivery.RenderOptions{Limit: d.cfg.Context.Limit, MaxChars: d.cfg.Context.MaxChars}
+	if b.OmitOwn() {
+		opt.OmitAuthor = b.Handle
+	}
+	block, r := delivery.Render(rows, req.MessageID, wm, opt)
+	if b.KeepsSession() {
+		l.Stage(wk, r.Seen)
+	}
+	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Chars, r.Truncated)
+	rep := &ContextReport{Header: "none", Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted}
+	if block != "" {
+		rep.Header = "snapshot"
+		if wm != nil {
+			rep.Header = "new"
+		}
+	}
+
+	agents := req.ChannelAgents
+	if agents == nil {
+		agents = []delivery.Agent{{Handle: b.Handle, Reachable: true}}
+	}
+	maxRcpt := req.MaxRecipients
+	if maxRcpt == 0 {
+		maxRcpt = 3
+	}
+	payload := delivery.Payload{
+		ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
+		Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
+		ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
+	}
+	framing, err := b.Framing()
+	if err != nil {
+		return "", "", nil, err
+	}
+	brief := b.Brief
+	if brief == "" {
+		brief = delivery.DefaultBrief
+	}
+	system := framing
+	turnBrief := brief
+	if b.BriefPlacement == config.BriefInFraming {
+		system = framing + "\n\n" + brief
+		turnBrief = delivery.BriefPointer()
+		d.mu.Lock()
+		if l.Shape == lease.Warm {
+			d.warmSeq[key]++
+			if d.warmSeq[key] >= b.BriefEvery {
+				d.warmSeq[key] = 0
+				turnBrief = brief
+			}
+		} else {
+			d.warmSeq[key] = 0
+		}
+		d.mu.Unlock()
+	}
+	user := delivery.UserTurn(payload, turnBrief, block)
+
+	conv, err := d.st.Conversation(store.Key(key))
+	if err != nil {
+		return "", "", nil, fmt.Errorf("read conversation of %q: %w", key, err)
+	}
+	turns := make([]delivery.Turn, 0, len(conv)+1)
+	for _, t := range conv {
+		turns = append(turns, delivery.Turn{Role: t.Role, Text: t.Text})
+	}
+	turns = append(turns, delivery.Turn{Role: "user", Text: user})
+	text := l.Prompt(system, delivery.BuildPrompt(turns), delivery.LatestUserTurn(turns))
+
+	if l.Shape != lease.Warm {
+		d.guardFraming(b.ID, system)
+	}
+	sentBrief := turnBrief == brief || l.Shape != lease.Warm && b.BriefPlacement == config.BriefInFraming
+	if sentBrief {
+		d.m.BriefTokens(b.BriefPlacement, approxTokens(brief))
+	}
+	rep.PromptBytes = len(text)
+	return text, user, rep, nil
+}
+
+// approxTokens estimates tokens at four bytes each; good enough for a
+// counter that compares placements.
+func approxTokens(s string) int { return (len(s) + 3) / 4 }
+
+// guardFraming counts (and logs once per binding) a change of a binding's
+// system framing between cold turns: it costs the whole prompt cache.
+func (d *Daemon) guardFraming(binding, system string) {
+	d.mu.Lock()
+	prev, seen := d.framing[binding]
+	d.framing[binding] = system
+	changed := seen && prev != system
+	warn := changed && !d.warnedFr[binding]
+	if warn {
+		d.warnedFr[binding] = true
+	}
+	d.mu.Unlock()
+	if changed {
+		d.m.FramingChanged(binding)
+	}
+	if warn {
+		d.log.Warn("system framing changed between cold turns; the provider's prompt cache is lost", zap.String("binding", binding))
+	}
+}
+
+// Cancel cancels run runID.
+func (d *Daemon) Cancel(runID string) error {
+	d.mu.Lock()
+	cancel, ok := d.runs[runID]
+	d.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %q: it finished or never started", ErrUnknownRun, runID)
+	}
+	cancel(errCancelled)
+	return nil
+}
+
+// Fresh drops key's process, its saved native session, conversation and
+// watermarks: its next turn is cold with a snapshot.
+func (d *Daemon) Fresh(k pool.Key) (bool, error) {
+	if _, ok := d.cfg.Binding(k.Binding); !ok {
+		return false, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
+	}
+	had := d.pool.Fresh(k)
+	if err := d.st.Forget(store.Key(k)); err != nil {
+		return had, fmt.Errorf("start fresh %q: %w", k, err)
+	}
+	d.mu.Lock()
+	delete(d.warmSeq, k)
+	d.mu.Unlock()
+	return had, nil
+}
+
+// PutMessages stores channel messages pushed by the desktop app.
+func (d *Daemon) PutMessages(msgs []channel.Message) (int, error) {
+	added, err := d.st.PutMessages(msgs)
+	if err != nil {
+		d.m.Ingested(0, 0, len(msgs))
+		return 0, err
+	}
+	d.m.Ingested(added, len(msgs)-added, 0)
+	return added, nil
+}
+
+// Store exposes the store for read-only API endpoints.
+func (d *Daemon) Store() *store.Store { return d.st }
+
+func (d *Daemon) bindingIDs() []string {
+	ids := make([]string, 0, len(d.cfg.Bindings))
+	for _, b := range d.cfg.Bindings {
+		ids = append(ids, b.ID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Close cancels turns in flight (their watermarks are discarded), waits up to
+// grace for them to end, then stops every agent. Idempotent.
+func (d *Daemon) Close(grace time.Duration) error {
+	d.mu.Lock()
+	already := d.closing
+	d.closing = true
+	for _, c := range d.runs {
+		c(ErrShuttingDown)
+	}
+	d.mu.Unlock()
+	if !already {
+		done := make(chan struct{})
+		go func() { d.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(grace):
+			d.log.Warn("turns still running after the shutdown grace; stopping their agents")
+		}
+	}
+	err := d.pool.Close()
+	d.wg.Wait()
+	return err
+}
+
+func newRunID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
+}
+
+// session is one agent process serving one native session.
+type session struct {
+	a      *acp.Agent
+	native string
+}
+
+func (s *session) Native() string        { return s.native }
+func (s *session) Pid() int              { return s.a.Pid() }
+func (s *session) Done() <-chan struct{} { return s.a.Done() }
+func (s *session) Close() error          { return s.a.Close() }
+
+var _ pool.Session = (*session)(nil)
+
+// spawner starts agent processes for the pool.
+type spawner Daemon
+
+var _ pool.Spawner[*session] = (*spawner)(nil)
+
+func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape, error) {
+	d := (*Daemon)(sp)
+	b, ok := d.cfg.Binding(k.Binding)
+	if !ok {
+		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
+	}
+	dir := b.Dir
+	if dir == "" {
+		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, lease.Cold, fmt.Errorf("create working dir: %w", err)
+	}
+	env := make([]string, 0, len(b.Env))
+	for k, v := range b.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	mcp := []sdk.McpServer{}
+	if d.mcp != nil && b.ToolsOn() {
+		mcp = append(mcp, d.mcp(k, b)...)
+	}
+	spec := acp.Spec{
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission,
+		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace),
+	}
+	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
+	t0 := d.now()
+	a, err := acp.Start(ctx, spec, log)
+	if err != nil {
+		return nil, lease.Cold, err
+	}
+	d.m.ObserveSpawn(d.now().Sub(t0))
+	d.watchExit(a, k, log)
+
+	want := b.SavedSession
+	if want == "" && b.RestoreOn() && b.KeepsSession() {
+		id, err := d.st.NativeID(store.Key(k))
+		if err != nil {
+			a.Close()
+			return nil, lease.Cold, fmt.Errorf("read saved session: %w", err)
+		}
+		want = id
+	}
+	if want != "" && a.CanLoad() {
+		t1 := d.now()
+		// Once per process: some agents leak children on repeated loads.
+		if err := a.LoadSession(ctx, want); err == nil {
+			d.m.ObserveSessionReady("load", d.now().Sub(t1))
+			d.m.Restore(true)
+			log.Info("session restored", zap.String("native", want), zap.Int("pid", a.Pid()))
+			return &session{a: a, native: want}, lease.Restored, nil
+		} else {
+			d.m.Restore(false)
+			log.Warn("session restore failed; starting a new session", zap.String("native", want), zap.Error(err))
+		}
+		select {
+		case <-a.Done():
+			return nil, lease.Cold, fmt.Errorf("agent exited during session/load: %w", a.ExitErr())
+		default:
+		}
+	}
+	t1 := d.now()
+	native, err := a.NewSession(ctx)
+	if err != nil {
+		a.Close()
+		return nil, lease.Cold, err
+	}
+	d.m.ObserveSessionReady("new", d.now().Sub(t1))
+	if b.KeepsSession() {
+		if err := d.st.SetNativeID(store.Key(k), native); err != nil {
+			log.Error("save native session id failed", zap.Error(err))
+		}
+	}
+	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
+	return &session{a: a, native: native}, lease.Cold, nil
+}
+
+// watchExit counts an agent's exit once it is reaped.
+func (d *Daemon) watchExit(a *acp.Agent, k pool.Key, log *zap.Logger) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		<-a.Done()
+		d.m.AgentExited(a.ExitKind())
+		log.Info("agent exited", zap.Int("pid", a.Pid()), zap.String("kind", a.ExitKind()))
+	}()
+}

@@ -1,0 +1,141 @@
+// Package lease owns a turn's lease: whether the answering process is cold,
+// warm or restored, the one place that shape picks the prompt, and the
+// watermarks the turn stages until its run succeeds or fails.
+package lease
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// Shape says what the answering process already knows.
+type Shape int
+
+const (
+	// Cold: a new process with a new native session; it knows nothing.
+	Cold Shape = iota
+	// Warm: the process answered this key before and remembers the conversation.
+	Warm
+	// Restored: a new process that reloaded the key's saved native session.
+	Restored
+)
+
+// Shapes lists every shape, for metrics that pre-create their series.
+var Shapes = []Shape{Cold, Warm, Restored}
+
+func (s Shape) String() string {
+	switch s {
+	case Cold:
+		return "cold"
+	case Warm:
+		return "warm"
+	case Restored:
+		return "restored"
+	}
+	return fmt.Sprintf("shape(%d)", int(s))
+}
+
+// Lease is held by one turn. Create it with New; finish it with exactly one of
+// Commit or Discard (later calls do nothing).
+type Lease struct {
+	Shape  Shape
+	Native string // native ACP session id of the process that will answer
+
+	mu     sync.Mutex // guards staged and done
+	staged map[store.WatermarkKey]channel.Seen
+	done   bool
+}
+
+// New returns a lease for a turn answered by native session native.
+func New(shape Shape, native string) *Lease {
+	return &Lease{Shape: shape, Native: native}
+}
+
+// Prompt is the single place the prompt shape is decided. system is the
+// binding's framing, replay the whole conversation flattened, newest the
+// newest user turn. The order of the branches must not change: replaying into
+// a warm process feeds it its own replies as new input, quadratically.
+func (l *Lease) Prompt(system, replay, newest string) string {
+	blank := strings.TrimSpace(newest) == ""
+	switch {
+	case l.Shape == Restored && !blank:
+		return system + "\n\n" + newest // reloaded saved session: framing + new turn
+	case l.Shape == Cold || blank:
+		return system + "\n\n" + replay // new process: framing + full replay
+	default:
+		return newest // warm: the newest user turn, nothing else
+	}
+}
+
+// Stage keeps what a render showed until the run's outcome is known.
+func (l *Lease) Stage(k store.WatermarkKey, seen channel.Seen) {
+	if seen.Empty() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return
+	}
+	if l.staged == nil {
+		l.staged = make(map[store.WatermarkKey]channel.Seen)
+	}
+	prev := l.staged[k]
+	prev.IDs = append(prev.IDs, seen.IDs...)
+	if seen.LastAt.After(prev.LastAt) {
+		prev.LastAt = seen.LastAt
+	}
+	l.staged[k] = prev
+}
+
+// Committer persists a watermark; *store.Store implements it.
+type Committer interface {
+	CommitWatermark(k store.WatermarkKey, native string, seen channel.Seen) (channel.Watermark, error)
+}
+
+var _ Committer = (*store.Store)(nil)
+
+// Commit moves the staged watermarks after a successful run and reports how
+// many were written. It is a no-op after the first Commit or Discard.
+func (l *Lease) Commit(c Committer) (int, error) {
+	l.mu.Lock()
+	staged := l.staged
+	done := l.done
+	l.done, l.staged = true, nil
+	l.mu.Unlock()
+	if done {
+		return 0, nil
+	}
+	n := 0
+	for k, seen := range staged {
+		if _, err := c.CommitWatermark(k, l.Native, seen); err != nil {
+			return n, fmt.Errorf("lease: commit watermark for session %q channel %q: %w", k.Session, k.Channel, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Discard drops the staged watermarks after a failed run: a run that failed
+// may never have shown the agent anything. It reports how many were dropped.
+func (l *Lease) Discard() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return 0
+	}
+	n := len(l.staged)
+	l.done, l.staged = true, nil
+	return n
+}
+
+// Staged reports how many watermarks wait for the run's outcome.
+func (l *Lease) Staged() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.staged)
+}

@@ -1,0 +1,337 @@
+// Package metrics owns residentd's Prometheus registry: every series the daemon exports and the one-line helpers its call sites use.
+package metrics
+
+import (
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Known label values. They are initialised to zero in New so every series
+// exists from the first scrape, which keeps rate() and absent() honest.
+var (
+	Shapes          = []string{"cold", "warm", "restored"}
+	Outcomes        = []string{"ok", "agent_error", "crash", "cancelled", "timeout", "rejected"}
+	EvictReasons    = []string{"idle", "capacity", "crash", "fresh", "shutdown"}
+	ExitKinds       = []string{"clean", "signal", "error"}
+	ReadyMethods    = []string{"new", "load"}
+	RestoreResults  = []string{"ok", "failed"}
+	LineFates       = []string{"sent", "seen", "bound", "own"}
+	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
+	BriefPlacements = []string{"turn", "framing"}
+	IngestResults   = []string{"added", "duplicate", "rejected"}
+)
+
+// Gauges is what the pool reports about itself; it is read at scrape time so
+// the exported values can never drift from the pool's own bookkeeping.
+type Gauges interface {
+	Live() int
+	Busy() int
+	Queued() int
+}
+
+// Metrics holds every residentd series on a registry of its own (never the
+// global default, so tests and embedders get no cross-talk).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Turns             *prometheus.CounterVec   // shape, outcome
+	TurnDuration      *prometheus.HistogramVec // shape
+	TurnFirstUpdate   *prometheus.HistogramVec // shape
+	QueueWait         prometheus.Histogram
+	Evictions         *prometheus.CounterVec // reason
+	AgentSpawn        prometheus.Histogram
+	SessionReady      *prometheus.HistogramVec // method
+	AgentExits        *prometheus.CounterVec   // kind
+	SessionRestores   *prometheus.CounterVec   // result
+	WatermarkCommits  prometheus.Counter
+	WatermarkDiscards prometheus.Counter
+	ChannelLines      *prometheus.CounterVec // fate
+	ChannelChars      prometheus.Counter
+	ChannelTruncated  prometheus.Counter
+	AgentTokens       *prometheus.CounterVec // shape, kind
+	BriefTokensSent   *prometheus.CounterVec // placement
+	FramingChanges    *prometheus.CounterVec // binding
+	MessagesIngested  *prometheus.CounterVec // result
+	BuildInfo         *prometheus.GaugeVec   // version, goversion
+}
+
+// Buckets sized for agent turns, which run from sub-second to many minutes.
+var (
+	turnBuckets  = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200}
+	firstBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120}
+	waitBuckets  = []float64{0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600}
+	spawnBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60}
+)
+
+// New builds the registry, registers every residentd series plus the Go and
+// process collectors, and sets residentd_build_info{version,goversion} to 1.
+// g may be nil (the three pool gauges then read 0).
+func New(version string, g Gauges) *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{Registry: r}
+
+	m.Turns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_turns_total",
+		Help: "Turns finished, by lease shape and outcome.",
+	}, []string{"shape", "outcome"})
+	m.TurnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "residentd_turn_duration_seconds",
+		Help:    "Wall time of a turn from lease to result, by lease shape.",
+		Buckets: turnBuckets,
+	}, []string{"shape"})
+	m.TurnFirstUpdate = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "residentd_turn_first_update_seconds",
+		Help:    "Time from prompt sent to the agent's first streamed update, by lease shape.",
+		Buckets: firstBuckets,
+	}, []string{"shape"})
+	m.QueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "residentd_queue_wait_seconds",
+		Help:    "Time a turn waited in the pool queue before it got a process.",
+		Buckets: waitBuckets,
+	})
+	m.Evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_evictions_total",
+		Help: "Agent processes removed from the pool, by reason.",
+	}, []string{"reason"})
+	m.AgentSpawn = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "residentd_agent_spawn_seconds",
+		Help:    "Time to spawn an agent process and complete ACP initialize.",
+		Buckets: spawnBuckets,
+	})
+	m.SessionReady = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "residentd_session_ready_seconds",
+		Help:    "Time for session/new or session/load to return, by method.",
+		Buckets: spawnBuckets,
+	}, []string{"method"})
+	m.AgentExits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_exits_total",
+		Help: "Agent processes reaped, by how they exited.",
+	}, []string{"kind"})
+	m.SessionRestores = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_session_restores_total",
+		Help: "Attempts to reload a saved native session into a new process, by result.",
+	}, []string{"result"})
+	m.WatermarkCommits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "residentd_watermark_commits_total",
+		Help: "Staged watermarks committed after a successful run.",
+	})
+	m.WatermarkDiscards = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "residentd_watermark_discards_total",
+		Help: "Staged watermarks discarded because the run did not succeed.",
+	})
+	m.ChannelLines = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_channel_lines_total",
+		Help: "Channel lines considered for a turn's context block, by fate (sent, seen before, bound to the payload, the agent's own).",
+	}, []string{"fate"})
+	m.ChannelChars = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "residentd_channel_characters_sent_total",
+		Help: "Characters of channel context sent to agents.",
+	})
+	m.ChannelTruncated = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "residentd_channel_lines_truncated_total",
+		Help: "Channel lines cut with a truncation marker.",
+	})
+	m.AgentTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_tokens_total",
+		Help: "Tokens reported by agents in prompt usage, by lease shape and kind.",
+	}, []string{"shape", "kind"})
+	m.BriefTokensSent = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_brief_tokens_sent_total",
+		Help: "Approximate brief tokens sent, by placement (in the user turn or in the system framing).",
+	}, []string{"placement"})
+	m.FramingChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_framing_changes_total",
+		Help: "Times a binding's system framing changed, which forfeits the provider's prompt cache.",
+	}, []string{"binding"})
+	m.MessagesIngested = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_messages_ingested_total",
+		Help: "Channel messages posted to the daemon, by result.",
+	}, []string{"result"})
+	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "residentd_build_info",
+		Help: "Always 1; labels carry the residentd version and the Go version it was built with.",
+	}, []string{"version", "goversion"})
+
+	r.MustRegister(
+		m.Turns, m.TurnDuration, m.TurnFirstUpdate, m.QueueWait, m.Evictions,
+		m.AgentSpawn, m.SessionReady, m.AgentExits, m.SessionRestores,
+		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
+		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
+		m.MessagesIngested, m.BuildInfo,
+		newGaugeCollector(g),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+
+	m.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	for _, s := range Shapes {
+		for _, o := range Outcomes {
+			m.Turns.WithLabelValues(s, o)
+		}
+		for _, k := range TokenKinds {
+			m.AgentTokens.WithLabelValues(s, k)
+		}
+		m.TurnDuration.WithLabelValues(s)
+		m.TurnFirstUpdate.WithLabelValues(s)
+	}
+	initVec(m.Evictions, EvictReasons)
+	initVec(m.AgentExits, ExitKinds)
+	initVec(m.SessionRestores, RestoreResults)
+	initVec(m.ChannelLines, LineFates)
+	initVec(m.BriefTokensSent, BriefPlacements)
+	initVec(m.MessagesIngested, IngestResults)
+	for _, meth := range ReadyMethods {
+		m.SessionReady.WithLabelValues(meth)
+	}
+	return m
+}
+
+func initVec(v *prometheus.CounterVec, values []string) {
+	for _, x := range values {
+		v.WithLabelValues(x)
+	}
+}
+
+// InitBindings creates the framing-change series for each configured binding
+// so they read 0 before the first change. Binding ids come from config, which
+// keeps the label's cardinality bounded.
+func (m *Metrics) InitBindings(ids []string) {
+	initVec(m.FramingChanges, ids)
+}
+
+// Handler serves this registry (and only it) in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// ObserveTurn counts a finished turn and records its duration. Rejected turns
+// never ran, so their duration is not observed.
+func (m *Metrics) ObserveTurn(shape, outcome string, d time.Duration) {
+	m.Turns.WithLabelValues(shape, outcome).Inc()
+	if outcome != "rejected" {
+		m.TurnDuration.WithLabelValues(shape).Observe(d.Seconds())
+	}
+}
+
+// ObserveFirstUpdate records the latency to a turn's first streamed update.
+func (m *Metrics) ObserveFirstUpdate(shape string, d time.Duration) {
+	m.TurnFirstUpdate.WithLabelValues(shape).Observe(d.Seconds())
+}
+
+// ObserveQueueWait records how long a turn waited for a process.
+func (m *Metrics) ObserveQueueWait(d time.Duration) { m.QueueWait.Observe(d.Seconds()) }
+
+// Evicted counts one process leaving the pool for reason.
+func (m *Metrics) Evicted(reason string) { m.Evictions.WithLabelValues(reason).Inc() }
+
+// AgentExited counts one reaped agent process by exit kind (clean, signal, error).
+func (m *Metrics) AgentExited(kind string) { m.AgentExits.WithLabelValues(kind).Inc() }
+
+// ObserveSpawn records spawn + initialize time.
+func (m *Metrics) ObserveSpawn(d time.Duration) { m.AgentSpawn.Observe(d.Seconds()) }
+
+// ObserveSessionReady records session/new or session/load latency.
+func (m *Metrics) ObserveSessionReady(method string, d time.Duration) {
+	m.SessionReady.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// Restore counts one attempt to reload a saved session.
+func (m *Metrics) Restore(ok bool) {
+	r := "failed"
+	if ok {
+		r = "ok"
+	}
+	m.SessionRestores.WithLabelValues(r).Inc()
+}
+
+// Watermark counts a staged watermark being committed or discarded.
+func (m *Metrics) Watermark(committed bool) {
+	if committed {
+		m.WatermarkCommits.Inc()
+		return
+	}
+	m.WatermarkDiscards.Inc()
+}
+
+// ChannelRender records what one render of channel context did with its lines.
+func (m *Metrics) ChannelRender(sent, seen, bound, own, chars, truncated int) {
+	addN(m.ChannelLines.WithLabelValues("sent"), sent)
+	addN(m.ChannelLines.WithLabelValues("seen"), seen)
+	addN(m.ChannelLines.WithLabelValues("bound"), bound)
+	addN(m.ChannelLines.WithLabelValues("own"), own)
+	addN(m.ChannelChars, chars)
+	addN(m.ChannelTruncated, truncated)
+}
+
+// Tokens adds one turn's reported usage under its lease shape.
+func (m *Metrics) Tokens(shape string, in, out, cacheRead, cacheWrite int64) {
+	add64(m.AgentTokens.WithLabelValues(shape, "input"), in)
+	add64(m.AgentTokens.WithLabelValues(shape, "output"), out)
+	add64(m.AgentTokens.WithLabelValues(shape, "cache_read"), cacheRead)
+	add64(m.AgentTokens.WithLabelValues(shape, "cache_write"), cacheWrite)
+}
+
+// FramingChanged counts a change of binding's system framing.
+func (m *Metrics) FramingChanged(binding string) { m.FramingChanges.WithLabelValues(binding).Inc() }
+
+// BriefTokens adds n approximate brief tokens sent at placement (turn or framing).
+func (m *Metrics) BriefTokens(placement string, n int) {
+	addN(m.BriefTokensSent.WithLabelValues(placement), n)
+}
+
+// Ingested records the outcome of one ingest call.
+func (m *Metrics) Ingested(added, dup, rejected int) {
+	addN(m.MessagesIngested.WithLabelValues("added"), added)
+	addN(m.MessagesIngested.WithLabelValues("duplicate"), dup)
+	addN(m.MessagesIngested.WithLabelValues("rejected"), rejected)
+}
+
+// addN ignores non-positive n: counters panic on negative adds, and a caller's
+// arithmetic slip must not take the daemon down.
+func addN(c prometheus.Counter, n int) {
+	if n > 0 {
+		c.Add(float64(n))
+	}
+}
+
+func add64(c prometheus.Counter, n int64) {
+	if n > 0 {
+		c.Add(float64(n))
+	}
+}
+
+// gaugeCollector reads the pool's live numbers at scrape time.
+type gaugeCollector struct {
+	g                  Gauges
+	live, busy, queued *prometheus.Desc
+}
+
+func newGaugeCollector(g Gauges) *gaugeCollector {
+	return &gaugeCollector{
+		g:      g,
+		live:   prometheus.NewDesc("residentd_agents_live", "Agent processes currently alive in the pool.", nil, nil),
+		busy:   prometheus.NewDesc("residentd_agents_busy", "Agent processes currently running a turn.", nil, nil),
+		queued: prometheus.NewDesc("residentd_turns_queued", "Turns waiting in the pool queue for a process.", nil, nil),
+	}
+}
+
+func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.live
+	ch <- c.busy
+	ch <- c.queued
+}
+
+func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	var live, busy, queued int
+	if c.g != nil {
+		live, busy, queued = c.g.Live(), c.g.Busy(), c.g.Queued()
+	}
+	ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(live))
+	ch <- prometheus.MustNewConstMetric(c.busy, prometheus.GaugeValue, float64(busy))
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued))
+}

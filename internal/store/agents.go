@@ -1,0 +1,74 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// AgentRecord is an agent process this daemon started, kept so a restarted
+// daemon can find and sweep leftovers. StartTicks (the process start time
+// from /proc/<pid>/stat) tells a leftover from a recycled pid.
+type AgentRecord struct {
+	Pid        int       `json:"pid"`
+	Pgid       int       `json:"pgid"`
+	StartTicks uint64    `json:"start_ticks"`
+	Command    string    `json:"command"`
+	Key        Key       `json:"key"`
+	StartedAt  time.Time `json:"started_at"`
+}
+
+func pidKey(pid int) []byte { return u64(uint64(pid)) }
+
+// RecordAgent saves r under its pid, replacing any record of that pid.
+func (s *Store) RecordAgent(r AgentRecord) error {
+	if r.Pid <= 0 {
+		return fmt.Errorf("store: record agent: pid must be positive, got %d", r.Pid)
+	}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("store: record agent pid %d: %w", r.Pid, err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAgents).Put(pidKey(r.Pid), v)
+	})
+	if err != nil {
+		return fmt.Errorf("store: record agent pid %d: %w", r.Pid, err)
+	}
+	return nil
+}
+
+// ForgetAgent drops the record of pid; a missing one is not an error.
+func (s *Store) ForgetAgent(pid int) error {
+	if pid <= 0 {
+		return nil
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAgents).Delete(pidKey(pid))
+	})
+	if err != nil {
+		return fmt.Errorf("store: forget agent pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// Agents lists the recorded agent processes by pid.
+func (s *Store) Agents() ([]AgentRecord, error) {
+	var out []AgentRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAgents).ForEach(func(k, v []byte) error {
+			var r AgentRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("agent %x: %w", k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list agents: %w", err)
+	}
+	return out, nil
+}

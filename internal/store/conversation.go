@@ -1,0 +1,212 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Key names one resident process: a binding answering in a channel.
+type Key struct {
+	Channel string `json:"channel"`
+	Binding string `json:"binding"`
+}
+
+// Session is the session key watermarks are filed under, e.g.
+// "ch-backend/b-claude".
+func (k Key) Session() string { return k.Channel + "/" + k.Binding }
+
+func (k Key) String() string { return k.Session() }
+
+func (k Key) check() error {
+	if k.Channel == "" || k.Binding == "" {
+		return fmt.Errorf("key %q: channel and binding must both be set", k.Session())
+	}
+	return nil
+}
+
+// Turn roles.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// Turn is one exchange half kept for replay into a fresh process.
+type Turn struct {
+	Role string    `json:"role"`
+	Text string    `json:"text"`
+	At   time.Time `json:"at"`
+}
+
+// Conversation returns the key's kept turns, oldest first; none is not an
+// error.
+func (s *Store) Conversation(k Key) ([]Turn, error) {
+	var out []Turn
+	err := s.db.View(func(tx *bolt.Tx) error {
+		kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding))
+		if kb == nil {
+			return nil
+		}
+		turns := kb.Bucket(keyTurns)
+		if turns == nil {
+			return nil
+		}
+		return turns.ForEach(func(seq, v []byte) error {
+			var t Turn
+			if err := json.Unmarshal(v, &t); err != nil {
+				return fmt.Errorf("turn %d: %w", binary.BigEndian.Uint64(seq), err)
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: conversation of %q: %w", k, err)
+	}
+	return out, nil
+}
+
+// AppendTurns adds turns to the key's conversation in one transaction and
+// drops the oldest beyond Options.MaxTurns.
+func (s *Store) AppendTurns(k Key, turns ...Turn) error {
+	if err := k.check(); err != nil {
+		return fmt.Errorf("store: append turns: %w", err)
+	}
+	for i, t := range turns {
+		if t.Role != RoleUser && t.Role != RoleAssistant {
+			return fmt.Errorf("store: append turns to %q: turn %d: role must be %q or %q, got %q", k, i, RoleUser, RoleAssistant, t.Role)
+		}
+	}
+	if len(turns) == 0 {
+		return nil
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		kb, err := tx.Bucket(bucketConversations).CreateBucketIfNotExists(joinKey(k.Channel, k.Binding))
+		if err != nil {
+			return err
+		}
+		b, err := kb.CreateBucketIfNotExists(keyTurns)
+		if err != nil {
+			return err
+		}
+		for _, t := range turns {
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			v, err := json.Marshal(t)
+			if err != nil {
+				return err
+			}
+			if err := b.Put(u64(seq), v); err != nil {
+				return err
+			}
+		}
+		// Sequence keys are contiguous (only the oldest are ever deleted),
+		// so the count is last - first + 1.
+		c := b.Cursor()
+		first, _ := c.First()
+		last, _ := c.Last()
+		n := binary.BigEndian.Uint64(last) - binary.BigEndian.Uint64(first) + 1
+		for ; n > uint64(s.opts.MaxTurns); n-- {
+			k, _ := c.First()
+			if err := b.Delete(bytes.Clone(k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: append turns to %q: %w", k, err)
+	}
+	return nil
+}
+
+// NativeID returns the key's native ACP session id, "" when none is saved.
+func (s *Store) NativeID(k Key) (string, error) {
+	var native string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding)); kb != nil {
+			native = string(kb.Get(keyNative))
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("store: native id of %q: %w", k, err)
+	}
+	return native, nil
+}
+
+// SetNativeID saves the key's native ACP session id; "" clears it.
+func (s *Store) SetNativeID(k Key, native string) error {
+	if err := k.check(); err != nil {
+		return fmt.Errorf("store: set native id: %w", err)
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		convs := tx.Bucket(bucketConversations)
+		name := joinKey(k.Channel, k.Binding)
+		if native == "" {
+			kb := convs.Bucket(name)
+			if kb == nil {
+				return nil
+			}
+			if kb.Bucket(keyTurns) == nil {
+				// Nothing else is kept for the key: drop it so Keys stops
+				// listing it.
+				return convs.DeleteBucket(name)
+			}
+			return kb.Delete(keyNative)
+		}
+		kb, err := convs.CreateBucketIfNotExists(name)
+		if err != nil {
+			return err
+		}
+		return kb.Put(keyNative, []byte(native))
+	})
+	if err != nil {
+		return fmt.Errorf("store: set native id of %q: %w", k, err)
+	}
+	return nil
+}
+
+// Forget starts the key fresh: its conversation, native id and every
+// watermark filed under its session key go, in one transaction.
+func (s *Store) Forget(k Key) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		convs := tx.Bucket(bucketConversations)
+		name := joinKey(k.Channel, k.Binding)
+		if convs.Bucket(name) != nil {
+			if err := convs.DeleteBucket(name); err != nil {
+				return err
+			}
+		}
+		return deleteWatermarksOf(tx, k.Session())
+	})
+	if err != nil {
+		return fmt.Errorf("store: forget %q: %w", k, err)
+	}
+	return nil
+}
+
+// Keys lists every key with a saved conversation or native id.
+func (s *Store) Keys() ([]Key, error) {
+	var out []Key
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketConversations).ForEachBucket(func(name []byte) error {
+			parts, err := splitKey(name, 2)
+			if err != nil {
+				return fmt.Errorf("conversation %x: %w", name, err)
+			}
+			out = append(out, Key{Channel: parts[0], Binding: parts[1]})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,253 @@
+// Package store owns residentd's bbolt file: conversations, native session
+// ids, watermarks, channel messages, roster, activity and started agents.
+//
+// Schema version: 1. The layout of the file:
+//
+//	meta
+//	  version                    -> uint64 big-endian schema version
+//	conversations
+//	  <key>                      bucket per resident key (Key)
+//	    native                   -> native ACP session id
+//	    turns
+//	      <seq uint64>           -> Turn (JSON)
+//	watermarks
+//	  <session><channel><thread> -> channel.Watermark (JSON)
+//	channels
+//	  <channel id>               bucket per channel
+//	    count                    -> uint64 big-endian number of messages
+//	    msgs
+//	      <created_at><id>       -> channel.Message (JSON)
+//	    ids
+//	      <id>                   -> <created_at><id> (the msgs key)
+//	    timeline
+//	      <thread><created_at><id> -> empty; thread "" is the main timeline
+//	roster
+//	  <channel id>               -> []Member (JSON)
+//	activity
+//	  <project>                  bucket per project
+//	    <at><seq uint64>         -> Activity (JSON)
+//	agents
+//	  <pid uint64>               -> AgentRecord (JSON)
+//
+// Composite keys (<key>, <session><channel><thread>, <thread>) are
+// concatenations of length-prefixed parts (uvarint length, then the bytes),
+// so no id can forge a boundary. <created_at> and <at> are 8-byte big-endian
+// UnixNano with the sign bit flipped, so byte order is time order.
+//
+// Schema changes are migrations appended to the migrations list; Open applies
+// those newer than the file's version in one transaction.
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// SchemaVersion is the layout this package reads and writes.
+const SchemaVersion = 1
+
+// Defaults for Options fields left zero.
+const (
+	DefaultLockTimeout        = 100 * time.Millisecond
+	DefaultMaxTurns           = 200
+	DefaultMaxChannelMessages = 5000
+	DefaultMaxRoster          = 500
+	DefaultMaxActivity        = 200
+)
+
+var (
+	// ErrLocked means another process holds the database file's lock.
+	ErrLocked = errors.New("database is locked by another process")
+	// ErrNotFound classifies a missing record or cursor.
+	ErrNotFound = errors.New("not found")
+	// ErrSchemaTooNew means the file was written by a newer residentd.
+	ErrSchemaTooNew = errors.New("database schema is newer than this residentd understands")
+)
+
+// Bucket and key names.
+var (
+	bucketMeta          = []byte("meta")
+	bucketConversations = []byte("conversations")
+	bucketWatermarks    = []byte("watermarks")
+	bucketChannels      = []byte("channels")
+	bucketRoster        = []byte("roster")
+	bucketActivity      = []byte("activity")
+	bucketAgents        = []byte("agents")
+
+	keyVersion  = []byte("version")
+	keyNative   = []byte("native")
+	keyTurns    = []byte("turns")
+	keyCount    = []byte("count")
+	keyMsgs     = []byte("msgs")
+	keyIDs      = []byte("ids")
+	keyTimeline = []byte("timeline")
+)
+
+// Options bounds the store; zero fields take the defaults above.
+type Options struct {
+	LockTimeout        time.Duration // wait for the file lock
+	MaxTurns           int           // conversation turns kept per key (oldest dropped)
+	MaxChannelMessages int           // messages kept per channel (oldest by created_at dropped)
+	MaxRoster          int           // members kept per channel roster
+	MaxActivity        int           // activity items kept per project
+}
+
+func (o Options) withDefaults() Options {
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.MaxTurns <= 0 {
+		o.MaxTurns = DefaultMaxTurns
+	}
+	if o.MaxChannelMessages <= 0 {
+		o.MaxChannelMessages = DefaultMaxChannelMessages
+	}
+	if o.MaxRoster <= 0 {
+		o.MaxRoster = DefaultMaxRoster
+	}
+	if o.MaxActivity <= 0 {
+		o.MaxActivity = DefaultMaxActivity
+	}
+	return o
+}
+
+// Store is an open residentd database. It is safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	path string
+	opts Options
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating if needed) the database at path and migrates it to
+// SchemaVersion. The parent directory is created 0700 and the file 0600.
+func Open(path string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store: create directory for %q: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      opts.LockTimeout,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("store: open %q: %w (waited %s): another residentd is probably running on the same state directory; stop it, or give this one a different state directory", path, ErrLocked, opts.LockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %q: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return migrate(tx, migrations) })
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: open %q: %w", path, err)
+	}
+	return &Store{db: db, path: path, opts: opts}, nil
+}
+
+// Close releases the file and its lock. Calling it again returns the first
+// result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("store: close %q: %w", s.path, err)
+		}
+	})
+	return s.closeErr
+}
+
+// Path is the database file the store was opened at.
+func (s *Store) Path() string { return s.path }
+
+// Check runs bbolt's consistency check and returns the first problem found.
+func (s *Store) Check() error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		var first error
+		// Drain every report: the checker goroutine blocks on the channel
+		// until it is read to the end and must not outlive the transaction.
+		for err := range tx.Check() {
+			if first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return fmt.Errorf("store: check %q: %w", s.path, first)
+		}
+		return nil
+	})
+}
+
+// migration moves the file from version-1 to version.
+type migration struct {
+	version int
+	name    string
+	apply   func(tx *bolt.Tx) error
+}
+
+// migrations is the ordered schema history; append, never edit.
+var migrations = []migration{
+	{version: 1, name: "initial layout", apply: migrateInitialLayout},
+}
+
+func migrateInitialLayout(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketMeta, bucketConversations, bucketWatermarks, bucketChannels, bucketRoster, bucketActivity, bucketAgents} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// schemaVersion reads the file's version; 0 means a new, empty file.
+func schemaVersion(tx *bolt.Tx) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0, nil
+	}
+	v := meta.Get(keyVersion)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("schema version record is %d bytes, want 8", len(v))
+	}
+	return int(binary.BigEndian.Uint64(v)), nil
+}
+
+// migrate applies every migration in list newer than the file's version.
+func migrate(tx *bolt.Tx, list []migration) error {
+	for i, m := range list {
+		if m.version != i+1 {
+			return fmt.Errorf("migration %q has version %d, want %d (the list must be 1, 2, 3, ...)", m.name, m.version, i+1)
+		}
+	}
+	cur, err := schemaVersion(tx)
+	if err != nil {
+		return err
+	}
+	if cur > len(list) {
+		return fmt.Errorf("%w: file has version %d, this build knows up to %d", ErrSchemaTooNew, cur, len(list))
+	}
+	for _, m := range list[cur:] {
+		if err := m.apply(tx); err != nil {
+			return fmt.Errorf("migrate to schema version %d (%s): %w", m.version, m.name, err)
+		}
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return fmt.Errorf("migrate to schema version %d: %w", m.version, err)
+		}
+		if err := meta.Put(keyVersion, u64(uint64(m.version))); err != nil {
+			return fmt.Errorf("migrate to schema version %d: record version: %w", m.version, err)
+		}
+	}
+	return nil
+}

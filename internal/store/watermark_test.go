@@ -1,0 +1,93 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/residentd/residentd/internal/channel"
+)
+
+func TestWatermarkCommit(t *testing.T) {
+	s := openTest(t, Options{})
+	wk := WatermarkKey{Session: "ch-a/b-1", Channel: "ch-a"}
+	if _, ok, err := s.Watermark(wk); ok || err != nil {
+		t.Fatalf("missing watermark: ok %v err %v", ok, err)
+	}
+	w, err := s.CommitWatermark(wk, "n1", channel.Seen{IDs: []string{"m1", "m2"}, LastAt: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Native != "n1" || len(w.IDs) != 2 || !w.LastAt.Equal(t0) {
+		t.Errorf("first commit = %+v", w)
+	}
+	w, err = s.CommitWatermark(wk, "n1", channel.Seen{IDs: []string{"m2", "m3"}, LastAt: t0.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(w.IDs) != "[m1 m2 m3]" || !w.LastAt.Equal(t0.Add(time.Minute)) {
+		t.Errorf("second commit = %+v", w)
+	}
+	stored, ok, err := s.Watermark(wk)
+	if !ok || err != nil || fmt.Sprint(stored.IDs) != fmt.Sprint(w.IDs) || stored.Native != "n1" {
+		t.Errorf("stored = %+v %v %v, want %+v", stored, ok, err, w)
+	}
+
+	// 250 more ids through commits: at most 200 remain, the newest.
+	for i := range 25 {
+		var ids []string
+		for j := range 10 {
+			ids = append(ids, fmt.Sprintf("x%03d", i*10+j))
+		}
+		if _, err := s.CommitWatermark(wk, "n1", channel.Seen{IDs: ids, LastAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored, _, _ = s.Watermark(wk)
+	if len(stored.IDs) != channel.MaxWatermarkIDs || stored.IDs[0] != "x050" || stored.IDs[199] != "x249" {
+		t.Errorf("after 253 ids: %d kept, first %q last %q", len(stored.IDs), stored.IDs[0], stored.IDs[len(stored.IDs)-1])
+	}
+
+	// Another native replaces the record.
+	w, err = s.CommitWatermark(wk, "n2", channel.Seen{IDs: []string{"m9"}, LastAt: t0.Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _, _ = s.Watermark(wk)
+	if stored.Native != "n2" || fmt.Sprint(stored.IDs) != "[m9]" || !stored.LastAt.Equal(t0.Add(-time.Hour)) {
+		t.Errorf("after native change: %+v (returned %+v)", stored, w)
+	}
+
+	// Threads are separate records.
+	thread := WatermarkKey{Session: "ch-a/b-1", Channel: "ch-a", Thread: "m1"}
+	if _, ok, _ := s.Watermark(thread); ok {
+		t.Error("thread watermark shares the channel's record")
+	}
+
+	if err := s.DeleteWatermark(wk); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Watermark(wk); ok {
+		t.Error("watermark survived delete")
+	}
+	if err := s.DeleteWatermark(wk); err != nil {
+		t.Errorf("deleting a missing watermark: %v", err)
+	}
+	if _, err := s.CommitWatermark(WatermarkKey{Channel: "ch-a"}, "n", channel.Seen{}); err == nil {
+		t.Error("commit without session accepted")
+	}
+}
+
+func BenchmarkCommitWatermark(b *testing.B) {
+	s := openTest(b, Options{})
+	wk := WatermarkKey{Session: "ch-a/b-1", Channel: "ch-a"}
+	ids := make([]string, 12)
+	for i := 0; b.Loop(); i++ {
+		for j := range ids {
+			ids[j] = fmt.Sprintf("m%d-%d", i, j)
+		}
+		if _, err := s.CommitWatermark(wk, "native", channel.Seen{IDs: ids, LastAt: t0.Add(time.Duration(i) * time.Second)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
