@@ -40,9 +40,11 @@ var (
 	errCancelled = errors.New("cancelled by a client")
 )
 
-// MCPServers returns the MCP servers handed to a session of key k; the
-// daemon sends an empty list when it is nil.
-type MCPServers func(k pool.Key, b config.Binding) []sdk.McpServer
+// MCPServers returns the MCP servers handed to a new agent process for key
+// k, and a release func the daemon calls once that process has exited (so
+// any capability it carried dies with it). The daemon sends an empty list
+// when MCPServers is nil or the binding turned tools off.
+type MCPServers func(k pool.Key, b config.Binding) (servers []sdk.McpServer, release func())
 
 // Options wires a Daemon.
 type Options struct {
@@ -67,7 +69,8 @@ type Daemon struct {
 	now  func() time.Time
 	pool *pool.Pool[*session]
 
-	wg sync.WaitGroup // turns in flight and agent exit watchers
+	turns    sync.WaitGroup // turns in flight
+	watchers sync.WaitGroup // agent exit watchers
 
 	mu       sync.Mutex // guards the fields below
 	runs     map[string]context.CancelCauseFunc
@@ -207,13 +210,13 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 		return fmt.Errorf("%w: %q; use a new run_id", ErrRunInUse, req.RunID)
 	}
 	d.runs[req.RunID] = cancel
-	d.wg.Add(1)
+	d.turns.Add(1)
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
 		delete(d.runs, req.RunID)
 		d.mu.Unlock()
-		d.wg.Done()
+		d.turns.Done()
 	}()
 
 	key := pool.Key{Channel: req.Channel, Binding: b.ID}
@@ -526,7 +529,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	d.mu.Unlock()
 	if !already {
 		done := make(chan struct{})
-		go func() { d.wg.Wait(); close(done) }()
+		go func() { d.turns.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(grace):
@@ -534,7 +537,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 	}
 	err := d.pool.Close()
-	d.wg.Wait()
+	d.watchers.Wait()
 	return err
 }
 
@@ -581,8 +584,13 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape
 	}
 	sort.Strings(env)
 	mcp := []sdk.McpServer{}
+	release := func() {}
 	if d.mcp != nil && b.ToolsOn() {
-		mcp = append(mcp, d.mcp(k, b)...)
+		servers, rel := d.mcp(k, b)
+		mcp = append(mcp, servers...)
+		if rel != nil {
+			release = rel
+		}
 	}
 	spec := acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission,
@@ -592,10 +600,11 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape
 	t0 := d.now()
 	a, err := acp.Start(ctx, spec, log)
 	if err != nil {
+		release()
 		return nil, lease.Cold, err
 	}
 	d.m.ObserveSpawn(d.now().Sub(t0))
-	d.watchExit(a, k, log)
+	d.watchExit(a, k, log, release)
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
@@ -641,11 +650,12 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape
 }
 
 // watchExit counts an agent's exit once it is reaped.
-func (d *Daemon) watchExit(a *acp.Agent, k pool.Key, log *zap.Logger) {
-	d.wg.Add(1)
+func (d *Daemon) watchExit(a *acp.Agent, k pool.Key, log *zap.Logger, release func()) {
+	d.watchers.Add(1)
 	go func() {
-		defer d.wg.Done()
+		defer d.watchers.Done()
 		<-a.Done()
+		release()
 		d.m.AgentExited(a.ExitKind())
 		log.Info("agent exited", zap.Int("pid", a.Pid()), zap.String("kind", a.ExitKind()))
 	}()

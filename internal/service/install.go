@@ -45,7 +45,8 @@ const (
 )
 
 // InstallOptions says where things are. Binary is required and absolute;
-// Config and StateDir are passed to `serve` as --config / --state when set;
+// Config, StateDir and MetricsAddr are passed to `serve` as --config, --state
+// and --metrics-addr when set (deploy/prometheus scrapes 127.0.0.1:9464);
 // SocketPath overrides the default socket (on darwin it is always passed, as
 // launchd has no socket activation here). Home and GOOS default to the
 // current user's home and runtime.GOOS.
@@ -53,6 +54,7 @@ type InstallOptions struct {
 	Binary, Config, StateDir, SocketPath string
 	Home                                 string
 	GOOS                                 string
+	MetricsAddr                          string
 }
 
 func (o InstallOptions) withDefaults() (InstallOptions, error) {
@@ -170,6 +172,17 @@ func installSystemd(o InstallOptions) ([]string, string, error) {
 	return written, "systemctl --user daemon-reload && systemctl --user enable --now " + unitSocket + " " + unitService, nil
 }
 
+// serveFlags are the optional `serve` flags, shared by both service formats.
+func (o InstallOptions) serveFlags() []string {
+	var f []string
+	for _, kv := range [][2]string{{"--config", o.Config}, {"--state", o.StateDir}, {"--metrics-addr", o.MetricsAddr}} {
+		if kv[1] != "" {
+			f = append(f, kv[0], kv[1])
+		}
+	}
+	return f
+}
+
 // renderSystemd substitutes the real ExecStart (and ListenStream when a
 // socket path is given) into the embedded unit templates.
 func renderSystemd(o InstallOptions) (service, socket []byte, err error) {
@@ -181,13 +194,7 @@ func renderSystemd(o InstallOptions) (service, socket []byte, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("service: read template %q: %w", unitSocket, err)
 	}
-	args := []string{o.Binary, "serve"}
-	if o.Config != "" {
-		args = append(args, "--config", o.Config)
-	}
-	if o.StateDir != "" {
-		args = append(args, "--state", o.StateDir)
-	}
+	args := append([]string{o.Binary, "serve"}, o.serveFlags()...)
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = systemdQuote(a)
@@ -234,8 +241,9 @@ func systemdQuote(s string) string {
 
 // plistData feeds deploy/launchd/dev.residentd.plist.
 type plistData struct {
-	Label, Binary, SocketPath, Config, StateDir string
-	Path, StdoutPath, StderrPath                string
+	Label, Binary, SocketPath    string
+	Flags                        []string
+	Path, StdoutPath, StderrPath string
 }
 
 // DarwinSocketPath is the default socket for the LaunchAgent: short, because
@@ -256,8 +264,7 @@ func installLaunchd(o InstallOptions) ([]string, string, error) {
 		Label:      LaunchdLabel,
 		Binary:     o.Binary,
 		SocketPath: o.SocketPath,
-		Config:     o.Config,
-		StateDir:   o.StateDir,
+		Flags:      o.serveFlags(),
 		Path:       filepath.Join(o.Home, ".local", "bin") + ":/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
 		StdoutPath: filepath.Join(logDir, "residentd.log"),
 		StderrPath: filepath.Join(logDir, "residentd.err.log"),

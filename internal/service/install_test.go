@@ -47,7 +47,7 @@ func TestInstallLinux(t *testing.T) {
 	home := t.TempDir()
 	o := InstallOptions{
 		Binary: "/opt/resident d/bin/residentd", Config: "/etc/residentd/config.json",
-		StateDir: "/var/lib/100%/state", Home: home, GOOS: "linux",
+		StateDir: "/var/lib/100%/state", MetricsAddr: "127.0.0.1:9464", Home: home, GOOS: "linux",
 	}
 	written, next, err := Install(o)
 	if err != nil {
@@ -63,7 +63,7 @@ func TestInstallLinux(t *testing.T) {
 	}
 	svc := readFile(t, want[0])
 	for _, line := range []string{
-		`ExecStart="/opt/resident d/bin/residentd" serve --config /etc/residentd/config.json --state /var/lib/100%%/state`,
+		`ExecStart="/opt/resident d/bin/residentd" serve --config /etc/residentd/config.json --state /var/lib/100%%/state --metrics-addr 127.0.0.1:9464`,
 		"Type=notify", "NotifyAccess=main", "WatchdogSec=30s", "KillMode=mixed", "TimeoutStopSec=20s",
 		"Restart=on-failure", "RuntimeDirectory=residentd", "StateDirectory=residentd", "UMask=0077",
 		"NoNewPrivileges=yes",
@@ -158,7 +158,7 @@ func dictOf(t *testing.T, n plistNode) map[string]plistNode {
 
 func TestInstallDarwin(t *testing.T) {
 	home := t.TempDir()
-	o := InstallOptions{Binary: "/Users/a&b/bin/residentd", Config: "/Users/a&b/.config/residentd.json", Home: home, GOOS: "darwin"}
+	o := InstallOptions{Binary: "/Users/a&b/bin/residentd", Config: "/Users/a&b/.config/residentd.json", MetricsAddr: "127.0.0.1:9464", Home: home, GOOS: "darwin"}
 	written, next, err := Install(o)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestInstallDarwin(t *testing.T) {
 	for _, c := range d["ProgramArguments"].Children {
 		args = append(args, c.Text)
 	}
-	wantArgs := []string{o.Binary, "serve", "--socket", sockPath, "--config", o.Config}
+	wantArgs := []string{o.Binary, "serve", "--socket", sockPath, "--config", o.Config, "--metrics-addr", "127.0.0.1:9464"}
 	if !slices.Equal(args, wantArgs) {
 		t.Errorf("ProgramArguments = %q, want %q", args, wantArgs)
 	}

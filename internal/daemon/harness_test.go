@@ -1,0 +1,238 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// TestMain lets the test binary double as the built-in agent, so every
+// daemon test drives real child processes over ACP.
+func TestMain(m *testing.M) {
+	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
+		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// harness is a daemon on a real bbolt file with the built-in agent bound as
+// "b-builtin" (and whatever bindings a test adds).
+type harness struct {
+	t    *testing.T
+	dir  string
+	cfg  *config.Config
+	st   *store.Store
+	m    *metrics.Metrics
+	d    *Daemon
+	log  *zap.Logger
+	mu   sync.Mutex
+	evic []string // "key reason", in order
+}
+
+// testBinding runs this test binary as the built-in agent.
+func testBinding(t *testing.T, id, stateDir string, extra ...string) config.Binding {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return config.Binding{
+		ID: id, Handle: "@agent", Runtime: "builtin:test",
+		Command: exe, Args: append([]string{"agent", "--state", filepath.Join(stateDir, "agent-"+id)}, extra...),
+		Env:    map[string]string{"RESIDENTD_TEST_AGENT": "1"},
+		System: config.BuiltinFraming, Supervised: true, Resident: true,
+	}
+}
+
+func newHarness(t *testing.T, tweak ...func(*config.Config)) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
+	cfg.Bindings = []config.Binding{testBinding(t, "b-builtin", dir)}
+	for _, f := range tweak {
+		f(cfg)
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, dir: dir, cfg: cfg, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
+	h.open()
+	t.Cleanup(h.close)
+	return h
+}
+
+func (h *harness) open() {
+	h.t.Helper()
+	st, err := store.Open(filepath.Join(h.dir, "residentd.db"), store.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.st = st
+	g := &lateGauges{}
+	h.m = metrics.New("test", g)
+	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, OnEvict: func(k pool.Key, r pool.Reason) {
+		h.mu.Lock()
+		h.evic = append(h.evic, k.String()+" "+string(r))
+		h.mu.Unlock()
+	}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.d = d
+	g.set(d)
+}
+
+// lateGauges reads the daemon's counts once it exists.
+type lateGauges struct {
+	mu sync.Mutex
+	d  *Daemon
+}
+
+func (g *lateGauges) set(d *Daemon) { g.mu.Lock(); g.d = d; g.mu.Unlock() }
+func (g *lateGauges) get() *Daemon  { g.mu.Lock(); defer g.mu.Unlock(); return g.d }
+func (g *lateGauges) Live() int {
+	if d := g.get(); d != nil {
+		return d.Live()
+	}
+	return 0
+}
+func (g *lateGauges) Busy() int {
+	if d := g.get(); d != nil {
+		return d.Busy()
+	}
+	return 0
+}
+func (g *lateGauges) Queued() int {
+	if d := g.get(); d != nil {
+		return d.Queued()
+	}
+	return 0
+}
+
+func (h *harness) close() {
+	if h.d != nil {
+		h.d.Close(5 * time.Second)
+		h.d = nil
+	}
+	if h.st != nil {
+		h.st.Close()
+		h.st = nil
+	}
+}
+
+// restart stops the daemon and opens a new one on the same state, as a
+// daemon restart would.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.close()
+	h.open()
+}
+
+func (h *harness) evictions() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.evic...)
+}
+
+// result is what one turn streamed.
+type result struct {
+	start, done Event
+	updates     []Event
+	err         error
+}
+
+func (h *harness) turn(req TurnRequest) result {
+	h.t.Helper()
+	return h.turnCtx(context.Background(), req)
+}
+
+func (h *harness) turnCtx(ctx context.Context, req TurnRequest) result {
+	var r result
+	var mu sync.Mutex
+	r.err = h.d.Turn(ctx, req, func(ev Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev.Event {
+		case "start":
+			r.start = ev
+		case "done":
+			r.done = ev
+		default:
+			r.updates = append(r.updates, ev)
+		}
+	})
+	return r
+}
+
+// mention posts text to ch as a message and asks binding to answer it.
+func (h *harness) mention(ch, binding, id, text string) result {
+	h.t.Helper()
+	h.post(channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: channel.KindUser, Body: text})
+	return h.turn(TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text})
+}
+
+var clock = struct {
+	sync.Mutex
+	t time.Time
+}{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+
+// post stores messages, stamping each with a strictly increasing time.
+func (h *harness) post(msgs ...channel.Message) {
+	h.t.Helper()
+	for i := range msgs {
+		if msgs[i].CreatedAt.IsZero() {
+			clock.Lock()
+			clock.t = clock.t.Add(time.Second)
+			msgs[i].CreatedAt = clock.t
+			clock.Unlock()
+		}
+		if msgs[i].AuthorKind == "" {
+			msgs[i].AuthorKind = channel.KindUser
+		}
+	}
+	if _, err := h.d.PutMessages(msgs); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// say posts n user lines to ch with ids prefix1..prefixN.
+func (h *harness) say(ch, prefix string, n int) {
+	h.t.Helper()
+	for i := 1; i <= n; i++ {
+		h.post(channel.Message{ID: fmt.Sprintf("%s%d", prefix, i), Channel: ch, Author: "aiko", Body: fmt.Sprintf("line %s%d about the refund spec", prefix, i)})
+	}
+}
+
+// reply parses the built-in agent's one-line summary into a map.
+func reply(t *testing.T, r result) map[string]string {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("turn failed: %v", r.err)
+	}
+	out := map[string]string{}
+	for _, f := range strings.Fields(r.done.Text) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("reply %q is not the built-in agent's summary", r.done.Text)
+	}
+	return out
+}

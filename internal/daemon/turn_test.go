@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/residentd/residentd/internal/config"
+)
+
+func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
+	h := newHarness(t)
+	h.say("ch-backend", "a", 3)
+	r1 := h.mention("ch-backend", "b-builtin", "q1", "@agent why is the refund spec flaky?")
+	got := reply(t, r1)
+	if r1.done.Shape != "cold" || got["framing"] != "yes" || got["users"] != "1" || got["context"] != "3" || got["mention"] != "-" && got["mention"] != "q1" {
+		t.Fatalf("first turn: shape %s reply %v", r1.done.Shape, got)
+	}
+	if r1.done.Context.Header != "snapshot" || r1.done.Watermark != "committed" {
+		t.Fatalf("first turn context %+v watermark %s", r1.done.Context, r1.done.Watermark)
+	}
+
+	h.say("ch-backend", "b", 2)
+	r2 := h.mention("ch-backend", "b-builtin", "q2", "@agent and the webhook retries?")
+	got = reply(t, r2)
+	// Warm: newest user turn only; no framing, no replay; only the lines
+	// posted since the first turn (the first mention comes back once: it
+	// was the addressed message then, not a shown line).
+	if r2.done.Shape != "warm" || got["framing"] != "no" || got["users"] != "0" || got["assistants"] != "0" {
+		t.Fatalf("second turn: shape %s reply %v", r2.done.Shape, got)
+	}
+	if got["context"] != "3" || r2.done.Context.Header != "new" || r2.done.Context.DroppedSeen != 3 {
+		t.Fatalf("second turn context %+v reply %v", r2.done.Context, got)
+	}
+	if r1.done.Native != r2.done.Native || got["turn"] != "2" {
+		t.Fatalf("warm turn went to another session: %s vs %s, turn %s", r1.done.Native, r2.done.Native, got["turn"])
+	}
+
+	h.restart()
+	r3 := h.mention("ch-backend", "b-builtin", "q3", "@agent still there?")
+	got = reply(t, r3)
+	if r3.done.Shape != "restored" || r3.done.Native != r1.done.Native || got["framing"] != "yes" || got["users"] != "0" || got["turn"] != "3" {
+		t.Fatalf("after restart: shape %s native %s reply %v", r3.done.Shape, r3.done.Native, got)
+	}
+	// The restored session keeps its watermark: only q2 comes back.
+	if r3.done.Context.Header != "new" || got["context"] != "1" {
+		t.Fatalf("restored context %+v reply %v", r3.done.Context, got)
+	}
+}
+
+func TestRestoreOffGivesColdReplayAndSnapshot(t *testing.T) {
+	off := false
+	h := newHarness(t, func(c *config.Config) { c.Bindings[0].Restore = &off })
+	h.say("ch", "a", 14)
+	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
+	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two"))
+	h.restart()
+	r := h.mention("ch", "b-builtin", "q3", "@agent three")
+	got := reply(t, r)
+	// Cold: framing + the full replay of the key's conversation (3 user turns,
+	// 2 replies) and a fresh snapshot of 12, not a gap.
+	if r.done.Shape != "cold" || got["framing"] != "yes" || got["users"] != "3" || got["assistants"] != "2" {
+		t.Fatalf("shape %s reply %v", r.done.Shape, got)
+	}
+	if r.done.Context.Header != "snapshot" || r.done.Context.Lines != 12 {
+		t.Fatalf("context %+v", r.done.Context)
+	}
+}
+
+func TestFailedRunKeepsWatermark(t *testing.T) {
+	h := newHarness(t)
+	h.say("ch", "a", 2)
+	reply(t, h.mention("ch", "b-builtin", "q1", "@agent hello"))
+	h.say("ch", "b", 2)
+	// The failing mention is not posted: its fault marker must not reach
+	// the next turn's context.
+	bad := h.turn(TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent [[fault:fail-turn]] please"})
+	if bad.err == nil || !errors.Is(bad.err, ErrAgentFailed) && !strings.Contains(bad.err.Error(), "induced failure") {
+		t.Fatalf("failing turn: err %v", bad.err)
+	}
+	if n := testutil.ToFloat64(h.m.WatermarkDiscards); n != 1 {
+		t.Fatalf("watermark discards = %v, want 1", n)
+	}
+	r := h.mention("ch", "b-builtin", "q3", "@agent again")
+	got := reply(t, r)
+	// b1 and b2 are shown again (the failed run showed them to nobody),
+	// plus q1, which was the addressed message of the first turn.
+	if r.done.Shape != "warm" || got["context"] != "3" {
+		t.Fatalf("after failure: shape %s context %+v reply %v", r.done.Shape, r.done.Context, got)
+	}
+}
+
+func TestUnknownBindingAndBadRequest(t *testing.T) {
+	h := newHarness(t)
+	r := h.turn(TurnRequest{Channel: "ch", Binding: "b-nope", Text: "hi"})
+	if !errors.Is(r.err, ErrUnknownBinding) || !strings.Contains(r.err.Error(), "b-builtin") {
+		t.Fatalf("unknown binding: %v", r.err)
+	}
+	for _, req := range []TurnRequest{
+		{Binding: "b-builtin", Text: "x"},
+		{Channel: "ch", Text: "x"},
+		{Channel: "ch", Binding: "b-builtin"},
+	} {
+		if r := h.turn(req); !errors.Is(r.err, ErrBadRequest) {
+			t.Errorf("%+v: err %v, want ErrBadRequest", req, r.err)
+		}
+	}
+}
