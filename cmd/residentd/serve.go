@@ -193,7 +193,7 @@ type serveDeps struct {
 	level       *zap.AtomicLevel
 	metricsAddr string
 	grace       time.Duration
-	listener    net.Listener                     // pre-bound listener (demo, tests); nil = activated or cfg.Socket
+	listener    net.Listener                      // pre-bound listener (demo, tests); nil = activated or cfg.Socket
 	onEvict     func(k pool.Key, r pool.Reason)   // demo's report of evictions
 	ready       func(*api.Server, *daemon.Daemon) // called once serving
 }
