@@ -620,3 +620,13 @@ func (p *Pool[S]) Close() error {
 	p.wg.Wait()
 	return nil
 }
+
+// keyWaiters reports turns queued behind the turn holding k.
+func (p *Pool[S]) keyWaiters(k Key) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.entries[k]; e != nil {
+		return len(e.waiters)
+	}
+	return 0
+}

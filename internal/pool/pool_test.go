@@ -1,0 +1,440 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/lease"
+)
+
+// The test binary doubles as the built-in agent: every pool test supervises
+// real child processes.
+func TestMain(m *testing.M) {
+	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
+		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+type proc struct {
+	a      *acp.Agent
+	native string
+}
+
+func (p *proc) Native() string        { return p.native }
+func (p *proc) Pid() int              { return p.a.Pid() }
+func (p *proc) Done() <-chan struct{} { return p.a.Done() }
+func (p *proc) Close() error          { return p.a.Close() }
+
+// spawner starts the built-in agent and tracks how many run at once.
+type spawner struct {
+	t  *testing.T
+	mu sync.Mutex
+	// live counts processes between spawn and reap; peak is its maximum.
+	live, peak, spawned int
+	wg                  sync.WaitGroup
+}
+
+func (s *spawner) Spawn(ctx context.Context, k Key) (*proc, lease.Shape, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, lease.Cold, err
+	}
+	a, err := acp.Start(ctx, acp.Spec{
+		Command: exe, Args: []string{"agent"}, Env: []string{"RESIDENTD_TEST_AGENT=1"},
+		Dir: s.t.TempDir(), Grace: 2 * time.Second,
+	}, zap.NewNop())
+	if err != nil {
+		return nil, lease.Cold, err
+	}
+	s.mu.Lock()
+	s.live++
+	s.spawned++
+	s.peak = max(s.peak, s.live)
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		<-a.Done()
+		s.mu.Lock()
+		s.live--
+		s.mu.Unlock()
+	}()
+	native, err := a.NewSession(ctx)
+	if err != nil {
+		a.Close()
+		return nil, lease.Cold, err
+	}
+	return &proc{a: a, native: native}, lease.Cold, nil
+}
+
+func (s *spawner) counts() (live, peak, spawned int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live, s.peak, s.spawned
+}
+
+// evictLog records evictions and lets a test wait for one.
+type evictLog struct {
+	mu  sync.Mutex
+	got []string
+	ch  chan string
+}
+
+func newEvictLog() *evictLog { return &evictLog{ch: make(chan string, 64)} }
+
+func (e *evictLog) record(k Key, r Reason) {
+	s := k.String() + " " + string(r)
+	e.mu.Lock()
+	e.got = append(e.got, s)
+	e.mu.Unlock()
+	e.ch <- s
+}
+
+func (e *evictLog) wait(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-e.ch:
+		return s
+	case <-time.After(20 * time.Second):
+		t.Fatal("no eviction reported")
+		return ""
+	}
+}
+
+func newPool(t *testing.T, cfg Config) (*Pool[*proc], *spawner, *evictLog) {
+	t.Helper()
+	sp := &spawner{t: t}
+	ev := newEvictLog()
+	cfg.OnEvict = ev.record
+	p := New[*proc](cfg, sp)
+	t.Cleanup(func() {
+		p.Close()
+		sp.wg.Wait()
+	})
+	return p, sp, ev
+}
+
+func key(i int) Key { return Key{Channel: fmt.Sprintf("ch-%d", i), Binding: "b"} }
+
+func acquire(t *testing.T, p *Pool[*proc], k Key) *Checkout[*proc] {
+	t.Helper()
+	co, err := p.Acquire(context.Background(), k)
+	if err != nil {
+		t.Fatalf("Acquire %s: %v", k, err)
+	}
+	return co
+}
+
+// prompt runs a real turn on a checkout.
+func prompt(t *testing.T, co *Checkout[*proc]) string {
+	t.Helper()
+	res, err := co.Session.a.Prompt(context.Background(), co.Session.native, "User: hello", nil)
+	if err != nil {
+		t.Fatalf("prompt %s: %v", co.Key, err)
+	}
+	return res.Text
+}
+
+// waitFor polls an external condition (a queue length, a process state).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCapOfFourUnderConcurrentTurnsOnSixKeys(t *testing.T) {
+	p, sp, _ := newPool(t, Config{MaxLive: 4})
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	acquired := make(chan Key, 6)
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(k Key) {
+			defer wg.Done()
+			co, err := p.Acquire(context.Background(), k)
+			if err != nil {
+				errs <- err
+				return
+			}
+			acquired <- k
+			if _, err := co.Session.a.Prompt(context.Background(), co.Session.native, "User: hi", nil); err != nil {
+				errs <- err
+			}
+			<-release
+			p.Release(co, true)
+		}(key(i))
+	}
+	// Four get a slot, two wait in the queue: all four slots are busy.
+	for i := 0; i < 4; i++ {
+		<-acquired
+	}
+	waitFor(t, "two queued turns", func() bool { return p.Queued() == 2 })
+	if live, _, _ := sp.counts(); live != 4 || p.Live() != 4 || p.Busy() != 4 {
+		t.Fatalf("live %d (pool %d), busy %d; want 4, 4", live, p.Live(), p.Busy())
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	_, peak, spawned := sp.counts()
+	if peak > 4 {
+		t.Fatalf("peak live processes = %d, cap is 4", peak)
+	}
+	if spawned != 6 {
+		t.Fatalf("spawned %d processes, want 6", spawned)
+	}
+}
+
+func TestLRUEvictionOfIdleProcessNeverMidTurn(t *testing.T) {
+	p, _, ev := newPool(t, Config{MaxLive: 3})
+	busy := acquire(t, p, key(0)) // oldest, but in a turn
+	for i := 1; i <= 2; i++ {
+		co := acquire(t, p, key(i))
+		prompt(t, co)
+		p.Release(co, true)
+	}
+	// Touch key 2 again so key 1 is the least recently used idle one.
+	co := acquire(t, p, key(2))
+	p.Release(co, true)
+
+	co = acquire(t, p, key(3))
+	if got := ev.wait(t); got != key(1).String()+" capacity" {
+		t.Fatalf("evicted %q, want %s capacity (LRU idle; key 0 is mid-turn)", got, key(1))
+	}
+	if co.Lease.Shape != lease.Cold {
+		t.Fatalf("new key shape %s, want cold", co.Lease.Shape)
+	}
+	prompt(t, busy) // the busy process was never touched
+	p.Release(busy, true)
+	p.Release(co, true)
+	if p.Live() != 3 {
+		t.Fatalf("live = %d, want 3", p.Live())
+	}
+}
+
+func TestWarmReuseAndQueueTimeout(t *testing.T) {
+	p, _, _ := newPool(t, Config{MaxLive: 1, QueueTimeout: 50 * time.Millisecond, QueueLen: 1})
+	co := acquire(t, p, key(0))
+	p.Release(co, true)
+	co = acquire(t, p, key(0))
+	if co.Lease.Shape != lease.Warm {
+		t.Fatalf("second turn on a live key: %s, want warm", co.Lease.Shape)
+	}
+	// The only slot is busy: one turn may queue, and it times out.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(context.Background(), key(1))
+		errc <- err
+	}()
+	waitFor(t, "one queued turn", func() bool { return p.Queued() == 1 })
+	if _, err := p.Acquire(context.Background(), key(2)); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("third key with a full queue: %v, want ErrQueueFull", err)
+	}
+	if err := <-errc; !errors.Is(err, ErrQueueTimeout) {
+		t.Fatalf("queued turn: %v, want ErrQueueTimeout", err)
+	}
+	p.Release(co, true)
+	co = acquire(t, p, key(1)) // capacity eviction of key 0 now it is idle
+	p.Release(co, true)
+}
+
+func TestIdleReaperWithInjectedClock(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	p, _, ev := newPool(t, Config{IdleTimeout: 30 * time.Minute, ReapInterval: time.Hour, Now: clock})
+	a := acquire(t, p, key(0))
+	pid := a.Session.Pid()
+	p.Release(a, true)
+	b := acquire(t, p, key(1)) // busy: never reaped
+	advance(29 * time.Minute)
+	if n := p.ReapIdle(); n != 0 {
+		t.Fatalf("reaped %d before the idle timeout", n)
+	}
+	advance(2 * time.Minute)
+	if n := p.ReapIdle(); n != 1 {
+		t.Fatalf("reaped %d, want 1 (the busy one stays)", n)
+	}
+	if got := ev.wait(t); got != key(0).String()+" idle" {
+		t.Fatalf("eviction %q", got)
+	}
+	waitFor(t, "reaped process gone", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
+	p.Release(b, true)
+	if co := acquire(t, p, key(0)); co.Lease.Shape != lease.Cold {
+		t.Fatalf("turn after reap: %s, want cold", co.Lease.Shape)
+	} else {
+		p.Release(co, true)
+	}
+}
+
+func TestIdleReaperRunsOnItsOwn(t *testing.T) {
+	p, _, ev := newPool(t, Config{IdleTimeout: 20 * time.Millisecond, ReapInterval: 5 * time.Millisecond})
+	co := acquire(t, p, key(0))
+	p.Release(co, true)
+	if got := ev.wait(t); got != key(0).String()+" idle" {
+		t.Fatalf("eviction %q", got)
+	}
+}
+
+func TestSameKeyTurnsRunInArrivalOrder(t *testing.T) {
+	p, _, _ := newPool(t, Config{})
+	first := acquire(t, p, key(0))
+	const n = 6
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			co, err := p.Acquire(context.Background(), key(0))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			p.Release(co, true)
+		}(i)
+		// Arrival order is the order the waiters queue up.
+		waitFor(t, "waiter queued", func() bool { return p.keyWaiters(key(0)) == i+1 })
+	}
+	p.Release(first, true)
+	wg.Wait()
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("turns ran in order %v, want 0..%d", order, n-1)
+		}
+	}
+}
+
+func TestKilledAgentGivesColdNextTurn(t *testing.T) {
+	p, _, ev := newPool(t, Config{})
+	co := acquire(t, p, key(0))
+	first := co.Session.Native()
+	pid := co.Session.Pid()
+	p.Release(co, true)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.wait(t); got != key(0).String()+" crash" {
+		t.Fatalf("eviction %q, want crash", got)
+	}
+	co = acquire(t, p, key(0))
+	defer p.Release(co, true)
+	if co.Lease.Shape != lease.Cold || co.Session.Native() == first {
+		t.Fatalf("after a crash: shape %s native %s (old %s)", co.Lease.Shape, co.Session.Native(), first)
+	}
+}
+
+func TestCrashMidTurnIsDroppedOnRelease(t *testing.T) {
+	p, _, ev := newPool(t, Config{})
+	co := acquire(t, p, key(0))
+	syscall.Kill(co.Session.Pid(), syscall.SIGKILL)
+	<-co.Session.Done()
+	p.Release(co, true)
+	if got := ev.wait(t); got != key(0).String()+" crash" {
+		t.Fatalf("eviction %q, want crash", got)
+	}
+	if p.Live() != 0 {
+		t.Fatalf("live = %d after the only process crashed", p.Live())
+	}
+}
+
+func TestFreshDropsProcessNowOrAfterTheTurn(t *testing.T) {
+	p, _, ev := newPool(t, Config{})
+	co := acquire(t, p, key(0))
+	p.Release(co, true)
+	if !p.Fresh(key(0)) {
+		t.Fatal("Fresh found no process")
+	}
+	if got := ev.wait(t); got != key(0).String()+" fresh" {
+		t.Fatalf("eviction %q", got)
+	}
+	co = acquire(t, p, key(0))
+	if !p.Fresh(key(0)) {
+		t.Fatal("Fresh on a busy key found no process")
+	}
+	prompt(t, co) // still usable until the turn ends
+	p.Release(co, true)
+	if got := ev.wait(t); got != key(0).String()+" fresh" {
+		t.Fatalf("eviction %q", got)
+	}
+	if p.Fresh(key(9)) {
+		t.Fatal("Fresh on an unknown key reported a process")
+	}
+}
+
+func TestCloseStopsEveryGroupAndGoroutine(t *testing.T) {
+	base := runtime.NumGoroutine()
+	sp := &spawner{t: t}
+	ev := newEvictLog()
+	p := New[*proc](Config{OnEvict: ev.record}, sp)
+	var pgids []int
+	for i := 0; i < 3; i++ {
+		co := acquire(t, p, key(i))
+		pgid, err := syscall.Getpgid(co.Session.Pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgids = append(pgids, pgid)
+		p.Release(co, true)
+	}
+	p.Close()
+	p.Close() // idempotent
+	sp.wg.Wait()
+	for _, g := range pgids {
+		if err := syscall.Kill(-g, 0); err != syscall.ESRCH {
+			t.Fatalf("process group %d still exists after Close: kill -0 = %v", g, err)
+		}
+	}
+	if _, err := p.Acquire(context.Background(), key(0)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Acquire after Close: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		if got := ev.wait(t); got[len(got)-8:] != "shutdown" {
+			t.Fatalf("eviction %q, want shutdown", got)
+		}
+	}
+	waitFor(t, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= base })
+}
+
+func TestSpawnFailureFreesTheSlot(t *testing.T) {
+	p := New[*proc](Config{MaxLive: 1}, failing{})
+	defer p.Close()
+	_, err := p.Acquire(context.Background(), Key{Channel: "ch-backend", Binding: "b-claude"})
+	if err == nil || err.Error() != `pool: spawn binding "b-claude" for channel "ch-backend": no such agent` {
+		t.Fatalf("err = %v", err)
+	}
+	if p.Live() != 0 || p.Busy() != 0 {
+		t.Fatalf("live %d busy %d after a failed spawn", p.Live(), p.Busy())
+	}
+}
+
+type failing struct{}
+
+func (failing) Spawn(context.Context, Key) (*proc, lease.Shape, error) {
+	return nil, lease.Cold, errors.New("no such agent")
+}
