@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,6 +109,7 @@ type Agent struct {
 	exitKind string
 
 	closeOnce sync.Once
+	stopping  atomic.Bool // Close was called: a signal exit is expected
 
 	mu     sync.Mutex
 	routes map[string]*route // native session id -> its update route
@@ -289,9 +291,13 @@ func (a *Agent) reap(stderrDone <-chan struct{}) {
 	if err != nil {
 		fields = append(fields, zap.Error(err))
 	}
-	if a.exitKind == ExitClean {
+	switch {
+	case a.exitKind == ExitClean:
 		a.log.Debug("agent exited", fields...)
-	} else {
+	case a.stopping.Load():
+		// We asked it to stop; a signal exit is the expected outcome.
+		a.log.Info("agent stopped", fields...)
+	default:
 		a.log.Warn("agent exited", fields...)
 	}
 	close(a.done)
@@ -330,6 +336,7 @@ func (a *Agent) signal(sig syscall.Signal) {
 // the group, and wait for the reap. Idempotent and safe concurrently.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
+		a.stopping.Store(true)
 		_ = a.stdin.Close()
 		a.signal(syscall.SIGTERM)
 		t := time.NewTimer(a.spec.Grace)

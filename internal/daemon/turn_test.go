@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/store"
 )
 
 func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
@@ -106,5 +108,77 @@ func TestUnknownBindingAndBadRequest(t *testing.T) {
 		if r := h.turn(req); !errors.Is(r.err, ErrBadRequest) {
 			t.Errorf("%+v: err %v, want ErrBadRequest", req, r.err)
 		}
+	}
+}
+
+// A capacity eviction keeps the saved native session: with restore on the
+// next turn reloads it and keeps its watermark; with restore off it is cold
+// and gets a snapshot of 12, not a gap.
+func TestEvictionRestoreOnAndOff(t *testing.T) {
+	for _, restore := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restore on", false: "restore off"}[restore], func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) {
+				c.MaxLive = 1
+				c.Bindings[0].Restore = &restore
+			})
+			h.say("ch-a", "a", 15)
+			first := h.mention("ch-a", "b-builtin", "qa1", "@agent one")
+			reply(t, first)
+			reply(t, h.mention("ch-b", "b-builtin", "qb1", "@agent other channel"))
+			if ev := h.evictions(); len(ev) != 1 || ev[0] != "ch-a/b-builtin capacity" {
+				t.Fatalf("evictions %v", ev)
+			}
+			h.say("ch-a", "c", 2)
+			r := h.mention("ch-a", "b-builtin", "qa2", "@agent two")
+			got := reply(t, r)
+			if restore {
+				if r.done.Shape != "restored" || r.done.Native != first.done.Native || r.done.Context.Header != "new" || got["context"] != "3" {
+					t.Fatalf("restored: shape %s native %s/%s context %+v reply %v", r.done.Shape, r.done.Native, first.done.Native, r.done.Context, got)
+				}
+				return
+			}
+			// The replay of the first turn carries its own 12 lines too.
+			if r.done.Shape != "cold" || r.done.Native == first.done.Native || r.done.Context.Header != "snapshot" || r.done.Context.Lines != 12 || got["users"] != "2" {
+				t.Fatalf("cold: shape %s context %+v reply %v", r.done.Shape, r.done.Context, got)
+			}
+		})
+	}
+}
+
+// A binding that starts fresh every turn has no memory: it gets a snapshot
+// every time and never a watermark.
+func TestFreshStartBindingNeverGetsWatermark(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Bindings[0].Supervised = false
+		c.Bindings[0].Resident = false
+	})
+	h.say("ch", "a", 3)
+	for i, id := range []string{"q1", "q2", "q3"} {
+		r := h.mention("ch", "b-builtin", id, "@agent again")
+		got := reply(t, r)
+		if r.done.Shape != "cold" || r.done.Context.Header != "snapshot" || r.done.Watermark != "none" {
+			t.Fatalf("turn %d: shape %s context %+v watermark %s reply %v", i+1, r.done.Shape, r.done.Context, r.done.Watermark, got)
+		}
+		if _, ok, err := h.st.Watermark(store.WatermarkKey{Session: "ch/b-builtin", Channel: "ch"}); ok || err != nil {
+			t.Fatalf("turn %d: a fresh-start binding got a watermark (err %v)", i+1, err)
+		}
+	}
+	if n := len(h.d.Pool().Sessions()); n != 0 {
+		t.Fatalf("%d processes kept for a non-resident binding", n)
+	}
+}
+
+func TestStartFreshForgetsSession(t *testing.T) {
+	h := newHarness(t)
+	h.say("ch", "a", 2)
+	first := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, first)
+	if had, err := h.d.Fresh(pool.Key{Channel: "ch", Binding: "b-builtin"}); err != nil || !had {
+		t.Fatalf("Fresh = %v, %v", had, err)
+	}
+	r := h.mention("ch", "b-builtin", "q2", "@agent two")
+	got := reply(t, r)
+	if r.done.Shape != "cold" || r.done.Native == first.done.Native || got["users"] != "1" || r.done.Context.Header != "snapshot" {
+		t.Fatalf("after fresh: shape %s reply %v context %+v", r.done.Shape, got, r.done.Context)
 	}
 }
