@@ -121,6 +121,10 @@ type Config struct {
 	AgentGrace   Duration  `json:"agent_grace,omitempty"`
 	Context      Context   `json:"context,omitempty"`
 	Bindings     []Binding `json:"bindings"`
+
+	// AgentCancelGrace is how long an agent has to answer session/cancel
+	// before it is killed; default 5s.
+	AgentCancelGrace Duration `json:"agent_cancel_grace,omitempty"`
 }
 
 // Context holds the channel-context numbers of the spec.
@@ -167,6 +171,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.AgentGrace <= 0 {
 		c.AgentGrace = Duration(5 * time.Second)
+	}
+	if c.AgentCancelGrace <= 0 {
+		c.AgentCancelGrace = Duration(5 * time.Second)
 	}
 	if c.Context.Fetch <= 0 {
 		c.Context.Fetch = 30
