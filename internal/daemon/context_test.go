@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/delivery"
+)
+
+// prompts reads what the built-in agent received, from its --record file.
+func prompts(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var rec struct {
+			Method string `json:"method"`
+			Prompt string `json:"prompt"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Method == "session/prompt" {
+			out = append(out, rec.Prompt)
+		}
+	}
+	return out
+}
+
+func TestBriefInFramingIsSentOnColdAndEveryNthWarmTurn(t *testing.T) {
+	var rec string
+	h := newHarness(t, func(c *config.Config) {
+		rec = filepath.Join(c.StateDir, "record.jsonl")
+		b := &c.Bindings[0]
+		b.Args = append(b.Args, "--record", rec)
+		b.BriefPlacement = config.BriefInFraming
+		b.BriefEvery = 2
+	})
+	for _, id := range []string{"q1", "q2", "q3", "q4"} {
+		reply(t, h.mention("ch", "b-builtin", id, "@agent "+id))
+	}
+	got := prompts(t, rec)
+	if len(got) != 4 {
+		t.Fatalf("%d prompts recorded, want 4", len(got))
+	}
+	brief := delivery.DefaultBrief
+	pointer := delivery.BriefPointer()
+	// cold: framing + brief once, before the replay; the turn has the pointer.
+	if !strings.HasPrefix(got[0], config.BuiltinFraming+"\n\n"+brief) || strings.Count(got[0], brief) != 1 || !strings.Contains(got[0], pointer) {
+		t.Fatalf("cold prompt does not carry the brief once in the framing:\n%.400s", got[0])
+	}
+	wantFull := []bool{false, true, false} // warm turns 1..3 with brief_every 2
+	for i, full := range wantFull {
+		p := got[i+1]
+		if strings.Contains(p, config.BuiltinFraming) {
+			t.Fatalf("warm prompt %d carries the framing", i+1)
+		}
+		if strings.Contains(p, brief) != full || strings.Contains(p, pointer) == full {
+			t.Fatalf("warm prompt %d: full brief %v, want %v", i+1, strings.Contains(p, brief), full)
+		}
+	}
+	if n := testutil.ToFloat64(h.m.BriefTokensSent.WithLabelValues("framing")); n <= 0 {
+		t.Fatalf("brief tokens counted for framing placement = %v", n)
+	}
+}
+
+func TestBriefInTurnIsInEveryUserTurn(t *testing.T) {
+	var rec string
+	h := newHarness(t, func(c *config.Config) {
+		rec = filepath.Join(c.StateDir, "record.jsonl")
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
+	})
+	for _, id := range []string{"q1", "q2"} {
+		reply(t, h.mention("ch", "b-builtin", id, "@agent "+id))
+	}
+	got := prompts(t, rec)
+	if strings.Count(got[1], delivery.DefaultBrief) != 1 || strings.Contains(got[1], config.BuiltinFraming) {
+		t.Fatalf("warm prompt with brief in turn:\n%.300s", got[1])
+	}
+	if !strings.HasPrefix(got[1], delivery.Intro+"\n{") {
+		t.Fatalf("warm prompt does not start with the intro and payload:\n%.200s", got[1])
+	}
+}
+
+func TestOwnPostsLeftOutByDefaultAndCounted(t *testing.T) {
+	for _, omit := range []bool{true, false} {
+		h := newHarness(t, func(c *config.Config) { c.Bindings[0].OmitOwnPosts = &omit })
+		h.post(
+			channel.Message{ID: "u1", Channel: "ch", Author: "aiko", Body: "a user line"},
+			channel.Message{ID: "o1", Channel: "ch", Author: "@agent", AuthorKind: channel.KindAgent, Body: "my own earlier answer"},
+			channel.Message{ID: "x1", Channel: "ch", Author: "@other", AuthorKind: channel.KindAgent, Body: "another agent"},
+		)
+		r := h.mention("ch", "b-builtin", "q1", "@agent hi")
+		reply(t, r)
+		wantLines, wantOwn := 2, 1
+		if !omit {
+			wantLines, wantOwn = 3, 0
+		}
+		if r.done.Context.Lines != wantLines || r.done.Context.OwnOmitted != wantOwn {
+			t.Fatalf("omit=%v: context %+v", omit, r.done.Context)
+		}
+		if n := testutil.ToFloat64(h.m.ChannelLines.WithLabelValues("own")); int(n) != wantOwn {
+			t.Fatalf("omit=%v: own lines metric %v", omit, n)
+		}
+	}
+}
+
+func TestThreadMentionSeesItsThread(t *testing.T) {
+	h := newHarness(t)
+	h.post(
+		channel.Message{ID: "root", Channel: "ch", Author: "aiko", Body: "thread root: deploy failed"},
+		channel.Message{ID: "main1", Channel: "ch", Author: "ben", Body: "unrelated main-timeline line"},
+		channel.Message{ID: "t1", Channel: "ch", ThreadRoot: "root", Author: "carla", Body: "in the thread"},
+	)
+	root := "root"
+	r := h.turn(TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "t2", ThreadRoot: &root, Text: "@agent why?"})
+	got := reply(t, r)
+	if r.done.Context.Lines != 2 || got["context"] != "2" {
+		t.Fatalf("thread context %+v reply %v", r.done.Context, got)
+	}
+}
