@@ -220,13 +220,18 @@ func cmdLogLevel(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	c := &api.Client{Socket: *sock}
 	defer c.Close()
+	if fs.NArg() > 1 {
+		return fmt.Errorf("%w: log-level [debug|info|warn|error]", errUsage)
+	}
 	if fs.NArg() == 1 {
 		if err := c.SetLogLevel(ctx, fs.Arg(0)); err != nil {
 			return err
 		}
 	}
-	var out api.LevelRequest
-	_ = out
-	fmt.Fprintln(stdout, "ok")
+	level, err := c.LogLevel(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, level)
 	return nil
 }

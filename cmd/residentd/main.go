@@ -70,6 +70,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	var err error
 	switch cmd {
+	case "mcp":
+		// Hidden: the agent-side MCP server the daemon hands each agent.
+		err = cmdMCP(ctx, rest, stdin, stdout, stderr)
 	case "serve":
 		err = cmdServe(ctx, rest, stderr)
 	case "demo":

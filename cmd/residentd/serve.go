@@ -215,7 +215,8 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 
 	g := &gauges{}
 	m := metrics.New(version, g)
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: mcpServers(cfg)})
+	mcpw := newMCPWiring(cfg.Socket)
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: mcpw.mcpServers()})
 	if err != nil {
 		return err
 	}
@@ -239,7 +240,8 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 			return err
 		}
 	}
-	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version})
+	mcpw.setSocket(ln.Addr().String())
+	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: mcpw.reg})
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 

@@ -339,6 +339,11 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 
 	b.directives(ctx, id, text)
+	if strings.Contains(text, truncationMarker) {
+		if h := b.fetchHistory(ctx, id, text, mcp); h != "" {
+			reply += " " + h
+		}
+	}
 
 	for _, c := range chunks(reply) {
 		if err := b.send(ctx, id, acp.UpdateAgentMessageText(c)); err != nil {

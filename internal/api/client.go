@@ -172,6 +172,13 @@ func (c *Client) SetLogLevel(ctx context.Context, level string) error {
 	return c.do(ctx, http.MethodPut, "/v1/log/level", LevelRequest{Level: level}, nil)
 }
 
+// LogLevel returns the daemon's current log level.
+func (c *Client) LogLevel(ctx context.Context) (string, error) {
+	var out LevelRequest
+	err := c.do(ctx, http.MethodGet, "/v1/log/level", nil, &out)
+	return out.Level, err
+}
+
 // Metrics returns the Prometheus exposition text.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
 	resp, err := c.send(ctx, http.MethodGet, "/metrics", nil)

@@ -57,6 +57,9 @@ type ServerOptions struct {
 	Level   *zap.AtomicLevel // changed by PUT /v1/log/level; nil disables it
 	Metrics http.Handler     // served at /metrics; nil disables it
 	Version string
+	// Tools checks the capabilities of agents' MCP servers on /v1/tools;
+	// nil answers those endpoints with 503.
+	Tools Capabilities
 }
 
 type connKey struct{}
@@ -77,10 +80,26 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("POST /v1/messages", s.messages)
 	mux.HandleFunc("GET /v1/log/level", s.logLevel)
 	mux.HandleFunc("PUT /v1/log/level", s.logLevel)
+	s.registerTools(mux, o.Tools)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// The catch-all also matches known paths with the wrong method: say
+		// which methods the path takes instead of pretending it is not there.
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+			alt := r.Clone(r.Context())
+			alt.Method = m
+			if _, pattern := s.mux.Handler(alt); pattern != "/" {
+				allowed = append(allowed, m)
+			}
+		}
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or ")))
+			return
+		}
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s; see docs/API.md", r.Method, r.URL.Path))
 	})
 	s.mux = mux
@@ -185,6 +204,8 @@ func classify(err error) (int, string) {
 		return http.StatusServiceUnavailable, "queue_full"
 	case errors.Is(err, pool.ErrQueueTimeout):
 		return http.StatusServiceUnavailable, "queue_timeout"
+	case errors.Is(err, daemon.ErrBackoff):
+		return http.StatusServiceUnavailable, "agent_backoff"
 	case errors.Is(err, daemon.ErrShuttingDown), errors.Is(err, pool.ErrClosed):
 		return http.StatusServiceUnavailable, "shutting_down"
 	case errors.Is(err, context.DeadlineExceeded):

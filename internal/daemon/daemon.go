@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -36,6 +37,9 @@ var (
 	ErrRunInUse       = errors.New("run id already in use")
 	ErrAgentFailed    = errors.New("agent failed the turn")
 	ErrShuttingDown   = errors.New("daemon is shutting down")
+	// ErrBackoff: the binding's agents keep failing to start or crashing, so
+	// its next spawn waits; other bindings are unaffected.
+	ErrBackoff = errors.New("agent is in crash-loop backoff")
 	// errCancelled is the cause of a turn cancelled by a client.
 	errCancelled = errors.New("cancelled by a client")
 )
@@ -57,6 +61,18 @@ type Options struct {
 	OnEvict func(k pool.Key, r pool.Reason)
 	// Now is the clock; tests inject one.
 	Now func() time.Time
+	// BackoffBase and BackoffCap shape the crash-loop backoff: after the
+	// second consecutive spawn failure or crash of a binding its next spawn
+	// is refused for BackoffBase, doubling per failure up to BackoffCap
+	// (defaults 1s and 1m).
+	BackoffBase, BackoffCap time.Duration
+}
+
+// crashLoop is one binding's run of consecutive spawn failures and crashes.
+type crashLoop struct {
+	n     int
+	until time.Time // no spawn before this
+	last  string    // the last failure, for the error
 }
 
 // Daemon runs turns. Create it with New; stop it with Close.
@@ -76,8 +92,11 @@ type Daemon struct {
 	runs     map[string]context.CancelCauseFunc
 	framing  map[string]string // binding -> framing of its last cold turn
 	warnedFr map[string]bool
-	warmSeq  map[pool.Key]int // warm turns since the full brief, per key
+	warmSeq  map[pool.Key]int      // warm turns since the full brief, per key
+	loops    map[string]*crashLoop // binding -> its crash loop, while failing
 	closing  bool
+
+	backoffBase, backoffCap time.Duration
 }
 
 // New returns a running daemon; Close stops it.
@@ -91,7 +110,14 @@ func New(o Options) (*Daemon, error) {
 	d := &Daemon{
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
 		runs: map[string]context.CancelCauseFunc{}, framing: map[string]string{}, warnedFr: map[string]bool{},
-		warmSeq: map[pool.Key]int{},
+		warmSeq: map[pool.Key]int{}, loops: map[string]*crashLoop{},
+		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
+	}
+	if d.backoffBase <= 0 {
+		d.backoffBase = time.Second
+	}
+	if d.backoffCap <= 0 {
+		d.backoffCap = time.Minute
 	}
 	ids := make([]string, 0, len(o.Config.Bindings))
 	for _, b := range o.Config.Bindings {
@@ -224,13 +250,16 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	start := d.now()
 	co, err := d.pool.Acquire(ctx, key)
 	if err != nil {
-		if errors.Is(err, pool.ErrQueueFull) || errors.Is(err, pool.ErrQueueTimeout) {
-			d.m.ObserveTurn("cold", "rejected", d.now().Sub(start))
-		}
 		if errors.Is(err, pool.ErrClosed) {
-			return ErrShuttingDown
+			err = ErrShuttingDown
 		}
-		return d.ctxErr(ctx, err)
+		err = d.ctxErr(ctx, err)
+		// Every turn that passed validation is counted once, failed starts too.
+		d.m.ObserveTurn("cold", Outcome(err), d.now().Sub(start))
+		if !errors.Is(err, ErrShuttingDown) {
+			log.Info("turn failed before it started", zap.String("outcome", Outcome(err)), zap.Error(err))
+		}
+		return err
 	}
 	d.m.ObserveQueueWait(co.Waited)
 	l := co.Lease
@@ -285,6 +314,9 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	if err != nil {
 		err = d.ctxErr(ctx, err)
 		outcome := Outcome(err)
+		if outcome == "crash" {
+			d.spawnFailed(b.ID, err)
+		}
 		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
 		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", outcome), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
 		return fmt.Errorf("turn %q for binding %q in channel %q: %w", req.RunID, b.ID, req.Channel, err)
@@ -294,6 +326,7 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 		log.Error("conversation append failed", zap.Error(aerr))
 	}
 	succeeded = true
+	d.spawnOK(b.ID)
 	wm := "none"
 	if l.Staged() > 0 {
 		wm = "committed"
@@ -328,7 +361,7 @@ func Outcome(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout):
+	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, ErrBackoff):
 		return "rejected"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
@@ -565,12 +598,20 @@ type spawner Daemon
 
 var _ pool.Spawner[*session] = (*spawner)(nil)
 
-func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape, error) {
+func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (s *session, shape lease.Shape, err error) {
 	d := (*Daemon)(sp)
 	b, ok := d.cfg.Binding(k.Binding)
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
+	if err := d.checkBackoff(b.ID); err != nil {
+		return nil, lease.Cold, err
+	}
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			d.spawnFailed(b.ID, err)
+		}
+	}()
 	dir := b.Dir
 	if dir == "" {
 		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
@@ -594,7 +635,7 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape
 	}
 	spec := acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission,
-		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace),
+		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
 	}
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
 	t0 := d.now()
@@ -604,6 +645,7 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape
 		return nil, lease.Cold, err
 	}
 	d.m.ObserveSpawn(d.now().Sub(t0))
+	d.recordAgent(a, k, b.Command, log)
 	d.watchExit(a, k, log, release)
 
 	want := b.SavedSession
@@ -649,6 +691,78 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (*session, lease.Shape
 	return &session{a: a, native: native}, lease.Cold, nil
 }
 
+// checkBackoff refuses a spawn of binding while its crash-loop backoff runs.
+func (d *Daemon) checkBackoff(binding string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cl := d.loops[binding]
+	if cl == nil {
+		return nil
+	}
+	if wait := cl.until.Sub(d.now()); wait > 0 {
+		return fmt.Errorf("%w: binding %q failed %d times in a row (last: %s); next start allowed in %s",
+			ErrBackoff, binding, cl.n, cl.last, wait.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// spawnFailed records a spawn failure or crash of binding. The first is
+// retried at once; from the second on the binding backs off base, 2*base,
+// ... up to the cap, so a broken agent is not respawned in a tight loop.
+func (d *Daemon) spawnFailed(binding string, err error) {
+	d.mu.Lock()
+	cl := d.loops[binding]
+	if cl == nil {
+		cl = &crashLoop{}
+		d.loops[binding] = cl
+	}
+	cl.n++
+	cl.last = err.Error()
+	if len(cl.last) > 300 {
+		cl.last = cl.last[:300] + "…"
+	}
+	var wait time.Duration
+	if cl.n >= 2 {
+		wait = d.backoffCap
+		if shift := cl.n - 2; shift < 30 {
+			wait = min(d.backoffBase<<shift, d.backoffCap)
+		}
+	}
+	cl.until = d.now().Add(wait)
+	n := cl.n
+	d.mu.Unlock()
+	if wait > 0 {
+		d.log.Warn("agent crash loop: backing off", zap.String("binding", binding), zap.Int("failures", n), zap.Duration("backoff", wait), zap.Error(err))
+	}
+}
+
+// spawnOK ends binding's crash loop after a successful turn.
+func (d *Daemon) spawnOK(binding string) {
+	d.mu.Lock()
+	delete(d.loops, binding)
+	d.mu.Unlock()
+}
+
+// recordAgent notes a spawned agent in the store so that a daemon restarted
+// after a crash can find and stop the process group this one leaves behind.
+func (d *Daemon) recordAgent(a *acp.Agent, k pool.Key, command string, log *zap.Logger) {
+	pid := a.Pid()
+	ticks, err := acp.StartTicks(pid)
+	if err != nil {
+		// Already gone, or not identifiable: a record nobody can verify is useless.
+		log.Warn("agent start time unknown; not recorded for the startup sweep", zap.Int("pid", pid), zap.Error(err))
+		return
+	}
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		pgid = pid // acp starts every agent as its own group leader
+	}
+	rec := store.AgentRecord{Pid: pid, Pgid: pgid, StartTicks: ticks, Command: command, Key: store.Key(k), StartedAt: time.Now()}
+	if err := d.st.RecordAgent(rec); err != nil {
+		log.Warn("record agent failed", zap.Int("pid", pid), zap.Error(err))
+	}
+}
+
 // watchExit counts an agent's exit once it is reaped.
 func (d *Daemon) watchExit(a *acp.Agent, k pool.Key, log *zap.Logger, release func()) {
 	d.watchers.Add(1)
@@ -656,6 +770,9 @@ func (d *Daemon) watchExit(a *acp.Agent, k pool.Key, log *zap.Logger, release fu
 		defer d.watchers.Done()
 		<-a.Done()
 		release()
+		if err := d.st.ForgetAgent(a.Pid()); err != nil {
+			log.Warn("forget agent record failed", zap.Int("pid", a.Pid()), zap.Error(err))
+		}
 		d.m.AgentExited(a.ExitKind())
 		log.Info("agent exited", zap.Int("pid", a.Pid()), zap.String("kind", a.ExitKind()))
 	}()

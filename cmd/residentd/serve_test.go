@@ -1,0 +1,504 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/service"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// TestMain lets the test binary double as the residentd binary: with
+// RESIDENTD_TEST_MAIN=1 it runs the command line it was given, so tests
+// drive a real `residentd serve` child (whose built-in agent is this binary
+// again, as `residentd agent`) without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("RESIDENTD_TEST_MAIN") == "1" {
+		// Socket activation needs LISTEN_PID to be the daemon's own pid,
+		// which the test cannot know before the fork.
+		if os.Getenv("RESIDENTD_TEST_LISTEN_PID") == "1" {
+			os.Unsetenv("RESIDENTD_TEST_LISTEN_PID")
+			os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
+		}
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a residentd child process.
+type proc struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer // stdout and stderr
+	done   chan struct{}
+	exited bool
+}
+
+// sockDir is a short directory for sockets (t.TempDir can exceed sun_path).
+func sockDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// childEnv is the test's environment without anything a service manager
+// may have addressed to the test process itself.
+func childEnv(extra ...string) []string {
+	env := service.CleanAgentEnv(os.Environ())
+	return append(append(env, "RESIDENTD_TEST_MAIN=1", "RESIDENTD_SOCKET=", "RESIDENTD_CONFIG="), extra...)
+}
+
+func startProc(t *testing.T, args []string, env []string, files ...*os.File) *proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: exec.Command(exe, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.ExtraFiles = files
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if p.stop(20*time.Second) != nil {
+			t.Errorf("residentd %v did not stop on SIGTERM; killed. Output:\n%s", args, p.out.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits up to d, then SIGKILLs.
+func (p *proc) stop(d time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(d):
+		p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("killed")
+	}
+}
+
+// wait waits for the child to exit by itself (bounded) and returns its code.
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		t.Fatalf("residentd did not exit within %s. Output:\n%s", d, p.out.String())
+		return -1
+	}
+}
+
+func serveArgs(state, sock string, more ...string) []string {
+	return append([]string{"serve", "--state", state, "--socket", sock, "--log-format", "json", "--log-level", "info", "--shutdown-grace", "5s"}, more...)
+}
+
+// waitHealthy polls the socket until the daemon answers (it is a separate
+// process: there is no in-process signal to wait on) and returns its health.
+func waitHealthy(t *testing.T, p *proc, sock string) api.Health {
+	t.Helper()
+	c := &api.Client{Socket: sock}
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		h, err := c.Health(ctx)
+		cancel()
+		if err == nil {
+			return h
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("residentd exited (%v) before serving. Output:\n%s", p.cmd.ProcessState, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("residentd did not answer on %s: %v. Output:\n%s", sock, err, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestNotifyReadyStatusStopping(t *testing.T) {
+	dir := sockDir(t)
+	npath := filepath.Join(dir, "notify")
+	nl, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: npath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	// Large enough that the daemon's writes never wait on the test.
+	msgs := make(chan string, 4096)
+	go func() {
+		defer close(msgs)
+		buf := make([]byte, 4096)
+		for {
+			n, err := nl.Read(buf)
+			if err != nil {
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	var seen []string
+	next := func(prefix string) string {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					t.Fatalf("notify socket closed; seen %q", seen)
+				}
+				seen = append(seen, m)
+				if strings.HasPrefix(m, prefix) {
+					return m
+				}
+			case <-timeout:
+				t.Fatalf("no %s notification; seen %q", prefix, seen)
+			}
+		}
+	}
+
+	sock := filepath.Join(dir, "s.sock")
+	// A 200ms watchdog makes the daemon ping (and report status) every 100ms.
+	p := startProc(t, serveArgs(t.TempDir(), sock), childEnv("NOTIFY_SOCKET="+npath, "WATCHDOG_USEC=200000"))
+
+	if m := next(""); m != "READY=1" {
+		t.Fatalf("first notification %q, want READY=1", m)
+	}
+	// READY means serving: the socket must answer at once, no retry.
+	c := &api.Client{Socket: sock}
+	defer c.Close()
+	h, err := c.Health(context.Background())
+	if err != nil {
+		t.Fatalf("socket not connectable after READY=1: %v", err)
+	}
+	if h.Pid != p.cmd.Process.Pid {
+		t.Errorf("health pid %d, child pid %d", h.Pid, p.cmd.Process.Pid)
+	}
+	if st := next("STATUS="); !strings.Contains(st, "live") {
+		t.Errorf("status %q", st)
+	}
+	next("WATCHDOG=1")
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	next("STOPPING=1")
+	if code := p.wait(t, 20*time.Second); code != exitOK {
+		t.Errorf("exit code %d after SIGTERM, want 0. Output:\n%s", code, p.out.String())
+	}
+}
+
+func TestSocketActivation(t *testing.T) {
+	dir := sockDir(t)
+	path := filepath.Join(dir, "act.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The socket file belongs to the "service manager" (the test): closing
+	// our copy must not unlink it from under the daemon.
+	l.SetUnlinkOnClose(false)
+	f, err := l.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	unused := filepath.Join(dir, "flag.sock")
+	p := startProc(t, serveArgs(t.TempDir(), unused), childEnv("LISTEN_FDS=1", "LISTEN_FDNAMES=residentd.socket", "RESIDENTD_TEST_LISTEN_PID=1"), f)
+	f.Close()
+
+	h := waitHealthy(t, p, path)
+	if h.Pid != p.cmd.Process.Pid {
+		t.Errorf("health pid %d, child pid %d", h.Pid, p.cmd.Process.Pid)
+	}
+	if _, err := os.Lstat(unused); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the daemon bound --socket %s although a socket was passed (stat err %v)", unused, err)
+	}
+	if !strings.Contains(p.out.String(), "using socket-activated listener") {
+		t.Errorf("no activation log line:\n%s", p.out.String())
+	}
+}
+
+func TestSecondDaemonOnSameStateFailsFast(t *testing.T) {
+	state := t.TempDir()
+	sock := filepath.Join(sockDir(t), "s.sock")
+	first := startProc(t, serveArgs(state, sock), childEnv())
+	waitHealthy(t, first, sock)
+
+	second := startProc(t, serveArgs(state, sock), childEnv())
+	if code := second.wait(t, 30*time.Second); code != exitLocked {
+		t.Fatalf("second daemon exit code %d, want %d. Output:\n%s", code, exitLocked, second.out.String())
+	}
+	if out := second.out.String(); !strings.Contains(out, "locked by another") || !strings.Contains(out, state) {
+		t.Errorf("second daemon's message does not say the state is locked, or where:\n%s", out)
+	}
+	// The first keeps its socket and keeps serving.
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("first daemon's socket is gone: %v", err)
+	}
+	c := &api.Client{Socket: sock}
+	defer c.Close()
+	h, err := c.Health(context.Background())
+	if err != nil || h.Pid != first.cmd.Process.Pid {
+		t.Fatalf("first daemon after the second's attempt: %+v, %v", h, err)
+	}
+}
+
+func TestLogLevelChangesAtRunTime(t *testing.T) {
+	sock := filepath.Join(sockDir(t), "s.sock")
+	p := startProc(t, serveArgs(t.TempDir(), sock), childEnv())
+	waitHealthy(t, p, sock)
+	ctx := context.Background()
+	c := &api.Client{Socket: sock}
+	defer c.Close()
+	turn := func(text string) {
+		t.Helper()
+		if _, err := c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); err != nil {
+			t.Fatalf("turn %q: %v", text, err)
+		}
+	}
+	logLevel := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := cmdLogLevel(ctx, append([]string{"--socket", sock}, args...), &out); err != nil {
+			t.Fatalf("log-level %q: %v", args, err)
+		}
+		return strings.TrimSpace(out.String())
+	}
+
+	if got := logLevel(); got != "info" {
+		t.Fatalf("log-level = %q, want info", got)
+	}
+	turn("@agent marker-before")
+	if got := logLevel("debug"); got != "debug" {
+		t.Fatalf("log-level debug printed %q", got)
+	}
+	turn("@agent marker-after")
+	if got := logLevel(); got != "debug" {
+		t.Fatalf("log-level after the change = %q", got)
+	}
+	var out bytes.Buffer
+	if err := cmdLogLevel(ctx, []string{"--socket", sock, "loud"}, &out); err == nil {
+		t.Error("log-level accepted an unknown level")
+	}
+	if p.stop(20*time.Second) != nil {
+		t.Fatal("daemon did not stop")
+	}
+
+	// The debug "prompt" line exists for the second turn only.
+	var prompts []string
+	changed := false
+	for line := range strings.SplitSeq(p.out.String(), "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		switch e["msg"] {
+		case "prompt":
+			if e["level"] != "debug" {
+				t.Errorf("prompt line at level %v", e["level"])
+			}
+			prompts = append(prompts, fmt.Sprint(e["prompt"]))
+		case "log level changed":
+			changed = true
+		}
+	}
+	if len(prompts) != 1 || !strings.Contains(prompts[0], "marker-after") {
+		t.Errorf("debug prompt lines: %q; want exactly the one for the turn after the change", prompts)
+	}
+	if !changed {
+		t.Error("no \"log level changed\" line")
+	}
+}
+
+// statOf reads the state and process group of pid from /proc.
+func statOf(pid int) (state string, pgrp int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, false
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 3 {
+		return "", 0, false
+	}
+	pgrp, _ = strconv.Atoi(f[2])
+	return f[0], pgrp, true
+}
+
+// running reports whether pid is a live, non-zombie process with ticks.
+func running(pid int, ticks uint64) bool {
+	got, err := acp.StartTicks(pid)
+	state, _, ok := statOf(pid)
+	return err == nil && got == ticks && ok && state != "Z"
+}
+
+// A daemon killed with agents running leaves their children behind; the
+// next daemon on the same state stops them before serving, and spares a
+// process whose recorded pid was recycled.
+func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to find the agent's grandchild:", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cfgPath := filepath.Join(t.TempDir(), "config.json")
+	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": %q,
+		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false}]}`, exe)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(sockDir(t), "s.sock")
+	args := serveArgs(state, sock, "--config", cfgPath)
+
+	crashed := startProc(t, args, childEnv())
+	waitHealthy(t, crashed, sock)
+	c := &api.Client{Socket: sock}
+	agentPid := 0
+	_, err = c.Turn(context.Background(), daemon.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hi"}, func(ev daemon.Event) {
+		if ev.Event == "start" {
+			agentPid = ev.Pid
+		}
+	})
+	c.Close()
+	if err != nil || agentPid == 0 {
+		t.Fatalf("turn: %v (agent pid %d)", err, agentPid)
+	}
+	// The grandchild shares the agent's process group.
+	grand := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == agentPid {
+			continue
+		}
+		if _, pg, ok := statOf(pid); ok && pg == agentPid {
+			grand = pid
+		}
+	}
+	if grand == 0 {
+		t.Fatalf("no grandchild in agent %d's group", agentPid)
+	}
+	grandTicks, err := acp.StartTicks(grand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if running(grand, grandTicks) {
+			syscall.Kill(grand, syscall.SIGKILL)
+		}
+	})
+
+	crashed.cmd.Process.Kill()
+	<-crashed.done
+	if !running(grand, grandTicks) {
+		t.Fatal("the grandchild did not outlive the crashed daemon; nothing to sweep")
+	}
+
+	// A stranger whose pid is on record with other start ticks.
+	stranger := exec.Command("sleep", "300")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stranger.Process.Kill(); stranger.Wait() })
+	sTicks, err := acp.StartTicks(stranger.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(state, "residentd.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := st.Agents()
+	if len(recs) != 1 || recs[0].Pid != agentPid {
+		st.Close()
+		t.Fatalf("records after the crash: %+v, want agent %d", recs, agentPid)
+	}
+	err = st.RecordAgent(store.AgentRecord{Pid: stranger.Process.Pid, Pgid: stranger.Process.Pid, StartTicks: sTicks + 1, Command: "sleep", StartedAt: time.Now()})
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	next := startProc(t, args, childEnv())
+	waitHealthy(t, next, sock)
+	// The sweep runs before the daemon serves.
+	if running(grand, grandTicks) {
+		t.Errorf("grandchild %d of the crashed daemon's agent survived the restart. Output:\n%s", grand, next.out.String())
+	}
+	if !running(stranger.Process.Pid, sTicks) {
+		t.Error("the stranger with a recycled pid on record was killed")
+	}
+	out := next.out.String()
+	for _, want := range []string{"stopped a leftover agent group", "spared", `"stopped":1`, `"spared":1`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if next.stop(20*time.Second) != nil {
+		t.Fatal("daemon did not stop")
+	}
+	st, err = store.Open(filepath.Join(state, "residentd.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if recs, err := st.Agents(); err != nil || len(recs) != 0 {
+		t.Errorf("records after the sweep and a clean stop: %+v, %v", recs, err)
+	}
+}

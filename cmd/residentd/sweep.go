@@ -1,0 +1,59 @@
+package main
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// sweepGrace is how long leftover agents get between SIGTERM and SIGKILL.
+// It delays startup only when an earlier daemon died with agents running.
+const sweepGrace = 3 * time.Second
+
+// sweepAgents stops the agent process groups an earlier daemon run left
+// behind (it crashed, or was killed before it could stop them) and forgets
+// every record: a leftover is stopped only when its pid still names the
+// process that was recorded, so a recycled pid is never signalled.
+func sweepAgents(st *store.Store, log *zap.Logger) {
+	recs, err := st.Agents()
+	if err != nil {
+		log.Warn("startup sweep: cannot read agent records; leftovers, if any, stay", zap.Error(err))
+		return
+	}
+	if len(recs) == 0 {
+		return
+	}
+	left := make([]acp.Leftover, len(recs))
+	for i, r := range recs {
+		left[i] = acp.Leftover{Pid: r.Pid, Pgid: r.Pgid, StartTicks: r.StartTicks, StartedAt: r.StartedAt}
+	}
+	var killed, spared int
+	for i, res := range acp.Sweep(left, sweepGrace) {
+		r := recs[i]
+		fields := []zap.Field{
+			zap.Int("pid", r.Pid), zap.Int("pgid", r.Pgid), zap.String("command", r.Command),
+			zap.String("key", r.Key.Channel+"/"+r.Key.Binding), zap.Time("started_at", r.StartedAt),
+			zap.String("outcome", res.Outcome),
+		}
+		switch res.Outcome {
+		case acp.SweepKilled:
+			killed++
+			log.Info("startup sweep: stopped a leftover agent group", append(fields, zap.Int("members", res.Members), zap.Bool("sigkill", res.Forced))...)
+		case acp.SweepGone:
+			log.Debug("startup sweep: leftover agent already gone", fields...)
+		case acp.SweepReused:
+			spared++
+			log.Info("startup sweep: pid now belongs to another process; spared", fields...)
+		default:
+			spared++
+			log.Warn("startup sweep: leftover agent not stopped", append(fields, zap.Error(res.Err))...)
+		}
+		if err := st.ForgetAgent(r.Pid); err != nil {
+			log.Warn("startup sweep: forget agent record failed", zap.Int("pid", r.Pid), zap.Error(err))
+		}
+	}
+	log.Info("startup sweep done", zap.Int("records", len(recs)), zap.Int("stopped", killed), zap.Int("spared", spared))
+}

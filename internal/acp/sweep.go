@@ -1,0 +1,332 @@
+package acp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNoProcess means no process has the pid asked about.
+var ErrNoProcess = errors.New("acp: no such process")
+
+// Sweep outcomes, one per leftover.
+const (
+	SweepKilled     = "killed"     // the group was ours; it is gone now
+	SweepGone       = "gone"       // nothing of the group was left to kill
+	SweepReused     = "reused"     // the pid or group now belongs to someone else: spared
+	SweepUnverified = "unverified" // identity could not be established: spared
+	SweepFailed     = "failed"     // signalling failed or the group outlived SIGKILL
+)
+
+// Leftover is an agent process group recorded by an earlier daemon run.
+// StartTicks is what StartTicks returned for Pid when it was recorded;
+// StartedAt (wall clock) tells records from before a reboot.
+type Leftover struct {
+	Pid, Pgid  int
+	StartTicks uint64
+	StartedAt  time.Time
+}
+
+// SweepResult is what Sweep did about one Leftover.
+type SweepResult struct {
+	Leftover
+	Outcome string
+	Members int  // live group members found when it was judged ours
+	Forced  bool // SIGTERM was not enough and SIGKILL was sent
+	Err     error
+}
+
+// StartTicks returns an identity stamp for pid that survives as long as the
+// process does and differs for a later process reusing the pid: on Linux the
+// start time in clock ticks since boot (/proc/<pid>/stat field 22), elsewhere
+// the start time in Unix seconds from ps(1). Only compare it with itself.
+// A pid with no process gives an error wrapping ErrNoProcess.
+func StartTicks(pid int) (uint64, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+	}
+	if runtime.GOOS == "linux" {
+		st, err := readStat(pid)
+		return st.start, err
+	}
+	return psStart(pid)
+}
+
+// Sweep stops the leftover groups that are verifiably still ours: SIGTERM to
+// each such group, up to grace for all of them to exit, then SIGKILL to the
+// rest. Anything whose identity does not check out is spared.
+func Sweep(recs []Leftover, grace time.Duration) []SweepResult {
+	out := make([]SweepResult, len(recs))
+	var targets []int // indexes into out
+	for i, r := range recs {
+		out[i] = judge(r)
+		if out[i].Outcome != SweepKilled {
+			continue
+		}
+		if err := signalGroup(r.Pgid, syscall.SIGTERM); err != nil {
+			out[i].Outcome, out[i].Err = SweepFailed, err
+			continue
+		}
+		targets = append(targets, i)
+	}
+	if len(targets) == 0 {
+		return out
+	}
+	left := waitGroups(out, targets, grace)
+	for _, i := range left {
+		out[i].Forced = true
+		if err := signalGroup(out[i].Pgid, syscall.SIGKILL); err != nil {
+			out[i].Outcome, out[i].Err = SweepFailed, err
+		}
+	}
+	// SIGKILL cannot be caught, so this wait is for the kernel only.
+	for _, i := range waitGroups(out, left, 2*time.Second) {
+		if out[i].Outcome == SweepKilled {
+			out[i].Outcome = SweepFailed
+			out[i].Err = fmt.Errorf("acp: sweep: group %d still alive after SIGKILL", out[i].Pgid)
+		}
+	}
+	return out
+}
+
+// judge decides whether r's group is still ours (Outcome SweepKilled, meaning
+// "to be killed") or must be left alone.
+func judge(r Leftover) SweepResult {
+	res := SweepResult{Leftover: r}
+	// kill(-1) and kill(0) would hit far more than one group.
+	if r.Pid <= 1 || r.Pgid <= 1 {
+		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("acp: sweep: implausible pid %d / pgid %d", r.Pid, r.Pgid)
+		return res
+	}
+	if runtime.GOOS == "linux" {
+		return judgeLinux(res)
+	}
+	return judgePortable(res)
+}
+
+func judgeLinux(res SweepResult) SweepResult {
+	r := res.Leftover
+	// Start ticks count from boot: a record from before a reboot can match a
+	// stranger by accident, and nothing it named can still run.
+	if bt, err := bootTime(); err == nil && !r.StartedAt.IsZero() && r.StartedAt.Before(bt) {
+		res.Outcome = SweepGone
+		return res
+	}
+	leader, err := readStat(r.Pid)
+	switch {
+	case errors.Is(err, ErrNoProcess):
+		// The leader died (the parent-death signal kills it with the daemon)
+		// but its children may live on in the group. The kernel does not hand
+		// out a pid that is still some group's id, so members of the group
+		// that started after our leader are its children.
+		members, err := groupMembers(r.Pgid)
+		if err != nil {
+			res.Outcome, res.Err = SweepUnverified, err
+			return res
+		}
+		if len(members) == 0 {
+			res.Outcome = SweepGone
+			return res
+		}
+		for _, m := range members {
+			if m.start < r.StartTicks {
+				res.Outcome = SweepReused
+				return res
+			}
+		}
+		res.Outcome, res.Members = SweepKilled, len(members)
+		return res
+	case err != nil:
+		res.Outcome, res.Err = SweepUnverified, err
+		return res
+	case leader.start != r.StartTicks:
+		res.Outcome = SweepReused
+		return res
+	case leader.pgrp != r.Pgid:
+		res.Outcome = SweepUnverified
+		res.Err = fmt.Errorf("acp: sweep: pid %d moved from group %d to %d", r.Pid, r.Pgid, leader.pgrp)
+		return res
+	}
+	members, err := groupMembers(r.Pgid)
+	if err != nil {
+		res.Outcome, res.Err = SweepUnverified, err
+		return res
+	}
+	res.Outcome, res.Members = SweepKilled, len(members)
+	return res
+}
+
+// judgePortable checks the leader with ps(1) and getpgid(2); without /proc
+// an orphaned group cannot be tied to the record, so it is spared.
+func judgePortable(res SweepResult) SweepResult {
+	r := res.Leftover
+	start, err := psStart(r.Pid)
+	switch {
+	case errors.Is(err, ErrNoProcess):
+		if syscall.Kill(-r.Pgid, 0) == syscall.ESRCH {
+			res.Outcome = SweepGone
+			return res
+		}
+		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("acp: sweep: leader %d is gone but group %d lives; not verifiable here", r.Pid, r.Pgid)
+		return res
+	case err != nil:
+		res.Outcome, res.Err = SweepUnverified, err
+		return res
+	case start != r.StartTicks:
+		res.Outcome = SweepReused
+		return res
+	}
+	if pg, err := syscall.Getpgid(r.Pid); err != nil || pg != r.Pgid {
+		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("acp: sweep: pid %d is not in group %d (pgid %d, err %v)", r.Pid, r.Pgid, pg, err)
+		return res
+	}
+	res.Outcome, res.Members = SweepKilled, 1
+	return res
+}
+
+func signalGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 1 {
+		return fmt.Errorf("acp: sweep: refusing to signal group %d", pgid)
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && err != syscall.ESRCH {
+		return fmt.Errorf("acp: sweep: %v to group %d: %w", sig, pgid, err)
+	}
+	return nil
+}
+
+// waitGroups polls until the groups at idx are empty or d has passed and
+// returns the indexes still alive.
+func waitGroups(out []SweepResult, idx []int, d time.Duration) []int {
+	deadline := time.Now().Add(d)
+	for {
+		var alive []int
+		for _, i := range idx {
+			if groupAlive(out[i].Pgid) {
+				alive = append(alive, i)
+			}
+		}
+		if len(alive) == 0 || !time.Now().Before(deadline) {
+			return alive
+		}
+		idx = alive
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// groupAlive reports whether any non-zombie process is in group pgid.
+func groupAlive(pgid int) bool {
+	if runtime.GOOS == "linux" {
+		m, err := groupMembers(pgid)
+		return err != nil || len(m) > 0
+	}
+	return syscall.Kill(-pgid, 0) != syscall.ESRCH
+}
+
+// procStat is the part of /proc/<pid>/stat the sweep needs.
+type procStat struct {
+	pid   int
+	state byte
+	pgrp  int
+	start uint64
+}
+
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return procStat{}, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+	}
+	if err != nil {
+		return procStat{}, fmt.Errorf("acp: read stat of pid %d: %w", pid, err)
+	}
+	return parseStat(pid, b)
+}
+
+// parseStat reads fields 3 (state), 5 (pgrp) and 22 (starttime). The command
+// name (field 2) may hold blanks and parentheses, so fields are counted from
+// its last ')'.
+func parseStat(pid int, b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("acp: stat of pid %d: no command field", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, fmt.Errorf("acp: stat of pid %d: %d fields after the command", pid, len(f))
+	}
+	pgrp, err := strconv.Atoi(f[2])
+	if err != nil {
+		return procStat{}, fmt.Errorf("acp: stat of pid %d: pgrp %q: %w", pid, f[2], err)
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procStat{}, fmt.Errorf("acp: stat of pid %d: starttime %q: %w", pid, f[19], err)
+	}
+	return procStat{pid: pid, state: f[0][0], pgrp: pgrp, start: start}, nil
+}
+
+// groupMembers lists the live (non-zombie) processes in group pgid.
+func groupMembers(pgid int) ([]procStat, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("acp: list processes: %w", err)
+	}
+	var out []procStat
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := readStat(pid)
+		if err != nil {
+			continue // exited while we looked
+		}
+		if st.pgrp == pgid && st.state != 'Z' {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// bootTime is the btime line of /proc/stat.
+func bootTime() (time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("acp: read boot time: %w", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("acp: boot time %q: %w", v, err)
+			}
+			return time.Unix(s, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("acp: no btime in /proc/stat")
+}
+
+// psStart asks ps(1) for pid's start time, in Unix seconds.
+func psStart(pid int) (uint64, error) {
+	out, err := exec.Command("ps", "-o", "lstart=", "-p", strconv.Itoa(pid)).Output()
+	s := strings.Join(strings.Fields(string(out)), " ")
+	if s == "" {
+		// ps exits 1 with no output for an unknown pid.
+		if err == nil || errors.As(err, new(*exec.ExitError)) {
+			return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+		}
+		return 0, fmt.Errorf("acp: ps for pid %d: %w", pid, err)
+	}
+	t, err := time.ParseInLocation("Mon Jan 2 15:04:05 2006", s, time.Local)
+	if err != nil {
+		return 0, fmt.Errorf("acp: ps start time %q of pid %d: %w", s, pid, err)
+	}
+	return uint64(t.Unix()), nil
+}

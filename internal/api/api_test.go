@@ -1,0 +1,402 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// TestMain lets the test binary double as the built-in agent and as a
+// client running under another uid (see TestPeerUIDRefused).
+func TestMain(m *testing.M) {
+	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
+		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if sock := os.Getenv("RESIDENTD_TEST_PEER"); sock != "" {
+		os.Exit(peerMain(sock))
+	}
+	os.Exit(m.Run())
+}
+
+// peerMain GETs /v1/health over sock and prints "<status> <body>", or
+// "dial-error <err>" when it cannot connect.
+func peerMain(sock string) int {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := hc.Get("http://residentd/v1/health")
+	if err != nil {
+		fmt.Printf("dial-error %v\n", err)
+		return 0
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d %s", resp.StatusCode, body)
+	return 0
+}
+
+type noGauges struct{}
+
+func (noGauges) Live() int   { return 0 }
+func (noGauges) Busy() int   { return 0 }
+func (noGauges) Queued() int { return 0 }
+
+// env is a daemon with the built-in agent, served on a real socket.
+type env struct {
+	d    *daemon.Daemon
+	srv  *Server
+	sock string
+	c    *Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
+	cfg.Bindings = []config.Binding{
+		{ID: "b-builtin", Handle: "@agent", Command: exe, Args: []string{"agent", "--state", filepath.Join(dir, "agent")},
+			Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"}, System: config.BuiltinFraming, Supervised: true, Resident: true},
+		{ID: "b-missing", Handle: "@missing", Command: "/nonexistent/residentd-agent-xyz"},
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("test", noGauges{}), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdir, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(sdir, "s", "api.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := zap.NewAtomicLevel()
+	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Version: "test"})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	e := &env{d: d, srv: srv, sock: sock, c: &Client{Socket: sock}}
+	t.Cleanup(func() {
+		e.c.Close()
+		srv.Shutdown(context.Background())
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		d.Close(time.Second)
+		st.Close()
+		os.RemoveAll(sdir)
+	})
+	return e
+}
+
+// raw sends body as-is and returns the status and decoded error envelope.
+func (e *env) raw(t *testing.T, method, path, body string, hdr ...string) (int, Error) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://residentd"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := e.c.http().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var envl struct {
+		Error Error `json:"error"`
+	}
+	if resp.StatusCode >= 300 {
+		if err := json.Unmarshal(data, &envl); err != nil {
+			t.Fatalf("%s %s: status %d body %q is not an error envelope: %v", method, path, resp.StatusCode, data, err)
+		}
+	}
+	return resp.StatusCode, envl.Error
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	big := `{"channel_id":"ch","binding_id":"b-builtin","text":"` + strings.Repeat("x", MaxTurnBody) + `"}`
+	bigSmall := `{"channel_id":"ch","binding_id":"` + strings.Repeat("x", MaxSmallBody) + `"}`
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+		msg                      string
+	}{
+		{"malformed turn", "POST", "/v1/turns", `{"channel_id":`, 400, "bad_request", "malformed request"},
+		{"not an object", "POST", "/v1/turns", `[1,2]`, 400, "bad_request", "cannot unmarshal array"},
+		{"unknown field", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":"x","colour":"red"}`, 400, "bad_request", `unknown field "colour"`},
+		{"wrong type", "POST", "/v1/turns", `{"channel_id":7,"binding_id":"b-builtin","text":"x"}`, 400, "bad_request", "channel_id"},
+		{"trailing data", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":"x"} {}`, 400, "bad_request", "trailing data"},
+		{"empty body", "POST", "/v1/turns", ``, 400, "bad_request", "EOF"},
+		{"oversized turn", "POST", "/v1/turns", big, 413, "payload_too_large", fmt.Sprintf("%d-byte limit", MaxTurnBody)},
+		{"missing channel", "POST", "/v1/turns", `{"binding_id":"b-builtin","text":"x"}`, 400, "bad_request", "channel_id is required"},
+		{"missing binding", "POST", "/v1/turns", `{"channel_id":"ch","text":"x"}`, 400, "bad_request", "binding_id is required"},
+		{"missing text", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin"}`, 400, "bad_request", "text is required"},
+		{"empty thread root", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":"x","thread_root_id":""}`, 400, "bad_request", "thread_root_id"},
+		{"negative recipients", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":"x","max_recipients":-1}`, 400, "bad_request", "max_recipients"},
+		{"unknown binding", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-nope","text":"x"}`, 404, "unknown_binding", "b-builtin"},
+		{"agent missing", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-missing","text":"x"}`, 502, "agent_start_failed", "/nonexistent/residentd-agent-xyz"},
+		{"unknown run", "POST", "/v1/turns/run-nope/cancel", ``, 404, "unknown_run", "run-nope"},
+		{"fresh missing fields", "POST", "/v1/sessions/fresh", `{"channel_id":"ch"}`, 400, "bad_request", "binding_id"},
+		{"fresh unknown binding", "POST", "/v1/sessions/fresh", `{"channel_id":"ch","binding_id":"b-nope"}`, 404, "unknown_binding", "b-nope"},
+		{"fresh unknown field", "POST", "/v1/sessions/fresh", `{"channel_id":"ch","binding_id":"b-builtin","x":1}`, 400, "bad_request", `unknown field "x"`},
+		{"fresh oversized", "POST", "/v1/sessions/fresh", bigSmall, 413, "payload_too_large", fmt.Sprintf("%d-byte limit", MaxSmallBody)},
+		{"messages empty", "POST", "/v1/messages", `{"messages":[]}`, 400, "bad_request", "at least one"},
+		{"messages wrong type", "POST", "/v1/messages", `{"messages":{}}`, 400, "bad_request", "messages"},
+		{"message invalid", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","author":"a","author_kind":"robot","created_at":"2026-01-01T00:00:00Z","body":"x"}]}`, 400, "invalid_message", "author_kind"},
+		{"message bad time", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","created_at":"yesterday"}]}`, 400, "bad_request", "yesterday"},
+		{"log level bad", "PUT", "/v1/log/level", `{"level":"loud"}`, 400, "bad_request", "loud"},
+		{"GET on turns", "GET", "/v1/turns", ``, 405, "method_not_allowed", "POST"},
+		{"GET on messages", "GET", "/v1/messages", ``, 405, "method_not_allowed", "POST"},
+		{"GET on fresh", "GET", "/v1/sessions/fresh", ``, 405, "method_not_allowed", "POST"},
+		{"GET on cancel", "GET", "/v1/turns/r1/cancel", ``, 405, "method_not_allowed", "POST"},
+		{"POST on health", "POST", "/v1/health", `{}`, 405, "method_not_allowed", "GET"},
+		{"no such endpoint", "GET", "/v1/nope", ``, 404, "not_found", "/v1/nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, er := e.raw(t, tt.method, tt.path, tt.body, "Content-Type", "application/json")
+			if status != tt.status || er.Code != tt.code || !strings.Contains(er.Message, tt.msg) {
+				t.Fatalf("%s %s: got %d %s %q, want %d %s containing %q", tt.method, tt.path, status, er.Code, er.Message, tt.status, tt.code, tt.msg)
+			}
+		})
+	}
+	// The daemon is still healthy and answers a turn after all of that.
+	ev, err := e.c.Turn(context.Background(), daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hi"}, nil)
+	if err != nil || !strings.HasPrefix(ev.Text, "builtin") {
+		t.Fatalf("turn after bad input: %+v %v", ev, err)
+	}
+}
+
+func TestClientSeesCodes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	_, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-missing", Text: "x"}, nil)
+	if !IsCode(err, "agent_start_failed") || !strings.Contains(err.Error(), "/nonexistent/residentd-agent-xyz") {
+		t.Fatalf("missing agent: %v", err)
+	}
+	if err := e.c.Cancel(ctx, "run-nope"); !IsCode(err, "unknown_run") {
+		t.Fatalf("cancel unknown run: %v", err)
+	}
+	// A turn cancelled through the API ends in-stream with code cancelled.
+	var once sync.Once
+	started := make(chan string)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[fault:hang-turn]]"}, func(ev daemon.Event) {
+			if ev.Event == "start" {
+				once.Do(func() { started <- ev.RunID })
+			}
+		})
+		done <- err
+	}()
+	run := <-started
+	if err := e.c.Cancel(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !IsCode(err, "cancelled") || !strings.Contains(err.Error(), "cancelled by a client") {
+		t.Fatalf("cancelled turn: %v", err)
+	}
+}
+
+func TestClassifyBackoff(t *testing.T) {
+	status, code := classify(fmt.Errorf("pool: spawn: %w: binding %q", daemon.ErrBackoff, "b"))
+	if status != http.StatusServiceUnavailable || code != "agent_backoff" {
+		t.Fatalf("backoff: %d %s", status, code)
+	}
+}
+
+func TestBrowserOriginRefused(t *testing.T) {
+	e := newEnv(t)
+	for _, h := range [][]string{{"Origin", "http://evil.example"}, {"Sec-Fetch-Site", "cross-site"}} {
+		status, er := e.raw(t, "GET", "/v1/health", "", h...)
+		if status != http.StatusForbidden || er.Code != "forbidden_origin" {
+			t.Fatalf("%s: %d %+v", h[0], status, er)
+		}
+	}
+	if status, _ := e.raw(t, "GET", "/v1/health", ""); status != http.StatusOK {
+		t.Fatalf("plain health: %d", status)
+	}
+}
+
+func TestSocketModesUnderOpenUmask(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	base, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	sock := filepath.Join(base, "run", "api.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for path, want := range map[string]os.FileMode{filepath.Dir(sock): 0o700, sock: 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", path, fi.Mode().Perm(), want)
+		}
+	}
+	// An existing directory with loose modes is tightened.
+	loose := filepath.Join(base, "loose")
+	if err := os.Mkdir(loose, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	ln2, err := Listen(filepath.Join(loose, "api.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln2.Close()
+	if fi, _ := os.Stat(loose); fi.Mode().Perm() != 0o700 {
+		t.Errorf("loose dir: mode %v, want 0700", fi.Mode().Perm())
+	}
+}
+
+func TestStaleAndLiveSocket(t *testing.T) {
+	base, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	sock := filepath.Join(base, "api.sock")
+	// A socket file nobody listens on, as a killed daemon leaves it.
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatalf("stale socket not left behind: %v", err)
+	}
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if _, err := Listen(sock); !errors.Is(err, ErrSocketInUse) || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("live socket: err = %v, want ErrSocketInUse naming the path", err)
+	}
+	// A regular file in the way is not deleted.
+	file := filepath.Join(base, "file.sock")
+	os.WriteFile(file, []byte("x"), 0o600)
+	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("regular file: err = %v", err)
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("Listen removed a regular file: %v", err)
+	}
+}
+
+// TestPeerUIDRefused runs a client as uid 65534: it cannot reach the real
+// socket (its directory is 0700), and on a socket it can reach the
+// server's peer check answers 403.
+func TestPeerUIDRefused(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a client under another uid (CI runs as root)")
+	}
+	e := newEnv(t)
+
+	// The test binary lives in a 0700 build dir: copy it where nobody can run it.
+	open, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(open)
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	bin := filepath.Join(open, "peer")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(sock string) string {
+		t.Helper()
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(), "RESIDENTD_TEST_PEER="+sock)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("peer helper: %v: %s", err, out)
+		}
+		return string(out)
+	}
+
+	if out := asNobody(e.sock); !strings.HasPrefix(out, "dial-error") || !strings.Contains(out, "permission denied") {
+		t.Fatalf("uid 65534 on the 0700 socket dir: %q, want permission denied", out)
+	}
+
+	sock := filepath.Join(open, "open.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: e.srv.srv.Handler, ConnContext: e.srv.srv.ConnContext}
+	go hs.Serve(ln)
+	defer hs.Close()
+	out := asNobody(sock)
+	if !strings.HasPrefix(out, "403 ") || !strings.Contains(out, `"forbidden"`) || !strings.Contains(out, "peer uid 65534") {
+		t.Fatalf("uid 65534 through the guard: %q, want 403 forbidden", out)
+	}
+}

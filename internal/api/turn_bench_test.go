@@ -1,0 +1,115 @@
+package api
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/store"
+)
+
+const benchText = "@agent why is the refund spec flaky? look at the last runs"
+
+// benchClient serves a daemon with the built-in agent on a real Unix socket
+// and returns a client for it; everything stops when b ends.
+func benchClient(b *testing.B) *Client {
+	b.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
+	cfg.Bindings = []config.Binding{{ID: "b-builtin", Handle: "@agent", Command: exe,
+		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
+		System: config.BuiltinFraming, Supervised: true, Resident: true}}
+	cfg.SetDefaults()
+	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("bench", nil), Log: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sdir, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := Listen(filepath.Join(sdir, "api.sock"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := NewServer(ServerOptions{Daemon: d, Log: zap.NewNop(), Version: "bench"})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	c := &Client{Socket: filepath.Join(sdir, "api.sock")}
+	b.Cleanup(func() {
+		c.Close()
+		srv.Shutdown(context.Background())
+		<-served
+		d.Close(5 * time.Second)
+		st.Close()
+		os.RemoveAll(sdir)
+	})
+	return c
+}
+
+// BenchmarkWarmTurnSocket is a warm turn as the desktop app sends it: POST
+// /v1/turns over the Unix socket, streamed back, through the whole daemon.
+func BenchmarkWarmTurnSocket(b *testing.B) {
+	c := benchClient(b)
+	req := daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
+	if _, err := c.Turn(context.Background(), req, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		ev, err := c.Turn(context.Background(), req, nil)
+		if err != nil || ev.Shape != "warm" {
+			b.Fatalf("turn: shape %q err %v", ev.Shape, err)
+		}
+	}
+}
+
+// BenchmarkWarmTurnDirectACP sends the same warm user turn straight to the
+// same built-in agent over ACP, with no daemon: the baseline for the
+// daemon's overhead.
+func BenchmarkWarmTurnDirectACP(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	a, err := acp.Start(context.Background(), acp.Spec{Command: exe, Args: []string{"agent"},
+		Env: []string{"RESIDENTD_TEST_AGENT=1"}, Dir: dir, Grace: 2 * time.Second}, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close() })
+	native, err := a.NewSession(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := delivery.UserTurn(delivery.Payload{ChannelID: "ch", MessageID: "q", RunID: "run-1", BindingID: "b-builtin",
+		Runtime: "acp:residentd", Supervised: true, Resident: true, ChannelAgents: []delivery.Agent{{Handle: "@agent", Reachable: true}},
+		MaxRecipients: 3, Text: benchText}, delivery.DefaultBrief, "")
+	if _, err := a.Prompt(context.Background(), native, config.BuiltinFraming+"\n\n"+text, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := a.Prompt(context.Background(), native, text, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

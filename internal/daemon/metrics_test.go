@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/residentd/residentd/internal/config"
+)
+
+// counts reads the series the scripted turns below move.
+type counts struct {
+	coldOK, warmOK, warmErr, capacity, commits, discards, sent, seen float64
+}
+
+func (h *harness) counts() counts {
+	m := h.m
+	return counts{
+		coldOK:   testutil.ToFloat64(m.Turns.WithLabelValues("cold", "ok")),
+		warmOK:   testutil.ToFloat64(m.Turns.WithLabelValues("warm", "ok")),
+		warmErr:  testutil.ToFloat64(m.Turns.WithLabelValues("warm", "agent_error")),
+		capacity: testutil.ToFloat64(m.Evictions.WithLabelValues("capacity")),
+		commits:  testutil.ToFloat64(m.WatermarkCommits),
+		discards: testutil.ToFloat64(m.WatermarkDiscards),
+		sent:     testutil.ToFloat64(m.ChannelLines.WithLabelValues("sent")),
+		seen:     testutil.ToFloat64(m.ChannelLines.WithLabelValues("seen")),
+	}
+}
+
+func TestMetricsAfterScriptedTurns(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.MaxLive = 1 })
+	if got := h.counts(); got != (counts{}) {
+		t.Fatalf("fresh registry: %+v", got)
+	}
+
+	// Cold: three channel lines are sent, the watermark moves.
+	h.say("ch-a", "a", 3)
+	r := h.mention("ch-a", "b-builtin", "q1", "@agent first")
+	if reply(t, r); r.done.Shape != "cold" {
+		t.Fatalf("turn 1 shape %s", r.done.Shape)
+	}
+	want := counts{coldOK: 1, commits: 1, sent: 3}
+	if got := h.counts(); got != want {
+		t.Fatalf("after the cold turn: %+v, want %+v", got, want)
+	}
+
+	// Warm: two new lines and the first mention are sent, the three shown
+	// before are counted as seen.
+	h.say("ch-a", "b", 2)
+	r = h.mention("ch-a", "b-builtin", "q2", "@agent second")
+	if reply(t, r); r.done.Shape != "warm" {
+		t.Fatalf("turn 2 shape %s", r.done.Shape)
+	}
+	want = counts{coldOK: 1, warmOK: 1, commits: 2, sent: 6, seen: 3}
+	if got := h.counts(); got != want {
+		t.Fatalf("after the warm turn: %+v, want %+v", got, want)
+	}
+
+	// Another channel needs the only slot: ch-a's process is evicted.
+	r = h.mention("ch-b", "b-builtin", "q3", "@agent third")
+	if reply(t, r); r.done.Shape != "cold" {
+		t.Fatalf("turn 3 shape %s", r.done.Shape)
+	}
+	if ev := h.evictions(); len(ev) != 1 || !strings.HasSuffix(ev[0], " capacity") {
+		t.Fatalf("evictions %q", ev)
+	}
+	want.coldOK, want.capacity = 2, 1
+	if got := h.counts(); got.coldOK != 2 || got.capacity != 1 {
+		t.Fatalf("after the capacity eviction: %+v", got)
+	}
+
+	// A failing turn, its mention never posted: counted as an agent error,
+	// its staged watermark discarded, nothing committed.
+	h.say("ch-b", "c", 1)
+	before := h.counts()
+	bad := h.turn(TurnRequest{Channel: "ch-b", Binding: "b-builtin", MessageID: "q4", Text: "@agent [[fault:fail-turn]] please"})
+	if bad.err == nil {
+		t.Fatal("the fail-turn fault did not fail the turn")
+	}
+	got := h.counts()
+	if got.warmErr != 1 || got.discards != before.discards+1 || got.commits != before.commits || got.warmOK != before.warmOK {
+		t.Fatalf("after the failing turn: %+v (before %+v)", got, before)
+	}
+
+	problems, err := testutil.GatherAndLint(h.m.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// The daemon records each agent it spawns for the startup sweep and drops
+// the record once the process has exited.
+func TestAgentRecordsFollowProcesses(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.MaxLive = 1 })
+	first := h.mention("ch-a", "b-builtin", "q1", "@agent one")
+	reply(t, first)
+	recs, err := h.st.Agents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Pid != first.start.Pid || recs[0].Pgid != first.start.Pid || recs[0].StartTicks == 0 ||
+		recs[0].Key.Channel != "ch-a" || recs[0].Command == "" {
+		t.Fatalf("records after one spawn: %+v (pid %d)", recs, first.start.Pid)
+	}
+
+	// Evicting ch-a's process drops its record once it is reaped.
+	second := h.mention("ch-b", "b-builtin", "q2", "@agent two")
+	reply(t, second)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, err = h.st.Agents()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 && recs[0].Pid == second.start.Pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("records after the eviction: %+v, want only pid %d", recs, second.start.Pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A clean shutdown leaves nothing to sweep.
+	h.d.Close(5 * time.Second)
+	h.d = nil
+	if recs, err := h.st.Agents(); err != nil || len(recs) != 0 {
+		t.Fatalf("records after shutdown: %+v, %v", recs, err)
+	}
+}

@@ -1,0 +1,316 @@
+package interop
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// claudeFraming is the system framing of the claude bindings.
+const claudeFraming = "You are @claude, answering mentions in a team chat for the residentd interop tests."
+
+// claudeBinding runs claude-agent-acp with HOME and its config dir in home,
+// so no user's settings or login are read, and the extra env on top. The
+// caller always sets ANTHROPIC_BASE_URL to a server of its own on 127.0.0.1.
+func claudeBinding(t testing.TB, home string, env map[string]string) config.Binding {
+	t.Helper()
+	bin := realAgent(t, "node_modules/.bin/claude-agent-acp")
+	if !strings.HasPrefix(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:") {
+		t.Fatalf("claude binding without a 127.0.0.1 base URL: %q", env["ANTHROPIC_BASE_URL"])
+	}
+	e := map[string]string{
+		"HOME":              home,
+		"XDG_CONFIG_HOME":   home + "/.config",
+		"CLAUDE_CONFIG_DIR": home + "/.claude",
+		// Never the caller's credentials: each test sets its own.
+		"ANTHROPIC_API_KEY":       "",
+		"ANTHROPIC_AUTH_TOKEN":    "",
+		"CLAUDE_CODE_OAUTH_TOKEN": "",
+		"CLAUDE_CODE_USE_BEDROCK": "",
+		"CLAUDE_CODE_USE_VERTEX":  "",
+		"ANTHROPIC_MODEL":         "",
+		// claude-agent-acp offers the CLI --allow-dangerously-skip-permissions
+		// when IS_SANDBOX is any non-empty value, but the CLI, run as root,
+		// exits 1 on that flag unless IS_SANDBOX is exactly "1": session/new
+		// then fails with "Claude Code process exited with code 1". Empty
+		// keeps the bypass off, which is what residentd wants anyway.
+		"IS_SANDBOX":                               "",
+		"DISABLE_TELEMETRY":                        "1",
+		"DISABLE_AUTOUPDATER":                      "1",
+		"DISABLE_ERROR_REPORTING":                  "1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+	}
+	for k, v := range env {
+		e[k] = v
+	}
+	return config.Binding{
+		ID: "b-claude", Handle: "@claude", Runtime: "claude-agent-acp",
+		Command: bin, Env: e, System: claudeFraming, Supervised: true, Resident: true,
+	}
+}
+
+// TestClaudeWithoutCredentials: initialize and session/new work without any
+// credentials; the prompt fails with the agent's own auth error, which the
+// caller sees, and the turn's watermark is discarded. A restarted daemon
+// restores the session with session/load.
+func TestClaudeWithoutCredentials(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, "nobody should ask for this")
+	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL()}))
+	ctx := testCtx(t)
+	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"},
+		channel.Message{ID: "a2", Channel: "ch", Author: "aiko", Body: "it fails on the webhook retry"})
+	wk := store.WatermarkKey{Session: store.Key{Channel: "ch", Binding: "b-claude"}.Session(), Channel: "ch"}
+
+	r := h.mention(ctx, "ch", "b-claude", "q1", "@claude why is the refund spec flaky?")
+	t.Logf("claude-agent-acp cold start (spawn, initialize, session/new) through residentd: %v", r.ready)
+	if r.start.Shape != "cold" || r.start.Native == "" || r.start.Pid == 0 {
+		t.Fatalf("start event %+v (err %v): want a cold lease on a new native session", r.start, r.err)
+	}
+	authFailed(t, r)
+	if n := testutil.ToFloat64(h.m.WatermarkDiscards); n != 1 {
+		t.Fatalf("watermark discards = %v after the failed turn, want 1", n)
+	}
+	if wm, found, err := h.st.Watermark(wk); err != nil || found {
+		t.Fatalf("watermark after a failed turn: %+v found=%v err=%v; want none", wm, found, err)
+	}
+	if n, err := h.st.NativeID(store.Key{Channel: "ch", Binding: "b-claude"}); err != nil || n != r.start.Native {
+		t.Fatalf("saved native id %q (err %v), want %q", n, err, r.start.Native)
+	}
+
+	// A new process loads the session that only ever saw a failed turn.
+	h.restart()
+	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude still there?")
+	t.Logf("claude-agent-acp restore (spawn, initialize, session/load) through residentd: %v", r2.ready)
+	if r2.start.Shape != "restored" || r2.start.Native != r.start.Native || r2.start.Pid == r.start.Pid {
+		t.Fatalf("after restart: start %+v (err %v); want restored %s in a new process", r2.start, r2.err, r.start.Native)
+	}
+	authFailed(t, r2)
+	if ok := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("ok")); ok != 1 {
+		t.Fatalf("session restores ok = %v, want 1", ok)
+	}
+	if n := testutil.ToFloat64(h.m.WatermarkDiscards); n != 1 {
+		t.Fatalf("watermark discards = %v on the restarted daemon, want 1", n)
+	}
+	if _, found, _ := h.st.Watermark(wk); found {
+		t.Fatal("a watermark was committed by a failed turn")
+	}
+	for _, q := range api.requests() {
+		if q.Method == http.MethodPost && strings.HasPrefix(q.Path, "/v1/messages") {
+			t.Fatalf("the agent called the model without credentials: %s %s", q.Method, q.Path)
+		}
+	}
+}
+
+// authFailed asserts r failed with the agent's authentication error.
+func authFailed(t *testing.T, r result) {
+	t.Helper()
+	if r.err == nil {
+		t.Fatalf("turn without credentials succeeded: %+v", r.done)
+	}
+	if !errors.Is(r.err, acp.ErrProtocol) || daemon.Outcome(r.err) != "agent_error" {
+		t.Fatalf("error %v: want the agent's JSON-RPC error (outcome agent_error, got %s)", r.err, daemon.Outcome(r.err))
+	}
+	if !strings.Contains(strings.ToLower(r.err.Error()), "authentication required") {
+		t.Fatalf("error %q does not carry the agent's auth message", r.err)
+	}
+	if r.done.Event != "" {
+		t.Fatalf("failed turn emitted done: %+v", r.done)
+	}
+}
+
+// TestClaudeColdWarmAgainstFakeAPI runs cold and warm turns against a fake
+// Messages API and reads, from what the CLI sent the model, that the warm
+// turn carried only the newest user turn.
+func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
+	t.Parallel()
+	const reply = "The refund spec races the webhook retry."
+	api := newFakeAPI(t, reply)
+	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
+	ctx := testCtx(t)
+	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"})
+
+	r1 := h.mention(ctx, "ch", "b-claude", "q1", "@claude why is the refund spec flaky? MARK-ONE")
+	if r1.err != nil {
+		t.Fatalf("cold turn: %v", r1.err)
+	}
+	t.Logf("claude-agent-acp cold turn through residentd: ready %v, total %v", r1.ready, r1.total)
+	streamed(t, r1, reply, "cold")
+	if r1.done.Watermark != "committed" || r1.done.Usage == nil || r1.done.Usage.OutputTokens == 0 {
+		t.Fatalf("cold done %+v usage %+v", r1.done, r1.done.Usage)
+	}
+
+	h.post(channel.Message{ID: "b1", Channel: "ch", Author: "aiko", Body: "retry runs twice on CI"})
+	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude and the webhook retries? MARK-TWO")
+	if r2.err != nil {
+		t.Fatalf("warm turn: %v", r2.err)
+	}
+	t.Logf("claude-agent-acp warm turn through residentd: total %v", r2.total)
+	streamed(t, r2, reply, "warm")
+	if r2.done.Native != r1.done.Native || r2.start.Pid != r1.start.Pid {
+		t.Fatalf("warm turn went elsewhere: native %s pid %d, want %s pid %d", r2.done.Native, r2.start.Pid, r1.done.Native, r1.start.Pid)
+	}
+
+	// Each user turn is identified by its run id in the mention payload.
+	run1, run2 := `"run_id":"`+r1.start.RunID+`"`, `"run_id":"`+r2.start.RunID+`"`
+	cold := api.modelCalls(t, run1)
+	if len(cold) == 0 {
+		t.Fatal("the fake API saw no model call carrying the first turn")
+	}
+	first := cold[0]
+	for i, m := range first.Messages {
+		t.Logf("cold call message %d: %s %.120q", i, m.Role, m.text())
+	}
+	if last := lastUser(first); !strings.Contains(last.text(), "MARK-ONE") || !strings.Contains(last.text(), claudeFraming) {
+		t.Fatalf("cold model call's last message (%s) lacks the framing or the mention: %.400s", last.Role, last.text())
+	}
+	warm := api.modelCalls(t, run2)
+	if len(warm) == 0 {
+		t.Fatal("the fake API saw no model call carrying the second turn")
+	}
+	w := warm[0]
+	for i, m := range w.Messages {
+		t.Logf("warm call message %d: %s %.120q", i, m.Role, m.text())
+	}
+	last := lastUser(w)
+	lt := last.text()
+	if !strings.Contains(lt, run2) || !strings.Contains(lt, "MARK-TWO") {
+		t.Fatalf("warm model call's last message (%s) is not the new user turn: %.400s", last.Role, lt)
+	}
+	if strings.Contains(lt, run1) || strings.Contains(lt, claudeFraming) || strings.Contains(lt, "User: ") || strings.Contains(lt, "Assistant: ") || strings.Contains(lt, reply) {
+		t.Fatalf("warm user turn carries replayed history or framing: %.600s", lt)
+	}
+	seen := 0
+	for _, m := range w.Messages {
+		if strings.Contains(m.text(), run1) {
+			seen++
+		}
+	}
+	if seen != 1 {
+		t.Fatalf("the first user turn appears %d times in the warm model call's %d messages, want once (the CLI's own history)", seen, len(w.Messages))
+	}
+}
+
+// lastUser is the last user-role message of a model call (the CLI may put
+// other roles after it).
+func lastUser(m messagesRequest) apiMessage {
+	for i := len(m.Messages) - 1; i >= 0; i-- {
+		if m.Messages[i].Role == "user" {
+			return m.Messages[i]
+		}
+	}
+	return apiMessage{}
+}
+
+// streamed asserts the reply arrived as agent_message_chunk updates.
+func streamed(t *testing.T, r result, reply, shape string) {
+	t.Helper()
+	if r.start.Shape != shape || r.done.Shape != shape || r.done.StopReason != "end_turn" {
+		t.Fatalf("%s turn: start %+v done %+v", shape, r.start, r.done)
+	}
+	var nonEmpty int
+	for _, c := range r.chunks() {
+		if c != "" {
+			nonEmpty++
+		}
+	}
+	if got := strings.Join(r.chunks(), ""); got != reply || nonEmpty < 2 || r.done.Text != reply {
+		t.Fatalf("%s turn streamed %q in %d chunks, done text %q; want %q in at least 2", shape, r.chunks(), nonEmpty, r.done.Text, reply)
+	}
+}
+
+// TestClaudeCancelWhileModelStalls cancels a turn whose model call hangs:
+// the turn ends as cancelled and the same key answers the next turn.
+func TestClaudeCancelWhileModelStalls(t *testing.T) {
+	t.Parallel()
+	const reply = "Back after the cancel."
+	api := newFakeAPI(t, reply)
+	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
+	ctx := testCtx(t)
+	release := api.stallModel()
+	defer release()
+
+	h.post(channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@claude take your time"})
+	runs := make(chan string, 1)
+	out := make(chan result, 1)
+	go func() {
+		out <- h.turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-claude", MessageID: "q1", Text: "@claude take your time"}, func(ev daemon.Event) { runs <- ev.RunID })
+	}()
+	var run string
+	select {
+	case run = <-runs:
+	case r := <-out:
+		t.Fatalf("turn ended before it started: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("turn never started")
+	}
+	select {
+	case <-api.stalled:
+	case r := <-out:
+		t.Fatalf("turn ended before the model was called: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("the agent never called the model")
+	}
+	t0 := time.Now()
+	if err := h.d.Cancel(run); err != nil {
+		t.Fatal(err)
+	}
+	r := <-out
+	t.Logf("claude-agent-acp cancel -> turn end through residentd: %v", time.Since(t0))
+	if r.err == nil || daemon.Outcome(r.err) != "cancelled" || !strings.Contains(r.err.Error(), "cancelled by a client") {
+		t.Fatalf("cancelled turn: err %v (outcome %s)", r.err, daemon.Outcome(r.err))
+	}
+	release()
+
+	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude are you still there?")
+	if r2.err != nil {
+		t.Fatalf("turn after the cancel: %v", r2.err)
+	}
+	// The agent answered session/cancel, so its process stayed warm.
+	streamed(t, r2, reply, "warm")
+	if r2.start.Pid != r.start.Pid || h.d.Live() != 1 {
+		t.Fatalf("after cancel: pid %d (was %d), live %d", r2.start.Pid, r.start.Pid, h.d.Live())
+	}
+}
+
+// TestClaudeStopLeavesNoChildren: the agent runs a native CLI child of its
+// own; stopping the daemon ends every process of the agent's tree.
+func TestClaudeStopLeavesNoChildren(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, "done")
+	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
+	r := h.mention(testCtx(t), "ch", "b-claude", "q1", "@claude hello")
+	if r.err != nil {
+		t.Fatalf("turn: %v", r.err)
+	}
+	tree := descendants(r.start.Pid)
+	var names []string
+	native := false
+	for _, p := range tree {
+		c := cmdline(p)
+		names = append(names, c)
+		if strings.Contains(c, "claude-agent-sdk-linux") || strings.Contains(c, "--output-format stream-json") {
+			native = true
+		}
+	}
+	t.Logf("agent tree before stop: %d processes: %q", len(tree), names)
+	if len(tree) < 2 || !native {
+		t.Fatalf("agent tree %q: want the node agent and its native claude child", names)
+	}
+	h.close()
+	if left := waitGone(tree, 10*time.Second); len(left) > 0 {
+		for _, p := range left {
+			t.Errorf("pid %d still running after stop: %s", p, cmdline(p))
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package interop
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeAPI is a small Anthropic Messages API on 127.0.0.1: it streams a fixed
+// reply to every POST /v1/messages and records every request it gets.
+type fakeAPI struct {
+	srv   *httptest.Server
+	reply string
+
+	mu    sync.Mutex
+	reqs  []apiRequest
+	stall chan struct{} // when set, model calls block until it is closed or the client goes away
+	// stalled is signalled (non-blocking) each time a model call starts stalling.
+	stalled chan struct{}
+}
+
+// apiRequest is one recorded request.
+type apiRequest struct {
+	Method, Path string
+	Body         []byte
+}
+
+// messagesRequest is the part of a Messages API request the tests read.
+type messagesRequest struct {
+	Model    string          `json:"model"`
+	Stream   bool            `json:"stream"`
+	System   json.RawMessage `json:"system"`
+	Messages []apiMessage    `json:"messages"`
+}
+
+type apiMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// text flattens a message's content (a string or an array of blocks) into
+// its text blocks joined by newlines.
+func (m apiMessage) text() string {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var blocks []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(m.Content, &blocks)
+	var parts []string
+	for _, b := range blocks {
+		if b.Type == "text" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func newFakeAPI(t testing.TB, reply string) *fakeAPI {
+	t.Helper()
+	f := &fakeAPI{reply: reply, stalled: make(chan struct{}, 8)}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.close)
+	return f
+}
+
+// URL is the base URL to hand the agent; always on 127.0.0.1.
+func (f *fakeAPI) URL() string { return f.srv.URL }
+
+func (f *fakeAPI) close() {
+	f.mu.Lock()
+	if f.stall != nil {
+		close(f.stall)
+		f.stall = nil
+	}
+	f.mu.Unlock()
+	f.srv.Close()
+}
+
+// stallModel makes model calls hang until release is called.
+func (f *fakeAPI) stallModel() (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.stall = ch
+	f.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			if f.stall == ch {
+				f.stall = nil
+			}
+			f.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (f *fakeAPI) requests() []apiRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]apiRequest(nil), f.reqs...)
+}
+
+// modelCalls returns the decoded POST /v1/messages bodies whose messages
+// mention marker, in order: the agent's own turns, not side calls such as
+// title generation that may not carry the user's words.
+func (f *fakeAPI) modelCalls(t *testing.T, marker string) []messagesRequest {
+	t.Helper()
+	var out []messagesRequest
+	for _, r := range f.requests() {
+		if r.Method != http.MethodPost || r.Path != "/v1/messages" {
+			continue
+		}
+		var m messagesRequest
+		if err := json.Unmarshal(r.Body, &m); err != nil {
+			t.Fatalf("fake API: request body is not a Messages request: %v: %.200s", err, r.Body)
+		}
+		for _, msg := range m.Messages {
+			if strings.Contains(msg.text(), marker) {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	f.reqs = append(f.reqs, apiRequest{Method: r.Method, Path: r.URL.Path, Body: body})
+	stall := f.stall
+	f.mu.Unlock()
+
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"input_tokens": 42}`)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
+		if stall != nil {
+			select {
+			case f.stalled <- struct{}{}:
+			default:
+			}
+			select {
+			case <-stall:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		var req messagesRequest
+		_ = json.Unmarshal(body, &req)
+		f.message(w, req)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/models"):
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"data": [], "has_more": false, "first_id": null, "last_id": null}`)
+	case r.Method == http.MethodHead || r.Method == http.MethodGet && r.URL.Path == "/":
+		w.WriteHeader(http.StatusOK)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"type": "error", "error": {"type": "not_found_error", "message": "not served by the test's fake API"}}`)
+	}
+}
+
+// message answers a Messages call, streamed as server-sent events when asked.
+func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest) {
+	model := req.Model
+	if model == "" {
+		model = "claude-fake"
+	}
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+			"content":     []map[string]any{{"type": "text", "text": f.reply}},
+			"stop_reason": "end_turn", "stop_sequence": nil,
+			"usage": map[string]any{"input_tokens": 12, "output_tokens": 7},
+		})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	fl, _ := w.(http.Flusher)
+	send := func(event string, data any) {
+		b, _ := json.Marshal(data)
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+		"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+	}})
+	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+	// Two deltas, so the reply reaches the client as more than one chunk.
+	half := len(f.reply) / 2
+	for _, part := range []string{f.reply[:half], f.reply[half:]} {
+		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": part}})
+	}
+	send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 7}})
+	send("message_stop", map[string]any{"type": "message_stop"})
+}

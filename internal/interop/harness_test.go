@@ -1,0 +1,315 @@
+package interop
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// skipEnv, set to 1, skips these tests where the real agents are not installed.
+const skipEnv = "RESIDENTD_SKIP_REAL_AGENTS"
+
+// testTimeout bounds every interop test.
+const testTimeout = 60 * time.Second
+
+// repoRoot is the directory holding go.mod, found upwards from the test's
+// working directory (the package directory under go test).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("interop: no go.mod above the test's working directory")
+		}
+		dir = parent
+	}
+}
+
+// realAgent returns the path of an installed real agent under .ci/agents, or
+// fails the test telling the developer how to install it.
+func realAgent(t testing.TB, rel string) string {
+	t.Helper()
+	p := filepath.Join(repoRoot(t), ".ci", "agents", rel)
+	if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		return p
+	}
+	msg := fmt.Sprintf("real ACP agent %s is not installed: run .ci/real-agents from the repository root (needs node, npm and go)", p)
+	if os.Getenv(skipEnv) == "1" {
+		t.Skipf("%s; skipped because %s=1", msg, skipEnv)
+	}
+	t.Fatalf("%s, or set %s=1 to skip these tests", msg, skipEnv)
+	return ""
+}
+
+// harness is a daemon on a real bbolt file whose bindings run real agents.
+type harness struct {
+	t   testing.TB
+	dir string
+	cfg *config.Config
+	st  *store.Store
+	m   *metrics.Metrics
+	d   *daemon.Daemon
+	log *zap.Logger
+}
+
+func newHarness(t testing.TB, bindings ...config.Binding) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(5 * time.Second), Bindings: bindings}
+	cfg.SetDefaults()
+	for i := range cfg.Bindings {
+		cfg.Bindings[i].TurnTimeout = config.Duration(testTimeout / 2)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, dir: dir, cfg: cfg, log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))}
+	h.open()
+	t.Cleanup(h.close)
+	return h
+}
+
+func (h *harness) open() {
+	h.t.Helper()
+	st, err := store.Open(filepath.Join(h.dir, "residentd.db"), store.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.st = st
+	g := &gauges{}
+	h.m = metrics.New("test", g)
+	d, err := daemon.New(daemon.Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.d = d
+	g.set(d)
+}
+
+func (h *harness) close() {
+	if h.d != nil {
+		h.d.Close(5 * time.Second)
+		h.d = nil
+	}
+	if h.st != nil {
+		h.st.Close()
+		h.st = nil
+	}
+}
+
+// restart stops the daemon (and its agents) and opens a new one on the same
+// store, as a daemon restart would.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.close()
+	h.open()
+}
+
+// gauges reads the daemon's counts once it exists.
+type gauges struct {
+	mu sync.Mutex
+	d  *daemon.Daemon
+}
+
+func (g *gauges) set(d *daemon.Daemon) { g.mu.Lock(); g.d = d; g.mu.Unlock() }
+func (g *gauges) get() *daemon.Daemon  { g.mu.Lock(); defer g.mu.Unlock(); return g.d }
+func (g *gauges) Live() int {
+	if d := g.get(); d != nil {
+		return d.Live()
+	}
+	return 0
+}
+func (g *gauges) Busy() int {
+	if d := g.get(); d != nil {
+		return d.Busy()
+	}
+	return 0
+}
+func (g *gauges) Queued() int {
+	if d := g.get(); d != nil {
+		return d.Queued()
+	}
+	return 0
+}
+
+// result is what one turn streamed, with its timings.
+type result struct {
+	start, done daemon.Event
+	updates     []daemon.Event
+	err         error
+	ready       time.Duration // Turn call -> start event (spawn + session ready when cold)
+	total       time.Duration // Turn call -> return
+}
+
+// chunks is the text of the agent_message_chunk updates, in order.
+func (r result) chunks() []string {
+	var out []string
+	for _, u := range r.updates {
+		if u.Update != nil && u.Update.Kind == "agent_message_chunk" {
+			out = append(out, u.Update.Text)
+		}
+	}
+	return out
+}
+
+func (h *harness) turn(ctx context.Context, req daemon.TurnRequest, onStart func(daemon.Event)) result {
+	h.t.Helper()
+	var r result
+	var mu sync.Mutex
+	t0 := time.Now()
+	r.err = h.d.Turn(ctx, req, func(ev daemon.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev.Event {
+		case "start":
+			r.start = ev
+			r.ready = time.Since(t0)
+			if onStart != nil {
+				onStart(ev)
+			}
+		case "done":
+			r.done = ev
+		default:
+			r.updates = append(r.updates, ev)
+		}
+	})
+	r.total = time.Since(t0)
+	return r
+}
+
+var clock = struct {
+	sync.Mutex
+	t time.Time
+}{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+
+// mention posts text to ch and asks binding to answer it.
+func (h *harness) mention(ctx context.Context, ch, binding, id, text string) result {
+	h.t.Helper()
+	h.post(channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: channel.KindUser, Body: text})
+	return h.turn(ctx, daemon.TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text}, nil)
+}
+
+// post stores messages with strictly increasing times.
+func (h *harness) post(msgs ...channel.Message) {
+	h.t.Helper()
+	for i := range msgs {
+		clock.Lock()
+		clock.t = clock.t.Add(time.Second)
+		msgs[i].CreatedAt = clock.t
+		clock.Unlock()
+		if msgs[i].AuthorKind == "" {
+			msgs[i].AuthorKind = channel.KindUser
+		}
+	}
+	if _, err := h.d.PutMessages(msgs); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// descendants returns pid and every process below it, read from the
+// /proc/*/stat parent links.
+func descendants(pid int) []int {
+	parent := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := ppid(p); ok {
+			parent[pp] = append(parent[pp], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, parent[out[i]]...)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// ppid reads the parent pid from /proc/pid/stat (the field after the
+// parenthesised command name, which may itself hold spaces or parentheses).
+func ppid(pid int) (int, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// cmdline is a process's command line, for failure messages.
+func cmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// waitGone polls (bounded) until none of pids is alive, returning the
+// survivors.
+func waitGone(pids []int, within time.Duration) []int {
+	deadline := time.Now().Add(within)
+	for {
+		var left []int
+		for _, p := range pids {
+			if alive(p) {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// testCtx bounds a test's turns.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,143 @@
+package sim
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// source holds the numbers the source article printed for its 30-mention
+// run, shown beside ours for reference.
+var source = map[string][]string{
+	Window:    {"515,784", "485,477", "0.941", "943", "9,132", "5,057 (55%)", "360", "25"},
+	Watermark: {"417,419", "392,256", "0.940", "766", "4,075", "0", "162", "25"},
+	Unstable:  {"418,259", "145", "0.000", "14,315", "4,075", "0", "162", "–"},
+}
+
+var figureNames = []string{
+	"input tokens, all turns", "of which cacheable prefix", "cacheable-prefix ratio", "uncached tokens per warm turn",
+	"channel-context tokens sent", "of which seen before", "channel lines sent", "messages never shown (line bound)",
+}
+
+var titles = map[string]string{
+	Window: "window", Watermark: "watermark", Unstable: "unstable prefix", WatermarkNoOwn: "watermark, no own posts",
+	BriefInFraming: "brief in framing", WindowEvicted: "window", WatermarkRestored: "watermark, restored",
+	WatermarkEvictCold: "watermark, cold (restore off)",
+}
+
+func cells(f Figures) []string {
+	seen := "0"
+	if f.ChannelTokensSeen > 0 {
+		seen = fmt.Sprintf("%s (%.0f%%)", thousands(f.ChannelTokensSeen), f.ChannelSeenPct)
+	}
+	return []string{
+		thousands(f.InputTokens), thousands(f.CacheablePrefixTokens), fmt.Sprintf("%.3f", f.CacheableRatio),
+		thousands(int(f.UncachedPerWarmTurn + 0.5)), thousands(f.ChannelTokens), seen, thousands(f.ChannelLines),
+		strconv.Itoa(f.MessagesNeverShown),
+	}
+}
+
+// WriteMarkdown prints the channel summary and the tables.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	s := r.Stats
+	fmt.Fprintf(&b, "channel: %d messages, %d mentions, %d longer than %d chars, %d agent posts\n", s.Messages, s.Mentions, s.Long, r.MaxChars, s.AgentPosts)
+	fmt.Fprintf(&b, "messages between mentions: min %d, median %d, max %d\n", s.GapMin, s.GapMedian, s.GapMax)
+	fmt.Fprintf(&b, "prefix %d tok, brief %d tok (cl100k_base); run took %.2f s\n\n", r.PrefixTokens, r.BriefTokens, r.Elapsed.Seconds())
+
+	main := []string{}
+	for _, n := range r.Order {
+		if n == Window || n == Watermark || n == Unstable || n == WatermarkNoOwn || n == BriefInFraming {
+			main = append(main, n)
+		}
+	}
+	fmt.Fprintf(&b, "| %d mentions |", s.Mentions)
+	for _, n := range main {
+		fmt.Fprintf(&b, " %s |", titles[n])
+	}
+	b.WriteString(" source: window | source: watermark | source: unstable |\n|---|")
+	b.WriteString(strings.Repeat("---:|", len(main)+3) + "\n")
+	cols := make([][]string, len(main))
+	for i, n := range main {
+		cols[i] = cells(r.Figures[n])
+	}
+	for i, name := range figureNames {
+		fmt.Fprintf(&b, "| %s |", name)
+		for _, c := range cols {
+			fmt.Fprintf(&b, " %s |", c[i])
+		}
+		fmt.Fprintf(&b, " %s | %s | %s |\n", source[Window][i], source[Watermark][i], source[Unstable][i])
+	}
+
+	if r.EvictAt > 0 {
+		fmt.Fprintf(&b, "\nEviction before mention %d (daemon restarted on the same store):\n\n", r.EvictAt)
+		b.WriteString("| |")
+		for _, n := range evictRun {
+			fmt.Fprintf(&b, " %s |", titles[n])
+		}
+		b.WriteString(" source: window | source: watermark |\n|---|" + strings.Repeat("---:|", len(evictRun)+2) + "\n")
+		row := func(name string, v func(Figures) string, src ...string) {
+			fmt.Fprintf(&b, "| %s |", name)
+			for _, n := range evictRun {
+				fmt.Fprintf(&b, " %s |", v(r.Figures[n]))
+			}
+			fmt.Fprintf(&b, " %s | %s |\n", src[0], src[1])
+		}
+		row("input tokens, all turns", func(f Figures) string { return thousands(f.InputTokens) }, "290k", "245k")
+		row("cacheable-prefix ratio", func(f Figures) string { return fmt.Sprintf("%.3f", f.CacheableRatio) }, "–", "–")
+		row("cold / restored turns", func(f Figures) string { return fmt.Sprintf("%d / %d", f.ColdTurns, f.RestoredTurns) }, "–", "–")
+		row("re-sent tokens of lines the old process had seen", func(f Figures) string { return thousands(f.ResentAfterEviction) }, "–", "–")
+		row("… of which in the new turn's snapshot (not the replay)", func(f Figures) string { return thousands(f.ResentInNewTurn) }, "–", "23")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON prints one object keyed by strategy.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r.Figures)
+}
+
+// WriteRowsJSON writes the per-turn rows as a JSON array.
+func (r *Report) WriteRowsJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r.Rows)
+}
+
+// WriteRowsCSV writes the per-turn rows as CSV with a header.
+func (r *Report) WriteRowsCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"strategy", "mention", "message_id", "shape", "native_session", "ok", "input_tokens", "cached_tokens",
+		"uncached_tokens", "channel_lines", "channel_context_tokens", "channel_context_tokens_seen_before", "resent_tokens_after_eviction", "resent_tokens_in_new_turn"})
+	for _, x := range r.Rows {
+		cw.Write([]string{x.Strategy, strconv.Itoa(x.Mention), x.MessageID, x.Shape, x.Native, strconv.FormatBool(x.OK),
+			strconv.Itoa(x.InputTokens), strconv.Itoa(x.CachedTokens), strconv.Itoa(x.UncachedTokens), strconv.Itoa(x.ChannelLines),
+			strconv.Itoa(x.ChannelTokens), strconv.Itoa(x.ChannelTokensSeen), strconv.Itoa(x.ResentTokens), strconv.Itoa(x.ResentInNewTurn)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// thousands formats n with comma separators, as the source's table does.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

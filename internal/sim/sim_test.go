@@ -1,0 +1,172 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/residentd/residentd/internal/agent"
+)
+
+// TestMain lets the test binary double as the built-in agent, so the sim
+// drives real agent processes through the real daemon.
+func TestMain(m *testing.M) {
+	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
+		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func shortParams() ChannelParams {
+	return ChannelParams{Seed: 7, Messages: 70, People: 5, Mentions: 8, Long: 2, GapMin: 1, GapMax: 14, GapMedian: 4, MaxChars: 600}
+}
+
+func run(t *testing.T, msgs []Message, evictAt, failAt int) *Report {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), Options{
+		Messages: msgs, PrefixTokens: 500, EvictAt: evictAt, FailAt: failAt, Fetch: 30, Limit: 12, MaxChars: 600,
+		AgentCommand: exe, AgentArgs: []string{"agent"}, AgentEnv: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
+		Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestGenerateHasTheSpecShape(t *testing.T) {
+	p := DefaultChannelParams()
+	msgs, err := Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Describe(msgs, p.MaxChars)
+	want := Stats{Messages: 200, Mentions: 30, Long: 8, GapMin: 1, GapMedian: 4, GapMax: 21, AgentPosts: s.AgentPosts}
+	if s != want || s.AgentPosts == 0 {
+		t.Fatalf("channel stats %+v, want %+v with agent posts", s, want)
+	}
+	again, _ := Generate(p)
+	if !reflect.DeepEqual(msgs, again) {
+		t.Fatal("same seed gave a different channel")
+	}
+	p.Seed++
+	other, _ := Generate(p)
+	if reflect.DeepEqual(msgs, other) {
+		t.Fatal("another seed gave the same channel")
+	}
+	var buf bytes.Buffer
+	if err := WriteChannel(&buf, msgs); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadChannel(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(msgs, back) {
+		t.Fatal("channel file does not round-trip")
+	}
+}
+
+func TestGenerateRejectsImpossibleShape(t *testing.T) {
+	p := shortParams()
+	p.Messages = 20 // 8 mentions with a gap of 14 do not fit
+	if _, err := Generate(p); err == nil {
+		t.Fatal("want an error for a channel that cannot hold its gaps")
+	}
+}
+
+func TestStrategiesThroughTheDaemon(t *testing.T) {
+	msgs, err := Generate(shortParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, msgs, 5, 0)
+	win, wm, un := r.Figures[Window], r.Figures[Watermark], r.Figures[Unstable]
+	if wm.ChannelTokensSeen != 0 || wm.ChannelLines == 0 {
+		t.Fatalf("watermark sent %d duplicated tokens over %d lines; want none over some", wm.ChannelTokensSeen, wm.ChannelLines)
+	}
+	if win.ChannelTokensSeen == 0 || win.ChannelLines <= wm.ChannelLines || win.InputTokens <= wm.InputTokens {
+		t.Fatalf("window %+v should send more than watermark %+v, some of it seen", win, wm)
+	}
+	if un.CacheableRatio > wm.CacheableRatio/4 || wm.CacheableRatio < 0.5 {
+		t.Fatalf("cacheable ratio: unstable %.3f, watermark %.3f", un.CacheableRatio, wm.CacheableRatio)
+	}
+	if win.Turns != 8 || wm.Turns != 8 || win.ColdTurns != 1 || wm.ColdTurns != 1 {
+		t.Fatalf("turns: window %+v watermark %+v", win, wm)
+	}
+	if f := r.Figures[WatermarkRestored]; f.RestoredTurns != 1 || f.ResentAfterEviction != 0 {
+		t.Fatalf("restored after eviction: %+v; want one restored turn and nothing re-sent", f)
+	}
+	if f := r.Figures[WatermarkEvictCold]; f.ColdTurns != 2 || f.ResentAfterEviction == 0 {
+		t.Fatalf("cold after eviction: %+v; want a second cold turn that replays what the old process saw", f)
+	}
+	if f := r.Figures[WatermarkNoOwn]; f.ChannelLines >= wm.ChannelLines {
+		t.Fatalf("omitting own posts sent %d lines, watermark %d", f.ChannelLines, wm.ChannelLines)
+	}
+
+	again := run(t, msgs, 0, 0)
+	for _, name := range []string{Window, Watermark, Unstable, WatermarkNoOwn, BriefInFraming} {
+		if !reflect.DeepEqual(r.Figures[name], again.Figures[name]) {
+			t.Fatalf("same channel, different %s figures:\n%+v\n%+v", name, r.Figures[name], again.Figures[name])
+		}
+	}
+}
+
+func TestFailedTurnDoesNotCountAsSeen(t *testing.T) {
+	msgs, err := Generate(shortParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fail a mention whose lines and the next gap fit in one block of 12,
+	// so the next turn can show them all again.
+	var at []int
+	for i, m := range msgs {
+		if m.MentionsAgent {
+			at = append(at, i)
+		}
+	}
+	fail := 0
+	for k := 1; k+1 < len(at) && fail == 0; k++ {
+		if before, after := at[k]-at[k-1], at[k+1]-at[k]; before > 1 && before+after <= 12 {
+			fail = k + 1
+		}
+	}
+	if fail == 0 {
+		t.Fatal("the short channel has no mention to fail; change its seed")
+	}
+	r := run(t, msgs, 0, fail)
+	var failed, next *Row
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		if row.Strategy != Watermark {
+			continue
+		}
+		switch row.Mention {
+		case fail:
+			failed = row
+		case fail + 1:
+			next = row
+		}
+	}
+	if failed == nil || next == nil || failed.OK || !next.OK {
+		t.Fatalf("rows: failed %+v next %+v", failed, next)
+	}
+	if len(failed.lines) == 0 {
+		t.Fatal("the failing turn showed no lines; the test needs some")
+	}
+	for _, l := range failed.lines {
+		if !slices.Contains(next.lines, l) {
+			t.Fatalf("line %q of the failed turn is not shown again by the next turn %q", l, next.lines)
+		}
+	}
+	if next.ChannelTokensSeen != 0 || r.Figures[Watermark].FailedTurns != 1 {
+		t.Fatalf("next turn counted %d tokens as seen; figures %+v", next.ChannelTokensSeen, r.Figures[Watermark])
+	}
+}

@@ -1,0 +1,113 @@
+package tools_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/pool"
+)
+
+// fields parses the built-in agent's key=value reply.
+func fields(s string) map[string]string {
+	out := map[string]string{}
+	for _, f := range strings.Fields(s) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestAgentFetchesTruncatedMessageThroughMCP(t *testing.T) {
+	off := false
+	e := newEnv(t,
+		func(dir string) config.Binding { return builtinBinding(t, "b-builtin", dir) },
+		func(dir string) config.Binding {
+			b := builtinBinding(t, "b-notools", dir)
+			b.Tools = &off
+			return b
+		})
+	ctx := context.Background()
+	long := strings.Repeat("stack frame ", 166) + "end!!!!!" // 2000 runes
+	if n := len([]rune(long)); n != 2000 {
+		t.Fatalf("fixture is %d runes", n)
+	}
+	for _, ch := range []string{"ch-e2e", "ch-off"} {
+		e.put(msg(ch, "m1", 1, "the refund spec failed again"), msg(ch, "m2", 2, long), msg(ch, "m3", 3, "see the log above"),
+			msg(ch, "q1", 4, "@agent why is the refund spec flaky?"))
+	}
+
+	turn := func(ch, binding string) daemon.Event {
+		t.Helper()
+		done, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: ch, Binding: binding, MessageID: "q1", Text: "@agent why is the refund spec flaky?"}, nil)
+		if err != nil {
+			t.Fatalf("turn %s/%s: %v", ch, binding, err)
+		}
+		return done
+	}
+	done := turn("ch-e2e", "b-builtin")
+	got := fields(done.Text)
+	// The block cut m2 at 600 characters; the agent read it whole through
+	// channel_history: 4 rows of the main timeline, the longest 2000 runes.
+	if done.Context == nil || done.Context.Truncated != 1 {
+		t.Fatalf("context %+v: want one truncated line", done.Context)
+	}
+	if got["history"] != "4" || got["full"] != "2000" || got["context"] != "3" {
+		t.Fatalf("reply %q: want history=4 full=2000 context=3", done.Text)
+	}
+
+	key := pool.Key{Channel: "ch-e2e", Binding: "b-builtin"}
+	toks := e.tokens(key)
+	if len(toks) != 1 || e.reg.Live() != 1 {
+		t.Fatalf("tokens issued for %s: %d, live %d; want one process, one capability", key, len(toks), e.reg.Live())
+	}
+	// While the process lives, its capability reads its own channel only.
+	if _, err := e.c.ChannelHistory(ctx, toks[0], api.HistoryQuery{}); err != nil {
+		t.Fatalf("live capability: %v", err)
+	}
+	if _, err := e.c.ChannelHistory(ctx, toks[0], api.HistoryQuery{Channel: "ch-off"}); !api.IsCode(err, "out_of_scope") {
+		t.Fatalf("live capability, other channel: %v", err)
+	}
+
+	// A binding with tools off gets no MCP server, and its agent still answers.
+	offDone := turn("ch-off", "b-notools")
+	if f := fields(offDone.Text); f["history"] != "" || f["context"] != "3" {
+		t.Fatalf("tools-off reply %q: want no history field", offDone.Text)
+	}
+	if n := len(e.tokens(pool.Key{Channel: "ch-off", Binding: "b-notools"})); n != 0 {
+		t.Fatalf("tools-off binding was issued %d capabilities", n)
+	}
+
+	// Start fresh: the process exits and its capability dies with it.
+	if _, err := e.c.Fresh(ctx, "ch-e2e", "b-builtin"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.reg.Live() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("capability still live 10s after the process was stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err := e.c.ChannelHistory(ctx, toks[0], api.HistoryQuery{})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Message, "revoked") {
+		t.Fatalf("revoked capability after fresh: %v", err)
+	}
+
+	// The next process gets a new capability and reads the channel again.
+	done = turn("ch-e2e", "b-builtin")
+	if got := fields(done.Text); got["history"] != "4" || got["full"] != "2000" {
+		t.Fatalf("after fresh: reply %q", done.Text)
+	}
+	if toks := e.tokens(key); len(toks) != 2 || toks[0] == toks[1] {
+		t.Fatalf("tokens after fresh: %d", len(toks))
+	}
+}

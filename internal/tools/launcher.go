@@ -1,0 +1,56 @@
+package tools
+
+import (
+	"strings"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/pool"
+)
+
+// Environment variables `residentd mcp` reads.
+const (
+	EnvSocket     = "RESIDENTD_SOCKET"
+	EnvCapability = "RESIDENTD_CAPABILITY"
+)
+
+// ServerName is the MCP server's name in session/new and session/load.
+const ServerName = "residentd"
+
+// Launcher describes the stdio MCP server every agent process is given.
+type Launcher struct {
+	Registry *Registry
+	Command  string        // the residentd binary
+	Args     []string      // default ["mcp"]
+	Env      []string      // extra KEY=VALUE for the server (tests use it)
+	Socket   func() string // the daemon's socket path, read at spawn time
+}
+
+// Servers issues a capability for k's channel and returns the stdio server
+// that carries it, and the release that revokes it once the process is gone.
+// It has the shape of daemon.MCPServers. On failure it returns no server: the
+// agent then runs without tools rather than not at all.
+func (l *Launcher) Servers(k pool.Key, _ config.Binding) ([]sdk.McpServer, func()) {
+	token, err := l.Registry.Issue(Scope{Channel: k.Channel})
+	if err != nil {
+		return nil, nil
+	}
+	args := l.Args
+	if args == nil {
+		args = []string{"mcp"}
+	}
+	env := []sdk.EnvVariable{
+		{Name: EnvSocket, Value: l.Socket()},
+		{Name: EnvCapability, Value: token},
+	}
+	for _, kv := range l.Env {
+		if name, val, ok := strings.Cut(kv, "="); ok {
+			env = append(env, sdk.EnvVariable{Name: name, Value: val})
+		}
+	}
+	srv := sdk.McpServer{Stdio: &sdk.McpServerStdio{
+		Name: ServerName, Command: l.Command, Args: append([]string(nil), args...), Env: env,
+	}}
+	return []sdk.McpServer{srv}, func() { l.Registry.Revoke(token) }
+}
