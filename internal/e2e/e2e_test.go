@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,7 +43,6 @@ type node struct {
 	state string
 	sock  string
 	cmd   *exec.Cmd
-	out   *strings.Builder
 	c     *api.Client
 }
 
@@ -56,12 +53,6 @@ func newNode(t *testing.T) *node {
 	}
 	t.Cleanup(func() { os.RemoveAll(sdir) })
 	return &node{t: t, state: t.TempDir(), sock: filepath.Join(sdir, "s", "residentd.sock")}
-}
-
-// lockedBuilder is the daemon's log, written by exec's copier.
-type lockedBuilder struct {
-	mu sync.Mutex
-	strings.Builder
 }
 
 func (n *node) start(args ...string) {
