@@ -453,16 +453,22 @@ func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lea
 	}
 	user := delivery.UserTurn(payload, turnBrief, block)
 
-	conv, err := d.st.Conversation(store.Key(key))
-	if err != nil {
-		return "", "", nil, fmt.Errorf("read conversation of %q: %w", key, err)
+	// The newest user turn is this mention. Only a turn that replays reads
+	// and flattens the stored conversation: most turns are warm.
+	replay := ""
+	if l.NeedsReplay(user) {
+		conv, err := d.st.Conversation(store.Key(key))
+		if err != nil {
+			return "", "", nil, fmt.Errorf("read conversation of %q: %w", key, err)
+		}
+		turns := make([]delivery.Turn, 0, len(conv)+1)
+		for _, t := range conv {
+			turns = append(turns, delivery.Turn{Role: t.Role, Text: t.Text})
+		}
+		turns = append(turns, delivery.Turn{Role: delivery.RoleUser, Text: user})
+		replay = delivery.BuildPrompt(turns)
 	}
-	turns := make([]delivery.Turn, 0, len(conv)+1)
-	for _, t := range conv {
-		turns = append(turns, delivery.Turn{Role: t.Role, Text: t.Text})
-	}
-	turns = append(turns, delivery.Turn{Role: "user", Text: user})
-	text := l.Prompt(system, delivery.BuildPrompt(turns), delivery.LatestUserTurn(turns))
+	text := l.Prompt(system, replay, user)
 
 	if l.Shape != lease.Warm {
 		d.guardFraming(b.ID, system)

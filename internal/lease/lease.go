@@ -71,6 +71,12 @@ func (l *Lease) Prompt(system, replay, newest string) string {
 	}
 }
 
+// NeedsReplay reports whether Prompt will use the replay for this newest
+// turn, so callers build the (costly) replay only when it is sent.
+func (l *Lease) NeedsReplay(newest string) bool {
+	return l.Shape == Cold || strings.TrimSpace(newest) == ""
+}
+
 // Stage keeps what a render showed until the run's outcome is known.
 func (l *Lease) Stage(k store.WatermarkKey, seen channel.Seen) {
 	if seen.Empty() {

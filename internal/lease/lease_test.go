@@ -134,3 +134,17 @@ func TestCommitErrorNamesKey(t *testing.T) {
 		t.Fatalf("Commit error = %v", err)
 	}
 }
+
+// NeedsReplay must agree with Prompt: the replay is built exactly when sent.
+func TestNeedsReplayAgreesWithPrompt(t *testing.T) {
+	const marker = "REPLAY-MARKER"
+	for _, s := range Shapes {
+		for _, newest := range []string{"newest", "", " \n"} {
+			l := New(s, "n")
+			uses := strings.Contains(l.Prompt("SYS", marker, newest), marker)
+			if got := l.NeedsReplay(newest); got != uses {
+				t.Errorf("%s newest %q: NeedsReplay = %v, Prompt uses replay = %v", s, newest, got, uses)
+			}
+		}
+	}
+}
