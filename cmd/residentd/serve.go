@@ -125,28 +125,6 @@ func loadConfig(path, self, stateDir string) (*config.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-// gauges lets metrics read the daemon's live counts once the daemon exists.
-type gauges struct{ d *daemon.Daemon }
-
-func (g *gauges) Live() int {
-	if g.d == nil {
-		return 0
-	}
-	return g.d.Live()
-}
-func (g *gauges) Busy() int {
-	if g.d == nil {
-		return 0
-	}
-	return g.d.Busy()
-}
-func (g *gauges) Queued() int {
-	if g.d == nil {
-		return 0
-	}
-	return g.d.Queued()
-}
-
 func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	f, err := parseServe(args, stderr)
 	if err != nil {
@@ -213,14 +191,12 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	defer st.Close()
 	sweepAgents(st, log)
 
-	g := &gauges{}
-	m := metrics.New(version, g)
+	m := metrics.New(version, nil) // the daemon plugs in its pool's gauges
 	mcpw := newMCPWiring(cfg.Socket)
 	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: mcpw.mcpServers()})
 	if err != nil {
 		return err
 	}
-	g.d = d
 
 	ln := deps.listener
 	if ln == nil {

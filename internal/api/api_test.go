@@ -57,12 +57,6 @@ func peerMain(sock string) int {
 	return 0
 }
 
-type noGauges struct{}
-
-func (noGauges) Live() int   { return 0 }
-func (noGauges) Busy() int   { return 0 }
-func (noGauges) Queued() int { return 0 }
-
 // env is a daemon with the built-in agent, served on a real socket.
 type env struct {
 	d    *daemon.Daemon
@@ -93,7 +87,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("test", noGauges{}), Log: log})
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("test", nil), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

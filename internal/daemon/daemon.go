@@ -139,6 +139,7 @@ func New(o Options) (*Daemon, error) {
 			plog.Info("evicted", zap.String("key", k.String()), zap.String("reason", string(r)))
 		},
 	}, (*spawner)(d))
+	d.m.SetGauges(d)
 	return d, nil
 }
 

@@ -84,8 +84,7 @@ func (h *harness) open() {
 		h.t.Fatal(err)
 	}
 	h.st = st
-	g := &lateGauges{}
-	h.m = metrics.New("test", g)
+	h.m = metrics.New("test", nil)
 	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, OnEvict: func(k pool.Key, r pool.Reason) {
 		h.mu.Lock()
 		h.evic = append(h.evic, k.String()+" "+string(r))
@@ -95,34 +94,6 @@ func (h *harness) open() {
 		h.t.Fatal(err)
 	}
 	h.d = d
-	g.set(d)
-}
-
-// lateGauges reads the daemon's counts once it exists.
-type lateGauges struct {
-	mu sync.Mutex
-	d  *Daemon
-}
-
-func (g *lateGauges) set(d *Daemon) { g.mu.Lock(); g.d = d; g.mu.Unlock() }
-func (g *lateGauges) get() *Daemon  { g.mu.Lock(); defer g.mu.Unlock(); return g.d }
-func (g *lateGauges) Live() int {
-	if d := g.get(); d != nil {
-		return d.Live()
-	}
-	return 0
-}
-func (g *lateGauges) Busy() int {
-	if d := g.get(); d != nil {
-		return d.Busy()
-	}
-	return 0
-}
-func (g *lateGauges) Queued() int {
-	if d := g.get(); d != nil {
-		return d.Queued()
-	}
-	return 0
 }
 
 func (h *harness) close() {

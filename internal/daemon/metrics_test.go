@@ -133,3 +133,18 @@ func TestAgentRecordsFollowProcesses(t *testing.T) {
 		t.Fatalf("records after shutdown: %+v, %v", recs, err)
 	}
 }
+
+// The daemon plugs its pool's counts into the metrics it was given.
+func TestPoolGaugesReadAtScrape(t *testing.T) {
+	h := newHarness(t)
+	reply(t, h.mention("ch-1", "b-builtin", "q1", "@agent hi"))
+	reply(t, h.mention("ch-2", "b-builtin", "q2", "@agent hi"))
+	want := `
+# HELP residentd_agents_live Agent processes currently alive in the pool.
+# TYPE residentd_agents_live gauge
+residentd_agents_live 2
+`
+	if err := testutil.GatherAndCompare(h.m.Registry, strings.NewReader(want), "residentd_agents_live"); err != nil {
+		t.Fatal(err)
+	}
+}

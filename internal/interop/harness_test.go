@@ -99,14 +99,12 @@ func (h *harness) open() {
 		h.t.Fatal(err)
 	}
 	h.st = st
-	g := &gauges{}
-	h.m = metrics.New("test", g)
+	h.m = metrics.New("test", nil)
 	d, err := daemon.New(daemon.Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.d = d
-	g.set(d)
 }
 
 func (h *harness) close() {
@@ -126,33 +124,6 @@ func (h *harness) restart() {
 	h.t.Helper()
 	h.close()
 	h.open()
-}
-
-// gauges reads the daemon's counts once it exists.
-type gauges struct {
-	mu sync.Mutex
-	d  *daemon.Daemon
-}
-
-func (g *gauges) set(d *daemon.Daemon) { g.mu.Lock(); g.d = d; g.mu.Unlock() }
-func (g *gauges) get() *daemon.Daemon  { g.mu.Lock(); defer g.mu.Unlock(); return g.d }
-func (g *gauges) Live() int {
-	if d := g.get(); d != nil {
-		return d.Live()
-	}
-	return 0
-}
-func (g *gauges) Busy() int {
-	if d := g.get(); d != nil {
-		return d.Busy()
-	}
-	return 0
-}
-func (g *gauges) Queued() int {
-	if d := g.get(); d != nil {
-		return d.Queued()
-	}
-	return 0
 }
 
 // result is what one turn streamed, with its timings.

@@ -4,6 +4,7 @@ package metrics
 import (
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +59,12 @@ type Metrics struct {
 	FramingChanges    *prometheus.CounterVec // binding
 	MessagesIngested  *prometheus.CounterVec // result
 	BuildInfo         *prometheus.GaugeVec   // version, goversion
+
+	gauges *gaugeCollector
 }
+
+// SetGauges makes scrapes read the live, busy and queued counts from g.
+func (m *Metrics) SetGauges(g Gauges) { m.gauges.set(g) }
 
 // Buckets sized for agent turns, which run from sub-second to many minutes.
 var (
@@ -70,10 +76,11 @@ var (
 
 // New builds the registry, registers every residentd series plus the Go and
 // process collectors, and sets residentd_build_info{version,goversion} to 1.
-// g may be nil (the three pool gauges then read 0).
+// g may be nil (the three pool gauges then read 0) and set later with
+// SetGauges, since the pool that owns them is usually built after metrics.
 func New(version string, g Gauges) *Metrics {
 	r := prometheus.NewRegistry()
-	m := &Metrics{Registry: r}
+	m := &Metrics{Registry: r, gauges: newGaugeCollector(g)}
 
 	m.Turns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_turns_total",
@@ -163,7 +170,7 @@ func New(version string, g Gauges) *Metrics {
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
 		m.MessagesIngested, m.BuildInfo,
-		newGaugeCollector(g),
+		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -307,8 +314,16 @@ func add64(c prometheus.Counter, n int64) {
 
 // gaugeCollector reads the pool's live numbers at scrape time.
 type gaugeCollector struct {
-	g                  Gauges
 	live, busy, queued *prometheus.Desc
+
+	mu sync.Mutex // guards g
+	g  Gauges
+}
+
+func (c *gaugeCollector) set(g Gauges) {
+	c.mu.Lock()
+	c.g = g
+	c.mu.Unlock()
 }
 
 func newGaugeCollector(g Gauges) *gaugeCollector {
@@ -328,8 +343,11 @@ func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	var live, busy, queued int
-	if c.g != nil {
-		live, busy, queued = c.g.Live(), c.g.Busy(), c.g.Queued()
+	c.mu.Lock()
+	g := c.g
+	c.mu.Unlock()
+	if g != nil {
+		live, busy, queued = g.Live(), g.Busy(), g.Queued()
 	}
 	ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(live))
 	ch <- prometheus.MustNewConstMetric(c.busy, prometheus.GaugeValue, float64(busy))

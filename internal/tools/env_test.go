@@ -58,12 +58,6 @@ type env struct {
 	issued map[pool.Key][]string // capability tokens handed out, per key
 }
 
-type noGauges struct{}
-
-func (noGauges) Live() int   { return 0 }
-func (noGauges) Busy() int   { return 0 }
-func (noGauges) Queued() int { return 0 }
-
 func testExe(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
@@ -122,7 +116,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 		return servers, release
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	if e.d, err = daemon.New(daemon.Options{Config: cfg, Store: e.st, Metrics: metrics.New("test", noGauges{}), Log: log, MCP: hook}); err != nil {
+	if e.d, err = daemon.New(daemon.Options{Config: cfg, Store: e.st, Metrics: metrics.New("test", nil), Log: log, MCP: hook}); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := api.Listen(e.socket)
