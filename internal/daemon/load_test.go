@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -160,32 +158,16 @@ func TestLoad(t *testing.T) {
 	// What every run was shown, from the agents' own record of each prompt.
 	shown := map[string][]string{} // run id -> message ids in its context block
 	for _, b := range []string{"b-one", "b-two"} {
-		f, err := os.Open(filepath.Join(recDir, b+".jsonl"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			var rec struct {
-				Method string `json:"method"`
-				Prompt string `json:"prompt"`
-			}
-			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-				t.Fatalf("%s record: %v", b, err)
-			}
-			if rec.Method != "session/prompt" {
-				continue
-			}
+		for _, p := range prompts(t, filepath.Join(recDir, b+".jsonl")) {
 			// A cold prompt replays earlier turns: only the last payload and
 			// the block after it are this run's.
-			m := runIDRE.FindAllStringSubmatchIndex(rec.Prompt, -1)
+			m := runIDRE.FindAllStringSubmatchIndex(p, -1)
 			if len(m) == 0 {
-				t.Fatalf("%s: prompt without a run id: %.200q", b, rec.Prompt)
+				t.Fatalf("%s: prompt without a run id: %.200q", b, p)
 			}
 			last := m[len(m)-1]
-			run := rec.Prompt[last[2]:last[3]]
-			tail := rec.Prompt[last[1]:]
+			run := p[last[2]:last[3]]
+			tail := p[last[1]:]
 			var ids []string
 			if i := max(strings.LastIndex(tail, delivery.HeaderNew), strings.LastIndex(tail, delivery.HeaderSnapshot)); i >= 0 {
 				for _, sm := range shownLine.FindAllStringSubmatch(tail[i:], -1) {
@@ -193,10 +175,6 @@ func TestLoad(t *testing.T) {
 				}
 			}
 			shown[run] = ids
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			t.Fatal(err)
 		}
 	}
 	want := map[pool.Key]map[string]bool{}
