@@ -266,20 +266,11 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	l := co.Lease
 	shape := l.Shape.String()
 	keep := b.Resident || b.SavedSession != ""
-	succeeded := false
 	defer func() {
-		if succeeded {
-			n, cerr := l.Commit(d.st)
-			for i := 0; i < n; i++ {
-				d.m.Watermark(true)
-			}
-			if cerr != nil {
-				log.Error("watermark commit failed", zap.Error(cerr))
-			}
-		} else if n := l.Discard(); n > 0 {
-			for i := 0; i < n; i++ {
-				d.m.Watermark(false)
-			}
+		// Every exit path that did not commit discards: a failed run may
+		// never have shown the agent anything. Discard after Commit is a no-op.
+		for n := l.Discard(); n > 0; n-- {
+			d.m.Watermark(false)
 		}
 		d.pool.Release(co, keep)
 	}()
@@ -326,10 +317,17 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	if aerr := d.st.AppendTurns(store.Key(key), store.Turn{Role: "user", Text: user, At: start}, store.Turn{Role: "assistant", Text: res.Text, At: now}); aerr != nil {
 		log.Error("conversation append failed", zap.Error(aerr))
 	}
-	succeeded = true
 	d.spawnOK(b.ID)
 	wm := "none"
-	if l.Staged() > 0 {
+	n, cerr := l.Commit(d.st)
+	for i := 0; i < n; i++ {
+		d.m.Watermark(true)
+	}
+	switch {
+	case cerr != nil:
+		wm = "failed"
+		log.Error("watermark commit failed", zap.Error(cerr))
+	case n > 0:
 		wm = "committed"
 	}
 	d.m.ObserveTurn(shape, "ok", now.Sub(start))
