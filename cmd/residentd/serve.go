@@ -181,7 +181,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	log := deps.log
 	// The store's file lock comes first: a second daemon must fail here,
 	// before it touches the first one's socket.
-	st, err := store.Open(filepath.Join(cfg.StateDir, "residentd.db"), store.Options{})
+	st, err := store.Open(filepath.Join(cfg.StateDir, "residentd.db"), store.Options{MaxWatermarkIDs: cfg.Context.MaxIDs})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("%w: %v", errLockedState, err)
 	}

@@ -49,6 +49,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/residentd/residentd/internal/channel"
 )
 
 // SchemaVersion is the layout this package reads and writes.
@@ -98,11 +100,15 @@ type Options struct {
 	MaxChannelMessages int           // messages kept per channel (oldest by created_at dropped)
 	MaxRoster          int           // members kept per channel roster
 	MaxActivity        int           // activity items kept per project
+	MaxWatermarkIDs    int           // ids kept per watermark (oldest dropped); default channel.MaxWatermarkIDs
 }
 
 func (o Options) withDefaults() Options {
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.MaxWatermarkIDs <= 0 {
+		o.MaxWatermarkIDs = channel.MaxWatermarkIDs
 	}
 	if o.MaxTurns <= 0 {
 		o.MaxTurns = DefaultMaxTurns

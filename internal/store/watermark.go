@@ -70,7 +70,7 @@ func (s *Store) CommitWatermark(wk WatermarkKey, native string, seen channel.See
 		if err != nil {
 			return err
 		}
-		out = cur.Advance(native, seen, channel.MaxWatermarkIDs)
+		out = cur.Advance(native, seen, s.opts.MaxWatermarkIDs)
 		v, err := json.Marshal(out)
 		if err != nil {
 			return err

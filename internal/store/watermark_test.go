@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,20 @@ func BenchmarkCommitWatermark(b *testing.B) {
 		if _, err := s.CommitWatermark(wk, "native", channel.Seen{IDs: ids, LastAt: t0.Add(time.Duration(i) * time.Second)}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestCommitWatermarkKeepsConfiguredIDs(t *testing.T) {
+	s := openTest(t, Options{MaxWatermarkIDs: 3})
+	var err error
+	wk := WatermarkKey{Session: "ch/b", Channel: "ch"}
+	var got channel.Watermark
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		if got, err = s.CommitWatermark(wk, "n", channel.Seen{IDs: []string{id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Join(got.IDs, ",") != "c,d,e" {
+		t.Fatalf("ids = %v, want the newest 3", got.IDs)
 	}
 }
