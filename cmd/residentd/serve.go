@@ -39,6 +39,7 @@ type serveFlags struct {
 	maxLive     int
 	idle        time.Duration
 	grace       time.Duration
+	withClaude  bool
 }
 
 func parseServe(args []string, stderr io.Writer) (serveFlags, error) {
@@ -53,6 +54,7 @@ func parseServe(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "also serve /metrics on this loopback TCP address, e.g. 127.0.0.1:9464")
 	fs.IntVar(&f.maxLive, "max-live", 0, "live agent processes at once (default 4)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop an agent idle this long (default 30m)")
+	fs.BoolVar(&f.withClaude, "with-claude", false, "also bind claude-agent-acp (on PATH) as b-claude, with a one-hour provider cache")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long turns in flight may finish on SIGTERM")
 	if err := fs.Parse(args); err != nil {
 		return f, fmt.Errorf("%w: %v", errUsage, err)
@@ -105,8 +107,9 @@ func newLogger(level, format string, w zapcore.WriteSyncer, isTerm bool) (*zap.L
 }
 
 // loadConfig reads the config file, or builds the built-in default, and
-// always makes the built-in binding available.
-func loadConfig(path, self, stateDir string) (*config.Config, error) {
+// always makes the built-in binding available; withClaude adds the ready
+// claude-agent-acp binding as b-claude unless the file defines one.
+func loadConfig(path, self, stateDir string, withClaude bool) (*config.Config, error) {
 	cfg := &config.Config{}
 	if path != "" {
 		c, err := config.Load(path)
@@ -117,6 +120,9 @@ func loadConfig(path, self, stateDir string) (*config.Config, error) {
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = stateDir
+	}
+	if _, ok := cfg.Binding("b-claude"); withClaude && !ok {
+		cfg.Bindings = append(cfg.Bindings, config.ClaudeAgentACP())
 	}
 	if _, ok := cfg.Binding("b-builtin"); !ok {
 		cfg.Bindings = append(cfg.Bindings, config.Builtin(self, cfg.StateDir))
@@ -147,7 +153,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if state == "" {
 		state = defaultStateDir()
 	}
-	cfg, err := loadConfig(f.config, self, state)
+	cfg, err := loadConfig(f.config, self, state, f.withClaude)
 	if err != nil {
 		return err
 	}
