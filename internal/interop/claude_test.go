@@ -270,6 +270,14 @@ func TestClaudeCancelWhileModelStalls(t *testing.T) {
 	if r.err == nil || daemon.Outcome(r.err) != "cancelled" || !strings.Contains(r.err.Error(), "cancelled by a client") {
 		t.Fatalf("cancelled turn: err %v (outcome %s)", r.err, daemon.Outcome(r.err))
 	}
+	// The agent aborts its model call on session/cancel. Wait for that before
+	// the fake answers again: a stalled call released while still open would
+	// deliver its reply late, into the next turn.
+	select {
+	case <-api.aborted:
+	case <-ctx.Done():
+		t.Fatal("claude-agent-acp did not abort its model call after session/cancel")
+	}
 	release()
 
 	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude are you still there?")

@@ -22,6 +22,8 @@ type fakeAPI struct {
 	stall chan struct{} // when set, model calls block until it is closed or the client goes away
 	// stalled is signalled (non-blocking) each time a model call starts stalling.
 	stalled chan struct{}
+	// aborted is signalled (non-blocking) when a stalled call's client hangs up.
+	aborted chan struct{}
 }
 
 // apiRequest is one recorded request.
@@ -66,7 +68,7 @@ func (m apiMessage) text() string {
 
 func newFakeAPI(t testing.TB, reply string) *fakeAPI {
 	t.Helper()
-	f := &fakeAPI{reply: reply, stalled: make(chan struct{}, 8)}
+	f := &fakeAPI{reply: reply, stalled: make(chan struct{}, 8), aborted: make(chan struct{}, 8)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.close)
 	return f
@@ -154,6 +156,10 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-stall:
 			case <-r.Context().Done():
+				select {
+				case f.aborted <- struct{}{}:
+				default:
+				}
 				return
 			}
 		}
