@@ -44,6 +44,7 @@ type node struct {
 	sock  string
 	cmd   *exec.Cmd
 	c     *api.Client
+	posts int // messages posted so far: each gets a later created_at
 }
 
 func newNode(t *testing.T) *node {
@@ -91,8 +92,9 @@ func (n *node) post(ch string, ids ...string) {
 	n.t.Helper()
 	var msgs []channel.Message
 	for _, id := range ids {
-		msgs = append(msgs, channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: channel.KindUser, Body: "line " + id, CreatedAt: time.Now().UTC()})
-		time.Sleep(time.Millisecond) // strictly increasing created_at
+		n.posts++
+		at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC).Add(time.Duration(n.posts) * time.Second)
+		msgs = append(msgs, channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: channel.KindUser, Body: "line " + id, CreatedAt: at})
 	}
 	if _, err := n.c.PutMessages(context.Background(), msgs); err != nil {
 		n.t.Fatal(err)
