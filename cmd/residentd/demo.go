@@ -109,9 +109,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		ctxLine := "no context block"
 		if done.Context != nil && done.Context.Header != "none" {
-			ctxLine = fmt.Sprintf("%d channel lines (%s)", done.Context.Lines, done.Context.Header)
+			ctxLine = fmt.Sprintf("%d lines, %d chars (%s)", done.Context.Lines, done.Context.Chars, done.Context.Header)
 		}
-		fmt.Fprintf(stdout, "turn %2d  %-12s %-8s  %-26s prompt %5d B  reply: %s\n", turnNo, ch, done.Shape, ctxLine, done.Context.PromptBytes, done.Text)
+		fmt.Fprintf(stdout, "turn %2d  %-12s %-8s  %-30s prompt %5d B  reply: %s\n", turnNo, ch, done.Shape, ctxLine, done.Context.PromptBytes, done.Text)
 		post(ch, "@agent", done.Text)
 		mu.Lock()
 		for _, e := range evictions {
