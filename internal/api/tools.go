@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/residentd/residentd/internal/channel"
@@ -23,8 +22,6 @@ const (
 	MaxHistoryLimit      = 100
 	DefaultActivityLimit = 20
 	MaxActivityLimit     = 100
-	// maxProjectMappings bounds the in-memory channel -> project map.
-	maxProjectMappings = 10000
 )
 
 // Capabilities checks a tool capability token; the daemon's registry
@@ -99,15 +96,12 @@ type ProjectRequest struct {
 type toolsAPI struct {
 	d    *daemon.Daemon
 	caps Capabilities // nil: the tool endpoints answer 503
-
-	mu       sync.Mutex
-	projects map[string]string // channel -> project, in memory only
 }
 
 // registerTools adds the roster/activity push endpoints and the tool
 // endpoints the MCP server calls.
 func (s *Server) registerTools(mux *http.ServeMux, caps Capabilities) {
-	t := &toolsAPI{d: s.d, caps: caps, projects: map[string]string{}}
+	t := &toolsAPI{d: s.d, caps: caps}
 	mux.HandleFunc("PUT /v1/channels/{channel}/roster", t.putRoster)
 	mux.HandleFunc("PUT /v1/channels/{channel}/project", t.putProject)
 	mux.HandleFunc("POST /v1/projects/{project}/activity", t.postActivity)
@@ -147,33 +141,16 @@ func (t *toolsAPI) putProject(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ch := r.PathValue("channel")
-	t.mu.Lock()
-	_, known := t.projects[ch]
-	full := !known && len(t.projects) >= maxProjectMappings
-	if !full {
-		if req.Project == "" {
-			delete(t.projects, ch)
-		} else {
-			t.projects[ch] = req.Project
-		}
-	}
-	t.mu.Unlock()
-	if full {
-		writeError(w, http.StatusInsufficientStorage, "too_many_projects", fmt.Sprintf("the daemon keeps at most %d channel -> project mappings", maxProjectMappings))
+	if err := t.d.Store().SetProject(ch, req.Project); err != nil {
+		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"channel_id": ch, "project": t.projectOf(ch)})
-}
-
-// projectOf is the activity key of a channel: the project the desktop app
-// mapped it to, else the channel id itself.
-func (t *toolsAPI) projectOf(ch string) string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p, ok := t.projects[ch]; ok {
-		return p
+	p, err := t.d.Store().Project(ch)
+	if err != nil {
+		fail(w, err)
+		return
 	}
-	return ch
+	writeJSON(w, http.StatusOK, map[string]any{"channel_id": ch, "project": p})
 }
 
 func (t *toolsAPI) postActivity(w http.ResponseWriter, r *http.Request) {
@@ -300,7 +277,11 @@ func (t *toolsAPI) activity(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	p := t.projectOf(ch)
+	p, err := t.d.Store().Project(ch)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	items, err := t.d.Store().Activity(p, limit)
 	if err != nil {
 		fail(w, err)

@@ -146,3 +146,38 @@ func (s *Store) Activity(project string, n int) ([]Activity, error) {
 	}
 	return out, nil
 }
+
+// SetProject maps a channel to the project whose activity its agents see;
+// "" removes the mapping.
+func (s *Store) SetProject(ch, project string) error {
+	if ch == "" {
+		return fmt.Errorf("store: set project: channel must be set")
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketProjects)
+		if project == "" {
+			return b.Delete([]byte(ch))
+		}
+		return b.Put([]byte(ch), []byte(project))
+	})
+	if err != nil {
+		return fmt.Errorf("store: set project of channel %q: %w", ch, err)
+	}
+	return nil
+}
+
+// Project returns the project a channel is mapped to, or the channel id
+// itself when none was pushed.
+func (s *Store) Project(ch string) (string, error) {
+	project := ch
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketProjects).Get([]byte(ch)); v != nil {
+			project = string(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("store: project of channel %q: %w", ch, err)
+	}
+	return project, nil
+}

@@ -1,7 +1,7 @@
 // Package store owns residentd's bbolt file: conversations, native session
 // ids, watermarks, channel messages, roster, activity and started agents.
 //
-// Schema version: 1. The layout of the file:
+// Schema version: 2. The layout of the file:
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
@@ -28,6 +28,8 @@
 //	    <at><seq uint64>         -> Activity (JSON)
 //	agents
 //	  <pid uint64>               -> AgentRecord (JSON)
+//	projects                     (since version 2)
+//	  <channel id>               -> project whose activity the channel's agents see
 //
 // Composite keys (<key>, <session><channel><thread>, <thread>) are
 // concatenations of length-prefixed parts (uvarint length, then the bytes),
@@ -54,7 +56,7 @@ import (
 )
 
 // SchemaVersion is the layout this package reads and writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Defaults for Options fields left zero.
 const (
@@ -83,6 +85,7 @@ var (
 	bucketRoster        = []byte("roster")
 	bucketActivity      = []byte("activity")
 	bucketAgents        = []byte("agents")
+	bucketProjects      = []byte("projects")
 
 	keyVersion  = []byte("version")
 	keyNative   = []byte("native")
@@ -202,6 +205,14 @@ type migration struct {
 // migrations is the ordered schema history; append, never edit.
 var migrations = []migration{
 	{version: 1, name: "initial layout", apply: migrateInitialLayout},
+	{version: 2, name: "channel projects", apply: migrateChannelProjects},
+}
+
+// migrateChannelProjects adds the channel -> project mapping, which lived
+// only in the daemon's memory before.
+func migrateChannelProjects(tx *bolt.Tx) error {
+	_, err := tx.CreateBucketIfNotExists(bucketProjects)
+	return err
 }
 
 func migrateInitialLayout(tx *bolt.Tx) error {

@@ -378,3 +378,44 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 		t.Fatalf("open: err = %v, want ErrSchemaTooNew", err)
 	}
 }
+
+// A version-1 file (written before the project mapping existed) keeps its
+// data and gains the projects bucket on Open.
+func TestMigrationV2ChannelProjects(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v1.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return migrate(tx, migrations[:1]) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := versionOf(t, db); got != 1 {
+		t.Fatalf("version = %d, want 1", got)
+	}
+	db.Close()
+
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if p, err := s.Project("ch"); err != nil || p != "ch" {
+		t.Fatalf("unmapped project = %q, %v; want the channel id", p, err)
+	}
+	if err := s.SetProject("ch", "shop"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Project("ch"); p != "shop" {
+		t.Fatalf("mapped project = %q", p)
+	}
+	if err := s.SetProject("ch", ""); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Project("ch"); p != "ch" {
+		t.Fatalf("after removing the mapping: %q", p)
+	}
+	if err := s.SetProject("", "x"); err == nil {
+		t.Fatal("SetProject accepted an empty channel")
+	}
+}
