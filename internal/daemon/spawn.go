@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// session is one agent process serving one native session.
+type session struct {
+	a      *acp.Agent
+	native string
+}
+
+func (s *session) Native() string        { return s.native }
+func (s *session) Pid() int              { return s.a.Pid() }
+func (s *session) Done() <-chan struct{} { return s.a.Done() }
+func (s *session) Close() error          { return s.a.Close() }
+
+var _ pool.Session = (*session)(nil)
+
+// spawner starts agent processes for the pool.
+type spawner Daemon
+
+var _ pool.Spawner[*session] = (*spawner)(nil)
+
+func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (s *session, shape lease.Shape, err error) {
+	d := (*Daemon)(sp)
+	b, ok := d.cfg.Binding(k.Binding)
+	if !ok {
+		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
+	}
+	if err := d.checkBackoff(b.ID); err != nil {
+		return nil, lease.Cold, err
+	}
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			d.spawnFailed(b.ID, err)
+		}
+	}()
+	dir := b.Dir
+	if dir == "" {
+		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, lease.Cold, fmt.Errorf("create working dir: %w", err)
+	}
+	env := make([]string, 0, len(b.Env))
+	for k, v := range b.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	mcp := []sdk.McpServer{}
+	release := func() {}
+	if d.mcp != nil && b.ToolsOn() {
+		servers, rel := d.mcp(k, b)
+		mcp = append(mcp, servers...)
+		if rel != nil {
+			release = rel
+		}
+	}
+	spec := acp.Spec{
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission,
+		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
+	}
+	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
+	t0 := d.now()
+	a, err := acp.Start(ctx, spec, log)
+	if err != nil {
+		release()
+		return nil, lease.Cold, err
+	}
+	d.m.ObserveSpawn(d.now().Sub(t0))
+	d.recordAgent(a, k, b.Command, log)
+	d.watchExit(a, k, log, release)
+
+	want := b.SavedSession
+	if want == "" && b.RestoreOn() && b.KeepsSession() {
+		id, err := d.st.NativeID(store.Key(k))
+		if err != nil {
+			a.Close()
+			return nil, lease.Cold, fmt.Errorf("read saved session: %w", err)
+		}
+		want = id
+	}
+	if want != "" && a.CanLoad() {
+		t1 := d.now()
+		// Once per process: some agents leak children on repeated loads.
+		if err := a.LoadSession(ctx, want); err == nil {
+			d.m.ObserveSessionReady("load", d.now().Sub(t1))
+			d.m.Restore(true)
+			log.Info("session restored", zap.String("native", want), zap.Int("pid", a.Pid()))
+			return &session{a: a, native: want}, lease.Restored, nil
+		} else {
+			d.m.Restore(false)
+			log.Warn("session restore failed; starting a new session", zap.String("native", want), zap.Error(err))
+		}
+		select {
+		case <-a.Done():
+			return nil, lease.Cold, fmt.Errorf("agent exited during session/load: %w", a.ExitErr())
+		default:
+		}
+	}
+	t1 := d.now()
+	native, err := a.NewSession(ctx)
+	if err != nil {
+		a.Close()
+		return nil, lease.Cold, err
+	}
+	d.m.ObserveSessionReady("new", d.now().Sub(t1))
+	if b.KeepsSession() {
+		if err := d.st.SetNativeID(store.Key(k), native); err != nil {
+			log.Error("save native session id failed", zap.Error(err))
+		}
+	}
+	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
+	return &session{a: a, native: native}, lease.Cold, nil
+}
+
+// recordAgent notes a spawned agent in the store so that a daemon restarted
+// after a crash can find and stop the process group this one leaves behind.
+func (d *Daemon) recordAgent(a *acp.Agent, k pool.Key, command string, log *zap.Logger) {
+	pid := a.Pid()
+	ticks, err := acp.StartTicks(pid)
+	if err != nil {
+		// Already gone, or not identifiable: a record nobody can verify is useless.
+		log.Warn("agent start time unknown; not recorded for the startup sweep", zap.Int("pid", pid), zap.Error(err))
+		return
+	}
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		pgid = pid // acp starts every agent as its own group leader
+	}
+	rec := store.AgentRecord{Pid: pid, Pgid: pgid, StartTicks: ticks, Command: command, Key: store.Key(k), StartedAt: time.Now()}
+	if err := d.st.RecordAgent(rec); err != nil {
+		log.Warn("record agent failed", zap.Int("pid", pid), zap.Error(err))
+	}
+}
+
+// watchExit counts an agent's exit once it is reaped.
+func (d *Daemon) watchExit(a *acp.Agent, k pool.Key, log *zap.Logger, release func()) {
+	d.watchers.Add(1)
+	go func() {
+		defer d.watchers.Done()
+		<-a.Done()
+		release()
+		if err := d.st.ForgetAgent(a.Pid()); err != nil {
+			log.Warn("forget agent record failed", zap.Int("pid", a.Pid()), zap.Error(err))
+		}
+		d.m.AgentExited(a.ExitKind())
+		log.Info("agent exited", zap.Int("pid", a.Pid()), zap.String("kind", a.ExitKind()))
+	}()
+}
