@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/pool"
 )
 
 // counts reads the series the scripted turns below move.
@@ -146,5 +149,47 @@ residentd_agents_live 2
 `
 	if err := testutil.GatherAndCompare(h.m.Registry, strings.NewReader(want), "residentd_agents_live"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The prefix-stability guard: a binding whose framing bytes change between
+// cold turns is counted each time (and logged once), since it costs the
+// provider's whole prompt cache. Token usage the agent reports is counted by
+// shape.
+func TestFramingChangeIsCountedAndTokensByShape(t *testing.T) {
+	var framing string
+	h := newHarness(t, func(c *config.Config) {
+		framing = filepath.Join(c.StateDir, "framing.txt")
+		c.Bindings[0].System = ""
+		c.Bindings[0].SystemFile = framing
+	})
+	k := pool.Key{Channel: "ch", Binding: "b-builtin"}
+	write := func(s string) {
+		if err := os.WriteFile(framing, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changes := func() float64 { return testutil.ToFloat64(h.m.FramingChanges.WithLabelValues("b-builtin")) }
+
+	write("You are @agent. Stable framing.")
+	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
+	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two")) // warm: framing not sent
+	h.d.Fresh(k)
+	reply(t, h.mention("ch", "b-builtin", "q3", "@agent three")) // cold, same bytes
+	if n := changes(); n != 0 {
+		t.Fatalf("framing changes = %v with identical framing", n)
+	}
+	write("You are @agent. Channel #backend · 6 online · turn at 10:02")
+	h.d.Fresh(k)
+	reply(t, h.mention("ch", "b-builtin", "q4", "@agent four"))
+	if n := changes(); n != 1 {
+		t.Fatalf("framing changes = %v after the framing changed, want 1", n)
+	}
+
+	in := func(shape string) float64 {
+		return testutil.ToFloat64(h.m.AgentTokens.WithLabelValues(shape, "input"))
+	}
+	if in("cold") <= 0 || in("warm") <= 0 || in("cold") <= in("warm") {
+		t.Fatalf("input tokens by shape: cold %v warm %v; want both counted, cold (3 turns, framing + replay) above warm (1 turn)", in("cold"), in("warm"))
 	}
 }
