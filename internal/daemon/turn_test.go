@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -180,5 +183,93 @@ func TestStartFreshForgetsSession(t *testing.T) {
 	got := reply(t, r)
 	if r.done.Shape != "cold" || r.done.Native == first.done.Native || got["users"] != "1" || r.done.Context.Header != "snapshot" {
 		t.Fatalf("after fresh: shape %s reply %v context %+v", r.done.Shape, got, r.done.Context)
+	}
+}
+
+// records reads the built-in agent's --record file: one entry per
+// session/new, session/load and session/prompt it received.
+func records(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+func methods(recs []map[string]any) map[string]int {
+	n := map[string]int{}
+	for _, r := range recs {
+		n[r["method"].(string)]++
+	}
+	return n
+}
+
+// Restore calls session/load exactly once per new process and keeps the
+// history the agent replays during the load out of the caller's stream.
+func TestRestoreLoadsOnceAndHidesReplay(t *testing.T) {
+	var rec string
+	h := newHarness(t, func(c *config.Config) {
+		rec = filepath.Join(c.StateDir, "record.jsonl")
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
+	})
+	first := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, first)
+	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two"))
+	h.restart()
+	r := h.mention("ch", "b-builtin", "q3", "@agent three")
+	reply(t, r)
+	reply(t, h.mention("ch", "b-builtin", "q4", "@agent four"))
+
+	if r.done.Shape != "restored" || r.done.Native != first.done.Native {
+		t.Fatalf("after restart: shape %s native %s (was %s)", r.done.Shape, r.done.Native, first.done.Native)
+	}
+	if got := methods(records(t, rec)); got["session/load"] != 1 || got["session/new"] != 1 || got["session/prompt"] != 4 {
+		t.Fatalf("agent received %v; want one session/new, one session/load, four prompts", got)
+	}
+	// The load replays two earlier turns as user/agent chunks: none of them
+	// may reach the caller, whose stream holds only this turn's reply.
+	for _, u := range r.updates {
+		if u.Update != nil && u.Update.Kind != "agent_message_chunk" && u.Update.Kind != "usage_update" {
+			t.Fatalf("restored turn streamed a %q update: %+v", u.Update.Kind, u.Update)
+		}
+		if u.Update != nil && strings.Contains(u.Update.Text, "turn=1 ") {
+			t.Fatalf("restored turn streamed the replayed history: %q", u.Update.Text)
+		}
+	}
+	if !strings.Contains(r.done.Text, "turn=3 ") {
+		t.Fatalf("restored reply %q, want the agent's third turn", r.done.Text)
+	}
+}
+
+// A failed session/load falls back to a new session: a cold turn with the
+// replay and a snapshot, not a gap.
+func TestFailedLoadFallsBackToCold(t *testing.T) {
+	h := newHarness(t)
+	h.say("ch", "a", 3)
+	first := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, first)
+	h.close()
+	// The next process refuses every session/load.
+	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--fault", "load-fail")
+	h.open()
+	r := h.mention("ch", "b-builtin", "q2", "@agent two")
+	got := reply(t, r)
+	if r.done.Shape != "cold" || r.done.Native == first.done.Native || got["users"] != "2" || got["assistants"] != "1" {
+		t.Fatalf("after a failed load: shape %s native %s reply %v", r.done.Shape, r.done.Native, got)
+	}
+	if r.done.Context.Header != "snapshot" {
+		t.Fatalf("after a failed load the new session got %q context, want a snapshot", r.done.Context.Header)
+	}
+	if n := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("failed")); n != 1 {
+		t.Fatalf("failed restores = %v, want 1", n)
 	}
 }
