@@ -44,13 +44,18 @@ func TestMain(m *testing.M) {
 
 // syncBuffer collects a child's output while the test reads it.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed and replaced on every write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.b.Write(p)
 }
 
@@ -58,6 +63,16 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// snapshot returns the text so far and a channel closed by the next write.
+func (s *syncBuffer) snapshot() (string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.b.String(), s.changed
 }
 
 // proc is a residentd child process.
@@ -130,6 +145,47 @@ func (p *proc) stop(d time.Duration) error {
 }
 
 // wait waits for the child to exit by itself (bounded) and returns its code.
+// waitOutput waits until the child's output contains every one of want.
+// The child's stderr reaches the buffer through a pipe copied by os/exec,
+// so a line the daemon wrote before it answered on the socket may not be
+// here yet when the answer is.
+func (p *proc) waitOutput(t *testing.T, d time.Duration, want ...string) string {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		out, changed := p.out.snapshot()
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return out
+		}
+		select {
+		case <-changed:
+		case <-p.done:
+			if out = p.out.String(); containsAll(out, want) {
+				return out
+			}
+			t.Fatalf("residentd exited (%v) without printing %q. Output:\n%s", p.cmd.ProcessState, missing, out)
+		case <-timeout:
+			t.Fatalf("residentd did not print %q within %s. Output:\n%s", missing, d, p.out.String())
+		}
+	}
+}
+
+func containsAll(s string, want []string) bool {
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *proc) wait(t *testing.T, d time.Duration) int {
 	t.Helper()
 	select {
@@ -267,9 +323,7 @@ func TestSocketActivation(t *testing.T) {
 	if _, err := os.Lstat(unused); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the daemon bound --socket %s although a socket was passed (stat err %v)", unused, err)
 	}
-	if !strings.Contains(p.out.String(), "using socket-activated listener") {
-		t.Errorf("no activation log line:\n%s", p.out.String())
-	}
+	p.waitOutput(t, 30*time.Second, "using socket-activated listener")
 }
 
 func TestSecondDaemonOnSameStateFailsFast(t *testing.T) {
@@ -484,12 +538,7 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	if !running(stranger.Process.Pid, sTicks) {
 		t.Error("the stranger with a recycled pid on record was killed")
 	}
-	out := next.out.String()
-	for _, want := range []string{"stopped a leftover agent group", "spared", `"stopped":1`, `"spared":1`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("log lacks %q:\n%s", want, out)
-		}
-	}
+	next.waitOutput(t, 30*time.Second, "stopped a leftover agent group", "spared", `"stopped":1`, `"spared":1`)
 	if next.stop(20*time.Second) != nil {
 		t.Fatal("daemon did not stop")
 	}
