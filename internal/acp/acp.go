@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,10 +246,26 @@ func (a *Agent) spawn(path string) error {
 		defer close(stderrDone)
 		a.tail.readFrom(errR)
 	}()
-	a.conn = sdk.NewClientSideConnection(&client{a: a}, inW, outR)
+	// The SDK's connection reads from the moment it exists, before its own
+	// fields and our logger are set; hold its first read until they are, so
+	// an agent that writes at once cannot race the setup.
+	in := &gatedReader{r: outR, open: make(chan struct{})}
+	a.conn = sdk.NewClientSideConnection(&client{a: a}, inW, in)
 	a.conn.SetLogger(newSlog(a.log))
+	close(in.open)
 	go a.reap(stderrDone)
 	return nil
+}
+
+// gatedReader blocks reads until open is closed.
+type gatedReader struct {
+	r    io.Reader
+	open chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	<-g.open
+	return g.r.Read(p)
 }
 
 // reap is the one goroutine that waits for the process; it closes done.

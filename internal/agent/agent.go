@@ -128,9 +128,15 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		sessions: make(map[string]*session),
 		exit:     make(chan int, 1),
 	}
-	conn := acp.NewAgentSideConnection(b, out, stdin)
+	// The connection reads stdin from the moment it exists; hold the first
+	// read until b.conn is set, or a request that arrives at once (the
+	// client writes initialize as soon as the process starts) would be
+	// handled by a builtin with no connection to answer on.
+	in := &gatedReader{r: stdin, open: make(chan struct{})}
+	conn := acp.NewAgentSideConnection(b, out, in)
 	conn.SetLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	b.conn = conn
+	close(in.open)
 
 	select {
 	case <-conn.Done():
@@ -408,6 +414,17 @@ func (b *builtin) thought(ctx context.Context, id, what, result string, err erro
 		msg = what + " error: " + err.Error()
 	}
 	_ = b.send(ctx, id, acp.UpdateAgentThoughtText(msg))
+}
+
+// gatedReader blocks reads until open is closed.
+type gatedReader struct {
+	r    io.Reader
+	open chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	<-g.open
+	return g.r.Read(p)
 }
 
 func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) error {

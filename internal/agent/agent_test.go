@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -166,5 +167,72 @@ func TestRoundTripInProcess(t *testing.T) {
 	}
 	if _, err := conn2.LoadSession(ctx, acp.LoadSessionRequest{SessionId: "nat-0000000000000000", Cwd: "/", McpServers: []acp.McpServer{}}); err == nil || !strings.Contains(err.Error(), "nat-0000000000000000") {
 		t.Fatalf("load of an unknown id: err = %v, want an error naming it", err)
+	}
+}
+
+// TestRequestsAlreadyWaitingAtStart gives the agent its requests before Main
+// runs, as a client does that writes initialize the moment the process
+// starts: the handlers must not run before the connection they answer on is
+// set (under -race a missing happens-before is reported even when the
+// schedule happens to be kind).
+func TestRequestsAlreadyWaitingAtStart(t *testing.T) {
+	ctx := context.Background()
+	state := t.TempDir()
+	conn, _ := runInProcess(t, "--state", state)
+	if _, err := conn.Initialize(ctx, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Prompt(ctx, acp.PromptRequest{SessionId: ns.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock("You are x\nUser: hi")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	requests := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"session/load","params":{"sessionId":"` + string(ns.SessionId) + `","cwd":"/","mcpServers":[]}}` + "\n"
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	written := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(toAgentW, requests)
+		written <- err
+	}()
+	code := make(chan int, 1)
+	go func() {
+		code <- Main([]string{"--state", state}, toAgentR, fromAgentW, io.Discard)
+		fromAgentW.Close()
+	}()
+
+	dec := json.NewDecoder(fromAgentR)
+	updates := 0
+	for {
+		var m struct {
+			ID     *int            `json:"id"`
+			Method string          `json:"method"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("agent output ended before the load answered (%d updates): %v", updates, err)
+		}
+		if m.Method == "session/update" {
+			updates++
+		}
+		if m.ID != nil && *m.ID == 2 {
+			if m.Error != nil || updates != 2 {
+				t.Fatalf("session/load answered %s / %s after %d updates, want a result after the 2 replayed turns", m.Result, m.Error, updates)
+			}
+			break
+		}
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	toAgentW.Close()
+	go io.Copy(io.Discard, fromAgentR)
+	if got := <-code; got != 0 {
+		t.Errorf("Main returned %d after stdin EOF", got)
 	}
 }
