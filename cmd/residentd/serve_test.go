@@ -21,6 +21,7 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/daemon"
+	procfs "github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/service"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -418,25 +419,10 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 	}
 }
 
-// statOf reads the state and process group of pid from /proc.
-func statOf(pid int) (state string, pgrp int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, false
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 3 {
-		return "", 0, false
-	}
-	pgrp, _ = strconv.Atoi(f[2])
-	return f[0], pgrp, true
-}
-
 // running reports whether pid is a live, non-zombie process with ticks.
 func running(pid int, ticks uint64) bool {
-	got, err := acp.StartTicks(pid)
-	state, _, ok := statOf(pid)
-	return err == nil && got == ticks && ok && state != "Z"
+	st, err := procfs.Read(pid)
+	return err == nil && st.Start == ticks && !st.Zombie()
 }
 
 // A daemon killed with agents running leaves their children behind; the
@@ -475,14 +461,13 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	}
 	// The grandchild shares the agent's process group.
 	grand := 0
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == agentPid {
-			continue
-		}
-		if _, pg, ok := statOf(pid); ok && pg == agentPid {
-			grand = pid
+	members, err := procfs.Group(agentPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.Pid != agentPid {
+			grand = m.Pid
 		}
 	}
 	if grand == 0 {

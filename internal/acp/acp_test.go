@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/proc"
 	"go.uber.org/zap"
 )
 
@@ -350,40 +350,18 @@ func assertGroupGone(t *testing.T, pgid int) {
 		if errors.Is(err, syscall.ESRCH) {
 			return
 		}
-		live := liveMembers(t, pgid)
+		live, perr := proc.Group(pgid)
+		if perr != nil {
+			t.Skipf("no /proc to inspect process groups: %v", perr)
+		}
 		if len(live) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process group %d still has live members %v (kill -0: %v)", pgid, live, err)
+			t.Fatalf("process group %d still has live members %+v (kill -0: %v)", pgid, live, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// liveMembers lists the non-zombie processes whose process group is pgid.
-func liveMembers(t *testing.T, pgid int) []string {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Skipf("no /proc to inspect process groups: %v", err)
-	}
-	var live []string
-	for _, e := range entries {
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(stat), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat)[i+1:]) // state ppid pgrp ...
-		if len(f) >= 3 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
-			live = append(live, e.Name()+":"+f[0])
-		}
-	}
-	return live
 }
 
 func TestProcessGroupGoneAfterClose(t *testing.T) {

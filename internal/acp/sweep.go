@@ -1,21 +1,20 @@
 package acp
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/residentd/residentd/internal/proc"
 )
 
 // ErrNoProcess means no process has the pid asked about.
-var ErrNoProcess = errors.New("acp: no such process")
+var ErrNoProcess = proc.ErrNoProcess
 
 // Sweep outcomes, one per leftover.
 const (
@@ -54,8 +53,8 @@ func StartTicks(pid int) (uint64, error) {
 		return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
 	}
 	if runtime.GOOS == "linux" {
-		st, err := readStat(pid)
-		return st.start, err
+		st, err := proc.Read(pid)
+		return st.Start, err
 	}
 	return psStart(pid)
 }
@@ -116,18 +115,18 @@ func judgeLinux(res SweepResult) SweepResult {
 	r := res.Leftover
 	// Start ticks count from boot: a record from before a reboot can match a
 	// stranger by accident, and nothing it named can still run.
-	if bt, err := bootTime(); err == nil && !r.StartedAt.IsZero() && r.StartedAt.Before(bt) {
+	if bt, err := proc.BootTime(); err == nil && !r.StartedAt.IsZero() && r.StartedAt.Before(bt) {
 		res.Outcome = SweepGone
 		return res
 	}
-	leader, err := readStat(r.Pid)
+	leader, err := proc.Read(r.Pid)
 	switch {
 	case errors.Is(err, ErrNoProcess):
 		// The leader died (the parent-death signal kills it with the daemon)
 		// but its children may live on in the group. The kernel does not hand
 		// out a pid that is still some group's id, so members of the group
 		// that started after our leader are its children.
-		members, err := groupMembers(r.Pgid)
+		members, err := proc.Group(r.Pgid)
 		if err != nil {
 			res.Outcome, res.Err = SweepUnverified, err
 			return res
@@ -137,7 +136,7 @@ func judgeLinux(res SweepResult) SweepResult {
 			return res
 		}
 		for _, m := range members {
-			if m.start < r.StartTicks {
+			if m.Start < r.StartTicks {
 				res.Outcome = SweepReused
 				return res
 			}
@@ -147,15 +146,15 @@ func judgeLinux(res SweepResult) SweepResult {
 	case err != nil:
 		res.Outcome, res.Err = SweepUnverified, err
 		return res
-	case leader.start != r.StartTicks:
+	case leader.Start != r.StartTicks:
 		res.Outcome = SweepReused
 		return res
-	case leader.pgrp != r.Pgid:
+	case leader.Pgrp != r.Pgid:
 		res.Outcome = SweepUnverified
-		res.Err = fmt.Errorf("acp: sweep: pid %d moved from group %d to %d", r.Pid, r.Pgid, leader.pgrp)
+		res.Err = fmt.Errorf("acp: sweep: pid %d moved from group %d to %d", r.Pid, r.Pgid, leader.Pgrp)
 		return res
 	}
-	members, err := groupMembers(r.Pgid)
+	members, err := proc.Group(r.Pgid)
 	if err != nil {
 		res.Outcome, res.Err = SweepUnverified, err
 		return res
@@ -224,93 +223,10 @@ func waitGroups(out []SweepResult, idx []int, d time.Duration) []int {
 // groupAlive reports whether any non-zombie process is in group pgid.
 func groupAlive(pgid int) bool {
 	if runtime.GOOS == "linux" {
-		m, err := groupMembers(pgid)
+		m, err := proc.Group(pgid)
 		return err != nil || len(m) > 0
 	}
 	return syscall.Kill(-pgid, 0) != syscall.ESRCH
-}
-
-// procStat is the part of /proc/<pid>/stat the sweep needs.
-type procStat struct {
-	pid   int
-	state byte
-	pgrp  int
-	start uint64
-}
-
-func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return procStat{}, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
-	}
-	if err != nil {
-		return procStat{}, fmt.Errorf("acp: read stat of pid %d: %w", pid, err)
-	}
-	return parseStat(pid, b)
-}
-
-// parseStat reads fields 3 (state), 5 (pgrp) and 22 (starttime). The command
-// name (field 2) may hold blanks and parentheses, so fields are counted from
-// its last ')'.
-func parseStat(pid int, b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, fmt.Errorf("acp: stat of pid %d: no command field", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, fmt.Errorf("acp: stat of pid %d: %d fields after the command", pid, len(f))
-	}
-	pgrp, err := strconv.Atoi(f[2])
-	if err != nil {
-		return procStat{}, fmt.Errorf("acp: stat of pid %d: pgrp %q: %w", pid, f[2], err)
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return procStat{}, fmt.Errorf("acp: stat of pid %d: starttime %q: %w", pid, f[19], err)
-	}
-	return procStat{pid: pid, state: f[0][0], pgrp: pgrp, start: start}, nil
-}
-
-// groupMembers lists the live (non-zombie) processes in group pgid.
-func groupMembers(pgid int) ([]procStat, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("acp: list processes: %w", err)
-	}
-	var out []procStat
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := readStat(pid)
-		if err != nil {
-			continue // exited while we looked
-		}
-		if st.pgrp == pgid && st.state != 'Z' {
-			out = append(out, st)
-		}
-	}
-	return out, nil
-}
-
-// bootTime is the btime line of /proc/stat.
-func bootTime() (time.Time, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, fmt.Errorf("acp: read boot time: %w", err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("acp: boot time %q: %w", v, err)
-			}
-			return time.Unix(s, 0), nil
-		}
-	}
-	return time.Time{}, errors.New("acp: no btime in /proc/stat")
 }
 
 // psStart asks ps(1) for pid's start time, in Unix seconds.

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/proc"
 )
 
 // group is a real process group started by a shell script: the shell leads
@@ -88,8 +90,8 @@ func (g *group) exited() bool {
 // given start ticks.
 func alive(pid int, ticks uint64) bool {
 	if runtime.GOOS == "linux" {
-		st, err := readStat(pid)
-		return err == nil && st.start == ticks && st.state != 'Z'
+		st, err := proc.Read(pid)
+		return err == nil && st.Start == ticks && !st.Zombie()
 	}
 	got, err := StartTicks(pid)
 	return err == nil && got == ticks
@@ -119,20 +121,6 @@ func TestStartTicks(t *testing.T) {
 	}
 	if _, err := StartTicks(cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("StartTicks(reaped pid) err = %v, want ErrNoProcess", err)
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	line := "4242 (evil) (name) S 1 4240 4240 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615\n"
-	st, err := parseStat(4242, []byte(line))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.state != 'S' || st.pgrp != 4240 || st.start != 987654 {
-		t.Errorf("parsed %+v", st)
-	}
-	if _, err := parseStat(1, []byte("1 (x) S 0")); err == nil {
-		t.Error("a truncated stat line parsed")
 	}
 }
 

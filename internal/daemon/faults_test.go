@@ -20,6 +20,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -58,39 +59,20 @@ func marked(mark string) []int {
 
 // procState is the state letter of pid ("Z" for a zombie), "" when gone.
 func procState(pid int) string {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := proc.Read(pid)
 	if err != nil {
 		return ""
 	}
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(string(stat)[i+1:])
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
+	return string(st.State)
 }
 
 // zombieChildren lists this process's children that nobody reaped.
 func zombieChildren() []int {
-	me := strconv.Itoa(os.Getpid())
-	entries, _ := os.ReadDir("/proc")
+	all, _ := proc.All()
 	var out []int
-	for _, e := range entries {
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(stat), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat)[i+1:]) // state ppid ...
-		if len(f) >= 2 && f[0] == "Z" && f[1] == me {
-			pid, _ := strconv.Atoi(e.Name())
-			out = append(out, pid)
+	for _, st := range all {
+		if st.Zombie() && st.Ppid == os.Getpid() {
+			out = append(out, st.Pid)
 		}
 	}
 	return out

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -200,58 +200,25 @@ func (h *harness) post(msgs ...channel.Message) {
 	}
 }
 
-// descendants returns pid and every process below it, read from the
-// /proc/*/stat parent links.
+// descendants returns pid and every process below it, by parent links.
 func descendants(pid int) []int {
-	parent := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pp, ok := ppid(p); ok {
-			parent[pp] = append(parent[pp], p)
-		}
+	all, _ := proc.All()
+	children := map[int][]int{}
+	for _, st := range all {
+		children[st.Ppid] = append(children[st.Ppid], st.Pid)
 	}
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
-		out = append(out, parent[out[i]]...)
+		out = append(out, children[out[i]]...)
 	}
 	sort.Ints(out)
 	return out
 }
 
-// ppid reads the parent pid from /proc/pid/stat (the field after the
-// parenthesised command name, which may itself hold spaces or parentheses).
-func ppid(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, false
-	}
-	pp, err := strconv.Atoi(f[1])
-	return pp, err == nil
-}
-
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[i+1:])
-	return len(f) > 0 && f[0] != "Z"
+	st, err := proc.Read(pid)
+	return err == nil && !st.Zombie()
 }
 
 // cmdline is a process's command line, for failure messages.

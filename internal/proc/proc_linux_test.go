@@ -1,0 +1,84 @@
+//go:build linux
+
+package proc
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestReadSelfAndReaped(t *testing.T) {
+	me, err := Read(os.Getpid())
+	if err != nil || me.Ppid != os.Getppid() || me.Pgrp != syscall.Getpgrp() || me.Start == 0 || me.Zombie() {
+		t.Fatalf("Read(self) = %+v, %v", me, err)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("Read(reaped pid) err = %v, want ErrNoProcess", err)
+	}
+}
+
+// A child in a group of its own shows up in Group as long as it runs, and
+// as a zombie child of ours (and out of Group) once it exits unreaped.
+func TestGroupAndZombie(t *testing.T) {
+	cmd := exec.Command("sleep", "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	reaped := false
+	t.Cleanup(func() {
+		if !reaped {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	members, err := Group(pid)
+	if err != nil || len(members) != 1 || members[0].Pid != pid || members[0].Ppid != os.Getpid() {
+		t.Fatalf("Group(%d) = %+v, %v; want the sleep alone", pid, members, err)
+	}
+
+	// Kill without reaping: wait for the zombie through waitid(WNOWAIT),
+	// which returns once the child has exited and leaves it unreaped.
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatalf("waitid: %v", err)
+	}
+	st, err := Read(pid)
+	if err != nil || !st.Zombie() {
+		t.Fatalf("after SIGKILL, before reaping: %+v, %v; want a zombie", st, err)
+	}
+	if members, _ := Group(pid); len(members) != 0 {
+		t.Errorf("Group(%d) after exit = %+v, want no live members", pid, members)
+	}
+	all, err := All()
+	if err != nil || !slices.ContainsFunc(all, func(s Stat) bool { return s.Pid == pid && s.Zombie() }) {
+		t.Errorf("All() lacks the zombie %d (%v)", pid, err)
+	}
+	cmd.Wait()
+	reaped = true
+	if _, err := Read(pid); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("after reaping: %v, want ErrNoProcess", err)
+	}
+}
+
+func TestBootTime(t *testing.T) {
+	bt, err := BootTime()
+	if err != nil || !bt.Before(time.Now()) || bt.Year() < 2000 {
+		t.Fatalf("BootTime = %v, %v", bt, err)
+	}
+}
