@@ -73,11 +73,9 @@ func newEnv(t *testing.T) *env {
 	}
 	dir := t.TempDir()
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
-	cfg.Bindings = []config.Binding{
-		{ID: "b-builtin", Handle: "@agent", Command: exe, Args: []string{"agent", "--state", filepath.Join(dir, "agent")},
-			Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"}, System: config.BuiltinFraming, Supervised: true, Resident: true},
-		{ID: "b-missing", Handle: "@missing", Command: "/nonexistent/residentd-agent-xyz"},
-	}
+	builtin := config.Builtin(exe, dir)
+	builtin.Env = map[string]string{"RESIDENTD_TEST_AGENT": "1"}
+	cfg.Bindings = []config.Binding{builtin, {ID: "b-missing", Handle: "@missing", Command: "/nonexistent/residentd-agent-xyz"}}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -139,7 +139,7 @@ func (h *harness) setArgs(binding string, extra ...string) {
 	h.t.Helper()
 	for i := range h.cfg.Bindings {
 		if h.cfg.Bindings[i].ID == binding {
-			h.cfg.Bindings[i].Args = append([]string{"agent", "--state", filepath.Join(h.dir, "agent-"+binding)}, extra...)
+			h.cfg.Bindings[i].Args = testBinding(h.t, binding, h.dir, extra...).Args
 			return
 		}
 	}

@@ -51,12 +51,10 @@ func testBinding(t *testing.T, id, stateDir string, extra ...string) config.Bind
 	if err != nil {
 		t.Fatal(err)
 	}
-	return config.Binding{
-		ID: id, Handle: "@agent", Runtime: "builtin:test",
-		Command: exe, Args: append([]string{"agent", "--state", filepath.Join(stateDir, "agent-"+id)}, extra...),
-		Env:    map[string]string{"RESIDENTD_TEST_AGENT": "1"},
-		System: config.BuiltinFraming, Supervised: true, Resident: true,
-	}
+	b := config.Builtin(exe, filepath.Join(stateDir, "agent-"+id))
+	b.ID, b.Args = id, append(b.Args, extra...)
+	b.Env = map[string]string{"RESIDENTD_TEST_AGENT": "1"}
+	return b
 }
 
 func newHarness(t *testing.T, tweak ...func(*config.Config)) *harness {

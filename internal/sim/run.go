@@ -71,13 +71,11 @@ type outcome struct {
 // binding returns the daemon binding for strategy name.
 func (o *Options) binding(name, dir string) config.Binding {
 	own := false
-	b := config.Binding{
-		ID: "b-" + strings.ReplaceAll(name, "_", "-"), Handle: AgentHandle, Runtime: "builtin:residentd:agent",
-		Command: o.AgentCommand,
-		Args: append(append([]string(nil), o.AgentArgs...),
-			"--state", filepath.Join(dir, "agent-"+name), "--record", recordPath(dir, name)),
-		Env: o.AgentEnv, System: config.BuiltinFraming, Supervised: true, Resident: true, OmitOwnPosts: &own,
-	}
+	// The shipped built-in binding, one per strategy, recording what it gets.
+	b := config.Builtin(o.AgentCommand, "")
+	b.ID, b.Handle, b.Env, b.OmitOwnPosts = "b-"+strings.ReplaceAll(name, "_", "-"), AgentHandle, o.AgentEnv, &own
+	b.Args = append(append([]string(nil), o.AgentArgs...),
+		"--state", filepath.Join(dir, "agent-"+name), "--record", recordPath(dir, name))
 	switch name {
 	case Window, WindowEvicted:
 		b.Supervised = false // no session kept: a snapshot every turn, but the process stays warm

@@ -69,12 +69,9 @@ func testExe(t *testing.T) string {
 
 // builtinBinding runs this test binary as the built-in agent.
 func builtinBinding(t *testing.T, id, dir string) config.Binding {
-	return config.Binding{
-		ID: id, Handle: "@agent", Runtime: "builtin:test",
-		Command: testExe(t), Args: []string{"agent", "--state", filepath.Join(dir, "agent-"+id)},
-		Env:    map[string]string{"RESIDENTD_TEST_AGENT": "1"},
-		System: config.BuiltinFraming, Supervised: true, Resident: true,
-	}
+	b := config.Builtin(testExe(t), filepath.Join(dir, "agent-"+id))
+	b.ID, b.Env = id, map[string]string{"RESIDENTD_TEST_AGENT": "1"}
+	return b
 }
 
 func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
