@@ -209,24 +209,39 @@ func TestClientSeesCodes(t *testing.T) {
 	if err := e.c.Cancel(ctx, "run-nope"); !IsCode(err, "unknown_run") {
 		t.Fatalf("cancel unknown run: %v", err)
 	}
-	// A turn cancelled through the API ends in-stream with code cancelled.
-	var once sync.Once
-	started := make(chan string)
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[fault:hang-turn]]"}, func(ev daemon.Event) {
-			if ev.Event == "start" {
-				once.Do(func() { started <- ev.RunID })
-			}
-		})
-		done <- err
-	}()
-	run := <-started
-	if err := e.c.Cancel(ctx, run); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; !IsCode(err, "cancelled") || !strings.Contains(err.Error(), "cancelled by a client") {
-		t.Fatalf("cancelled turn: %v", err)
+	// A turn cancelled through the API ends in-stream with code cancelled,
+	// and its error event names the run, both when the daemon generated the
+	// id and when the client chose one that needs escaping in a path.
+	for _, runID := range []string{"", "team/42 #1"} {
+		var once sync.Once
+		started := make(chan string, 1)
+		type end struct {
+			ev  daemon.Event
+			err error
+		}
+		done := make(chan end, 1)
+		go func() {
+			ev, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: runID, Text: "@agent [[fault:hang-turn]]"}, func(ev daemon.Event) {
+				if ev.Event == "start" {
+					once.Do(func() { started <- ev.RunID })
+				}
+			})
+			done <- end{ev, err}
+		}()
+		run := <-started
+		if runID != "" && run != runID {
+			t.Fatalf("start event run id %q, want %q", run, runID)
+		}
+		if err := e.c.Cancel(ctx, run); err != nil {
+			t.Fatalf("cancel %q: %v", run, err)
+		}
+		r := <-done
+		if !IsCode(r.err, "cancelled") || !strings.Contains(r.err.Error(), "cancelled by a client") {
+			t.Fatalf("cancelled turn %q: %v", run, r.err)
+		}
+		if r.ev.Event != "error" || r.ev.RunID != run {
+			t.Errorf("error event %+v, want run id %q", r.ev, run)
+		}
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"sync"
 
 	"github.com/residentd/residentd/internal/channel"
@@ -78,9 +80,14 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return c.roundTrip(req)
+}
+
+// roundTrip sends req and turns an error response into an *Error.
+func (c *Client) roundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.http().Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("residentd: %s %s: %w (is the daemon running? start it with `residentd serve`)", method, path, err)
+		return nil, fmt.Errorf("residentd: %s %s: %w (is the daemon running? start it with `residentd serve`)", req.Method, req.URL.Path, err)
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
@@ -89,7 +96,8 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		}
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		if json.Unmarshal(data, &env) != nil || env.Error.Code == "" {
-			return nil, &Error{Status: resp.StatusCode, Code: "http_" + resp.Status, Message: string(data)}
+			// Not the daemon's error envelope (a proxy, an old daemon).
+			return nil, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: string(data)}
 		}
 		env.Error.Status = resp.StatusCode
 		return nil, &env.Error
@@ -137,7 +145,7 @@ func (c *Client) Turn(ctx context.Context, req daemon.TurnRequest, on func(daemo
 
 // Cancel cancels a running turn by its run id.
 func (c *Client) Cancel(ctx context.Context, runID string) error {
-	return c.do(ctx, http.MethodPost, "/v1/turns/"+runID+"/cancel", nil, nil)
+	return c.do(ctx, http.MethodPost, "/v1/turns/"+url.PathEscape(runID)+"/cancel", nil, nil)
 }
 
 // Sessions lists live sessions.

@@ -3,8 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -87,21 +85,10 @@ func (c *Client) toolGet(ctx context.Context, capability, path string, q url.Val
 		return err
 	}
 	req.Header.Set(CapabilityHeader, capability)
-	resp, err := c.http().Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
-		return fmt.Errorf("residentd: GET %s: %w", path, err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var env struct {
-			Error Error `json:"error"`
-		}
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(data, &env) != nil || env.Error.Code == "" {
-			return &Error{Status: resp.StatusCode, Code: "http_" + resp.Status, Message: string(data)}
-		}
-		env.Error.Status = resp.StatusCode
-		return &env.Error
-	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }

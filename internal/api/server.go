@@ -292,12 +292,16 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	}
 	var mu sync.Mutex
 	started := false
+	runID := req.RunID // the daemon generates one when the request has none
 	flusher, _ := w.(http.Flusher)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	emit := func(ev daemon.Event) {
 		mu.Lock()
 		defer mu.Unlock()
+		if ev.RunID != "" {
+			runID = ev.RunID
+		}
 		if !started {
 			started = true
 			w.Header().Set("Content-Type", "application/x-ndjson")
@@ -313,14 +317,14 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mu.Lock()
-	wasStarted := started
+	wasStarted, id := started, runID
 	mu.Unlock()
 	status, code := classify(err)
 	if !wasStarted {
 		writeError(w, status, code, err.Error())
 		return
 	}
-	emit(daemon.Event{Event: "error", RunID: req.RunID, Code: code, Message: err.Error()})
+	emit(daemon.Event{Event: "error", RunID: id, Code: code, Message: err.Error()})
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
