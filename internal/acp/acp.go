@@ -187,7 +187,6 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	if err := a.spawn(path); err != nil {
 		return nil, err
 	}
-	a.log = a.log.With(zap.Int("pid", a.pid))
 
 	ictx, cancel := context.WithTimeout(ctx, spec.StartTimeout)
 	defer cancel()
@@ -239,6 +238,7 @@ func (a *Agent) spawn(path string) error {
 	}
 	closeAll(inR, outW, errW)
 	a.cmd, a.pid = cmd, cmd.Process.Pid
+	a.log = a.log.With(zap.Int("pid", a.pid)) // before anything reads it
 	a.stdin, a.stdout, a.stderr = inW, outR, errR
 
 	stderrDone := make(chan struct{})
@@ -290,16 +290,15 @@ func (a *Agent) reap(stderrDone <-chan struct{}) {
 	_ = a.stdin.Close()
 	// The group is dead, so EOF arrives once buffered output is read; the
 	// bound only matters for a descendant that escaped the group.
-	drain := time.NewTimer(2 * time.Second)
-	select {
-	case <-a.conn.Done():
-	case <-drain.C:
+	// One deadline for both waits: a timer's channel fires only once.
+	drain, stop := context.WithTimeout(context.Background(), 2*time.Second)
+	for _, ch := range []<-chan struct{}{a.conn.Done(), stderrDone} {
+		select {
+		case <-ch:
+		case <-drain.Done():
+		}
 	}
-	select {
-	case <-stderrDone:
-	case <-drain.C:
-	}
-	drain.Stop()
+	stop()
 	_ = a.stdout.Close()
 	_ = a.stderr.Close()
 	<-stderrDone
@@ -421,7 +420,8 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 func (a *Agent) LoadSession(ctx context.Context, native string) error {
 	r := &route{loading: true}
 	a.mu.Lock()
-	if old, ok := a.routes[native]; ok {
+	old, existed := a.routes[native]
+	if existed {
 		r = old
 		r.mu.Lock()
 		r.loading = true
@@ -437,8 +437,9 @@ func (a *Agent) LoadSession(ctx context.Context, native string) error {
 	r.loading = false
 	r.mu.Unlock()
 	if err != nil {
+		// A failed reload leaves a session the agent already had usable.
 		a.mu.Lock()
-		if a.routes[native] == r {
+		if !existed && a.routes[native] == r {
 			delete(a.routes, native)
 		}
 		a.mu.Unlock()
@@ -511,9 +512,15 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	// The turn's deadline or the caller ended it: ask the agent to stop and
 	// give it CancelGrace to answer before killing it.
 	cause := ctx.Err()
-	if err := a.conn.Cancel(context.Background(), sdk.CancelNotification{SessionId: sdk.SessionId(native)}); err != nil {
-		a.log.Debug("send session/cancel", zap.String("session", native), zap.Error(err))
-	}
+	// The SDK writes without a deadline: an agent that stopped reading
+	// stdin would block the cancel (behind the prompt's own write) and with
+	// it the grace timer. The goroutine ends when the write does, at the
+	// latest when Close below closes stdin.
+	go func() {
+		if err := a.conn.Cancel(context.Background(), sdk.CancelNotification{SessionId: sdk.SessionId(native)}); err != nil {
+			a.log.Debug("send session/cancel", zap.String("session", native), zap.Error(err))
+		}
+	}()
 	t := time.NewTimer(a.spec.CancelGrace)
 	defer t.Stop()
 	select {

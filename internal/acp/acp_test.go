@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -200,6 +202,47 @@ func TestNoLoadAndLoadFail(t *testing.T) {
 	native := newSession(t, a)
 	if err := a.LoadSession(context.Background(), native); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "induced load failure") {
 		t.Fatalf("load-fail: err = %v", err)
+	}
+	// The failed reload leaves the session the agent already had usable.
+	if res, err := a.Prompt(context.Background(), native, "You are x\nUser: still there?", nil); err != nil || res.StopReason != "end_turn" {
+		t.Fatalf("prompt after a failed reload of a live session: %+v, %v", res, err)
+	}
+}
+
+// An agent whose descendant left the process group and keeps stdout and
+// stderr open: the agent's exit must still end Start (and reap), bounded by
+// the drain deadline rather than by the descendant.
+func TestExitWithEscapedDescendantHoldingPipes(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("setsid(1) is not installed:", err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "escaped.pid")
+	spec := Spec{
+		Command: "sh", Args: []string{"-c", `setsid sh -c 'echo $$ > "$1"; exec sleep 120' sh "$0" & sleep 0.2; exit 0`, pidFile},
+		Dir: t.TempDir(), Grace: time.Second, CancelGrace: time.Second, StartTimeout: 60 * time.Second,
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	errc := make(chan error, 1)
+	go func() {
+		a, err := Start(context.Background(), spec, zap.NewNop())
+		if a != nil {
+			a.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrExited) && !errors.Is(err, ErrProtocol) {
+			t.Errorf("Start of an agent that exits before initialize: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Start still blocked 60s after the agent exited: reap waits for the escaped descendant (sleep 120)")
 	}
 }
 
@@ -479,6 +522,7 @@ func TestFileSystemAndPermissions(t *testing.T) {
 		{name: "read dotdot", permission: "allow", directive: "[[read:../" + filepath.Base(outside) + "/secret.txt]]", wantThought: "error"},
 		{name: "write denied", permission: "read-only", directive: "[[write:new.txt]]", wantThought: "refused by permission policy"},
 		{name: "write allowed", permission: "allow", directive: "[[write:new.txt]]", wantThought: "ok"},
+		{name: "write via dangling symlink", permission: "allow", directive: "[[write:dangling.txt]]", wantThought: "error"},
 		{name: "write outside", permission: "allow", directive: "[[write:" + filepath.Join(outside, "x.txt") + "]]", wantThought: "outside the agent's working directory"},
 		{name: "perm deny", permission: "deny", directive: "[[permission:read]]", wantThought: "selected reject", wantPermission: "reject_once builtin read tool"},
 		{name: "perm read-only read", permission: "read-only", directive: "[[permission:read]]", wantThought: "selected allow", wantPermission: "allow_once builtin read tool"},
@@ -495,6 +539,15 @@ func TestFileSystemAndPermissions(t *testing.T) {
 			if err := os.Symlink(secret, filepath.Join(spec.Dir, "link.txt")); err != nil {
 				t.Fatal(err)
 			}
+			target := filepath.Join(outside, "created-through-"+strings.ReplaceAll(tt.name, " ", "-"))
+			if err := os.Symlink(target, filepath.Join(spec.Dir, "dangling.txt")); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if _, err := os.Lstat(target); err == nil {
+					t.Errorf("a write followed a dangling symlink out of the working directory to %s", target)
+				}
+			}()
 			a := start(t, spec)
 			var c collector
 			if _, err := a.Prompt(context.Background(), newSession(t, a), tt.directive, c.on); err != nil {

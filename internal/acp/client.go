@@ -192,7 +192,9 @@ func (a *Agent) confine(path string, write bool) (string, error) {
 	}
 	path = filepath.Clean(path)
 	resolved, err := filepath.EvalSymlinks(path)
-	if write && errors.Is(err, fs.ErrNotExist) {
+	// A file not written yet resolves through its parent; a dangling
+	// symlink does not count as "not yet": writing it would follow it.
+	if _, lerr := os.Lstat(path); write && errors.Is(err, fs.ErrNotExist) && errors.Is(lerr, fs.ErrNotExist) {
 		var dir string
 		dir, err = filepath.EvalSymlinks(filepath.Dir(path))
 		resolved = filepath.Join(dir, filepath.Base(path))
