@@ -178,6 +178,8 @@ func (p *Pool[S]) Acquire(ctx context.Context, k Key) (*Checkout[S], error) {
 		p.releaseKey(e)
 		return nil, err
 	}
+	// takeSlot counted this spawn in p.wg, so Close waits for it; on success
+	// the count passes to the process's watcher.
 	sess, shape, err := p.spawn.Spawn(ctx, k)
 	p.mu.Lock()
 	p.starting--
@@ -185,6 +187,7 @@ func (p *Pool[S]) Acquire(ctx context.Context, k Key) (*Checkout[S], error) {
 		p.slots--
 		p.signalSlotLocked()
 		p.mu.Unlock()
+		p.wg.Done()
 		p.releaseKey(e)
 		return nil, fmt.Errorf("pool: spawn binding %q for channel %q: %w", k.Binding, k.Channel, err)
 	}
@@ -196,10 +199,11 @@ func (p *Pool[S]) Acquire(ctx context.Context, k Key) (*Checkout[S], error) {
 		p.dropLocked(e)
 		p.mu.Unlock()
 		sess.Close()
+		p.cfg.OnEvict(k, ReasonShutdown)
+		p.wg.Done()
 		p.releaseKey(e)
 		return nil, ErrClosed
 	}
-	p.wg.Add(1)
 	p.mu.Unlock()
 	go p.watch(e, sess)
 	return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(shape, sess.Native()), Waited: now.Sub(start), p: p, e: e}, nil
@@ -287,6 +291,7 @@ func (p *Pool[S]) takeSlot(ctx context.Context, k Key) error {
 			if p.slots < p.cfg.MaxLive {
 				p.slots++
 				p.starting++
+				p.wg.Add(1) // Close waits for the spawn; see Acquire
 				p.removeSlotWaiterLocked(me)
 				p.signalSlotLocked()
 				p.mu.Unlock()
@@ -298,6 +303,7 @@ func (p *Pool[S]) takeSlot(ctx context.Context, k Key) error {
 				delete(p.entries, v.key)
 				p.slots++ // dropLocked freed the victim's slot; take it over
 				p.starting++
+				p.wg.Add(1) // Close waits for the spawn; see Acquire
 				p.removeSlotWaiterLocked(me)
 				p.signalSlotLocked()
 				p.mu.Unlock()
@@ -372,11 +378,14 @@ func (p *Pool[S]) lruIdleLocked() *entry[S] {
 	return best
 }
 
-// dropLocked detaches e's process from the pool and frees its slot.
+// dropLocked detaches e's process from the pool and frees its slot, waking
+// the head of the slot queue: whatever happens to the key next (a waiter for
+// it may take it over), the slot itself is free now.
 func (p *Pool[S]) dropLocked(e *entry[S]) {
 	var zero S
 	e.sess, e.live, e.fresh = zero, false, false
 	p.slots--
+	p.signalSlotLocked()
 }
 
 // Release ends a turn. keep=false stops the process (bindings that start
@@ -575,7 +584,8 @@ func (p *Pool[S]) Queued() int {
 
 // Close stops the reaper and every process, failing turns still waiting.
 // Turns in flight see their process exit; callers cancel them first. Close
-// is idempotent and returns once every process is reaped.
+// is idempotent and returns once every process is reaped, including one
+// that was still being spawned.
 func (p *Pool[S]) Close() error {
 	p.mu.Lock()
 	if p.closed {

@@ -438,3 +438,106 @@ type failing struct{}
 func (failing) Spawn(context.Context, Key) (*proc, lease.Shape, error) {
 	return nil, lease.Cold, errors.New("no such agent")
 }
+
+// A process dropped at release while another turn waits for the same key
+// frees its slot for the turn at the head of the slot queue at once, not
+// after that turn's queue timeout.
+func TestDroppedProcessWakesTheSlotQueue(t *testing.T) {
+	p, _, _ := newPool(t, Config{MaxLive: 1, QueueTimeout: 30 * time.Second, QueueLen: 4})
+	a := acquire(t, p, key(0))
+	type got struct {
+		co  *Checkout[*proc]
+		err error
+	}
+	b, c := make(chan got, 1), make(chan got, 1)
+	go func() {
+		co, err := p.Acquire(context.Background(), key(1))
+		b <- got{co, err}
+	}()
+	waitFor(t, "a turn on key 1 queued for the slot", func() bool { return p.Queued() == 1 })
+	go func() {
+		co, err := p.Acquire(context.Background(), key(0))
+		c <- got{co, err}
+	}()
+	waitFor(t, "a second turn waiting for key 0", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		e := p.entries[key(0)]
+		return e != nil && len(e.waiters) == 1
+	})
+
+	p.Release(a, false) // the process goes; key 0 passes to its waiter
+	rb := <-b
+	if rb.err != nil {
+		t.Fatalf("queued turn on key 1: %v; the slot freed by the dropped process was not announced", rb.err)
+	}
+	p.Release(rb.co, false)
+	rc := <-c
+	if rc.err != nil {
+		t.Fatalf("second turn on key 0: %v", rc.err)
+	}
+	p.Release(rc.co, true)
+}
+
+// gatedSpawner holds each spawn until release is closed.
+type gatedSpawner struct {
+	*spawner
+	entered chan struct{}
+	release chan struct{}
+	got     chan *proc
+}
+
+func (g *gatedSpawner) Spawn(ctx context.Context, k Key) (*proc, lease.Shape, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	pr, shape, err := g.spawner.Spawn(ctx, k)
+	g.got <- pr
+	return pr, shape, err
+}
+
+// Close waits for a spawn in flight, stops the process it produced and
+// reports it as a shutdown eviction.
+func TestCloseWaitsForSpawnInFlight(t *testing.T) {
+	sp := &gatedSpawner{spawner: &spawner{t: t}, entered: make(chan struct{}, 1), release: make(chan struct{}), got: make(chan *proc, 1)}
+	ev := newEvictLog()
+	p := New[*proc](Config{MaxLive: 2, OnEvict: ev.record}, sp)
+	t.Cleanup(sp.wg.Wait)
+	acq := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(context.Background(), key(0))
+		acq <- err
+	}()
+	<-sp.entered
+	closed := make(chan struct{})
+	go func() {
+		p.Close()
+		close(closed)
+	}()
+	waitFor(t, "Close to begin", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.closed
+	})
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a spawn was in flight")
+	default:
+	}
+	close(sp.release)
+	<-closed
+	pr := <-sp.got
+	if pr == nil {
+		t.Fatal("the released spawn failed")
+	}
+	select {
+	case <-pr.Done():
+	default:
+		t.Fatalf("Close returned with the spawned agent (pid %d) still running", pr.Pid())
+	}
+	if err := <-acq; !errors.Is(err, ErrClosed) {
+		t.Errorf("Acquire during Close: %v, want ErrClosed", err)
+	}
+	if got := ev.wait(t); got != key(0).String()+" shutdown" {
+		t.Errorf("eviction %q, want the spawned process as a shutdown", got)
+	}
+}
