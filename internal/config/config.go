@@ -225,6 +225,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: binding %q: handle %q must start with '@'", ErrInvalid, b.ID, b.Handle)
 		case b.System != "" && b.SystemFile != "":
 			return fmt.Errorf("%w: binding %q sets both system and system_file; keep one", ErrInvalid, b.ID)
+		case b.SystemFile != "" && !readableFile(b.SystemFile):
+			return fmt.Errorf("%w: binding %q: system_file %q is not a readable file; fix the path or use system", ErrInvalid, b.ID, b.SystemFile)
 		case b.Permission != PermDeny && b.Permission != PermReadOnly && b.Permission != PermAllow:
 			return fmt.Errorf("%w: binding %q: permission %q must be deny, read-only or allow", ErrInvalid, b.ID, b.Permission)
 		case b.BriefPlacement != BriefInTurn && b.BriefPlacement != BriefInFraming:
@@ -233,6 +235,16 @@ func (c *Config) Validate() error {
 		seen[b.ID] = true
 	}
 	return nil
+}
+
+func readableFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // Binding returns the binding with id, or false.

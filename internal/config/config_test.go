@@ -64,6 +64,8 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		{"permission", func(c *Config) { c.Bindings[0].Permission = "yolo" }, "permission"},
 		{"placement", func(c *Config) { c.Bindings[0].BriefPlacement = "top" }, "brief_placement"},
 		{"system twice", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "a", "b" }, "both system and system_file"},
+		{"system_file missing", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", "/nonexistent/framing.txt" }, `system_file "/nonexistent/framing.txt" is not a readable file`},
+		{"system_file a directory", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", os.TempDir() }, "is not a readable file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

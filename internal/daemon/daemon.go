@@ -415,9 +415,12 @@ func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lea
 		Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
 		ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
 	}
-	framing, err := b.Framing()
-	if err != nil {
-		return "", "", nil, err
+	// A warm turn sends no framing: only a cold or restored one reads it.
+	framing := ""
+	if l.Shape != lease.Warm {
+		if framing, err = b.Framing(); err != nil {
+			return "", "", nil, err
+		}
 	}
 	brief := b.Brief
 	if brief == "" {
@@ -565,6 +568,9 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 	}
 	err := d.pool.Close()
+	// With their agents stopped the remaining turns end promptly; wait for
+	// them so none writes to the store (or starts a watcher) after Close.
+	d.turns.Wait()
 	d.watchers.Wait()
 	return err
 }

@@ -162,6 +162,9 @@ func TestFramingChangeIsCountedAndTokensByShape(t *testing.T) {
 		framing = filepath.Join(c.StateDir, "framing.txt")
 		c.Bindings[0].System = ""
 		c.Bindings[0].SystemFile = framing
+		if err := os.WriteFile(framing, []byte("You are @agent. Stable framing."), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	})
 	k := pool.Key{Channel: "ch", Binding: "b-builtin"}
 	write := func(s string) {
@@ -171,9 +174,14 @@ func TestFramingChangeIsCountedAndTokensByShape(t *testing.T) {
 	}
 	changes := func() float64 { return testutil.ToFloat64(h.m.FramingChanges.WithLabelValues("b-builtin")) }
 
-	write("You are @agent. Stable framing.")
 	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
-	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two")) // warm: framing not sent
+	// A warm turn sends no framing and does not read it: the file may be
+	// gone (being rewritten, say) without failing the turn.
+	if err := os.Remove(framing); err != nil {
+		t.Fatal(err)
+	}
+	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two"))
+	write("You are @agent. Stable framing.")
 	h.d.Fresh(k)
 	reply(t, h.mention("ch", "b-builtin", "q3", "@agent three")) // cold, same bytes
 	if n := changes(); n != 0 {
