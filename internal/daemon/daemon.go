@@ -515,13 +515,26 @@ func (d *Daemon) Fresh(k pool.Key) (bool, error) {
 	if _, ok := d.cfg.Binding(k.Binding); !ok {
 		return false, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
-	had := d.pool.Fresh(k)
-	if err := d.st.Forget(store.Key(k)); err != nil {
-		return had, fmt.Errorf("start fresh %q: %w", k, err)
+	// The pool runs the reset while no turn holds the key: now, or as the
+	// running turn lets go, after it stored its reply and watermark.
+	errc := make(chan error, 1)
+	had := d.pool.Fresh(k, func() {
+		d.mu.Lock()
+		delete(d.warmSeq, k)
+		d.mu.Unlock()
+		err := d.st.Forget(store.Key(k))
+		if err != nil {
+			d.log.Error("start fresh: forget the stored session", zap.String("key", k.String()), zap.Error(err))
+		}
+		errc <- err
+	})
+	select {
+	case err := <-errc:
+		if err != nil {
+			return had, fmt.Errorf("start fresh %q: %w", k, err)
+		}
+	default: // deferred until the running turn ends; a failure is logged then
 	}
-	d.mu.Lock()
-	delete(d.warmSeq, k)
-	d.mu.Unlock()
 	return had, nil
 }
 

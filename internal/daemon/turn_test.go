@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/store"
@@ -183,6 +185,43 @@ func TestStartFreshForgetsSession(t *testing.T) {
 	got := reply(t, r)
 	if r.done.Shape != "cold" || r.done.Native == first.done.Native || got["users"] != "1" || r.done.Context.Header != "snapshot" {
 		t.Fatalf("after fresh: shape %s reply %v context %+v", r.done.Shape, got, r.done.Context)
+	}
+}
+
+// "Start fresh" while a turn runs takes effect as that turn ends: what the
+// turn stored (its conversation, its watermark, its native id) is reset with
+// the rest, so the next turn starts from nothing.
+func TestStartFreshDuringATurn(t *testing.T) {
+	h := newHarness(t)
+	k := pool.Key{Channel: "ch", Binding: "b-builtin"}
+	h.say("ch", "a", 2)
+	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
+	h.post(channel.Message{ID: "q2", Channel: "ch", Author: "carla", Body: "@agent two"})
+	var had bool
+	var ferr error
+	var first result
+	first.err = h.d.Turn(context.Background(), TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent two"}, func(ev Event) {
+		switch ev.Event {
+		case "start":
+			had, ferr = h.d.Fresh(k) // the turn holds the key now
+		case "done":
+			first.done = ev
+		}
+	})
+	reply(t, first)
+	if ferr != nil || !had {
+		t.Fatalf("Fresh during a turn = %v, %v", had, ferr)
+	}
+	if conv, err := h.st.Conversation(store.Key(k)); err != nil || len(conv) != 0 {
+		t.Fatalf("conversation after the turn that Fresh interrupted: %d turns (%v), want none", len(conv), err)
+	}
+	if _, ok := h.watermark("ch", "b-builtin"); ok {
+		t.Fatal("the interrupted turn's watermark survived the reset")
+	}
+	r := h.mention("ch", "b-builtin", "q3", "@agent three")
+	got := reply(t, r)
+	if r.done.Shape != "cold" || r.done.Native == first.done.Native || got["users"] != "1" || r.done.Context.Header != "snapshot" {
+		t.Fatalf("turn after a fresh start mid-turn: shape %s native %s (was %s) reply %v context %+v", r.done.Shape, r.done.Native, first.done.Native, got, r.done.Context)
 	}
 }
 

@@ -103,7 +103,9 @@ type entry[S Session] struct {
 	waiters  []chan struct{}
 	lastUsed time.Time
 	started  time.Time
-	fresh    bool // drop the process when the current turn releases it
+	// onFresh holds "start fresh" requests that arrived while a turn held
+	// the key: the process is dropped and each runs when it lets go.
+	onFresh []func()
 	turns    [3]int
 }
 
@@ -256,8 +258,28 @@ func (p *Pool[S]) holdKey(ctx context.Context, k Key) (*entry[S], error) {
 	}
 }
 
-// releaseKey hands k to its next waiter, or frees it.
+// releaseKey carries out "start fresh" requests made while the key was
+// held, then hands k to its next waiter, or frees it. Every way a turn lets
+// go of a key passes here, so no request is lost and none runs while a turn
+// could still write to what it resets.
 func (p *Pool[S]) releaseKey(e *entry[S]) {
+	p.mu.Lock()
+	pending := e.onFresh
+	e.onFresh = nil
+	var victim S
+	drop := len(pending) > 0 && e.live
+	if drop {
+		victim = e.sess
+		p.dropLocked(e)
+	}
+	p.mu.Unlock()
+	if drop {
+		victim.Close()
+		p.cfg.OnEvict(e.key, ReasonFresh)
+	}
+	for _, f := range pending {
+		f()
+	}
 	p.mu.Lock()
 	if len(e.waiters) > 0 {
 		next := e.waiters[0]
@@ -383,7 +405,7 @@ func (p *Pool[S]) lruIdleLocked() *entry[S] {
 // it may take it over), the slot itself is free now.
 func (p *Pool[S]) dropLocked(e *entry[S]) {
 	var zero S
-	e.sess, e.live, e.fresh = zero, false, false
+	e.sess, e.live = zero, false
 	p.slots--
 	p.signalSlotLocked()
 }
@@ -414,8 +436,6 @@ func (p *Pool[S]) Release(c *Checkout[S], keep bool) {
 			victim, stop = e.sess, true
 		case dead:
 			victim, reason, stop = e.sess, ReasonCrash, true
-		case e.fresh:
-			victim, reason, stop = e.sess, ReasonFresh, true
 		case !keep:
 			victim, stop = e.sess, true
 		default:
@@ -495,28 +515,29 @@ func (p *Pool[S]) ReapIdle() int {
 	return len(victims)
 }
 
-// Fresh drops k's process ("start fresh"). A process in a turn is dropped
-// when that turn ends. It reports whether there was a process.
-func (p *Pool[S]) Fresh(k Key) bool {
+// Fresh starts k over: it drops k's process and calls reset (which wipes
+// what the key's sessions have stored) while no turn can run on k. When a
+// turn holds k, both happen as that turn lets go of the key, after it has
+// written its results; otherwise Fresh takes the key itself and does them
+// now. It reports whether there was a process, or a turn starting one.
+func (p *Pool[S]) Fresh(k Key, reset func()) bool {
 	p.mu.Lock()
 	e := p.entries[k]
-	if e == nil || !e.live {
-		p.mu.Unlock()
-		return false
-	}
-	if e.held {
-		e.fresh = true
+	if e != nil && e.held {
+		e.onFresh = append(e.onFresh, reset)
 		p.mu.Unlock()
 		return true
 	}
-	victim := e.sess
-	p.dropLocked(e)
-	delete(p.entries, k)
-	p.signalSlotLocked()
+	had := e != nil && e.live
+	if e == nil {
+		e = &entry[S]{key: k}
+		p.entries[k] = e
+	}
+	e.held = true
+	e.onFresh = append(e.onFresh, reset)
 	p.mu.Unlock()
-	victim.Close()
-	p.cfg.OnEvict(k, ReasonFresh)
-	return true
+	p.releaseKey(e)
+	return had
 }
 
 // Info describes one key's process for the sessions listing.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -365,25 +366,71 @@ func TestCrashMidTurnIsDroppedOnRelease(t *testing.T) {
 
 func TestFreshDropsProcessNowOrAfterTheTurn(t *testing.T) {
 	p, _, ev := newPool(t, Config{})
+	resets := 0
+	reset := func() { resets++ } // runs on the calling or the releasing goroutine, never concurrently
 	co := acquire(t, p, key(0))
 	p.Release(co, true)
-	if !p.Fresh(key(0)) {
+	if !p.Fresh(key(0), reset) {
 		t.Fatal("Fresh found no process")
 	}
-	if got := ev.wait(t); got != key(0).String()+" fresh" {
-		t.Fatalf("eviction %q", got)
+	if got := ev.wait(t); got != key(0).String()+" fresh" || resets != 1 {
+		t.Fatalf("eviction %q, %d resets; want a fresh eviction and the reset done", got, resets)
 	}
 	co = acquire(t, p, key(0))
-	if !p.Fresh(key(0)) {
+	if co.Lease.Shape != lease.Cold {
+		t.Fatalf("turn after Fresh: %s, want cold", co.Lease.Shape)
+	}
+	if !p.Fresh(key(0), reset) {
 		t.Fatal("Fresh on a busy key found no process")
 	}
 	prompt(t, co) // still usable until the turn ends
-	p.Release(co, true)
-	if got := ev.wait(t); got != key(0).String()+" fresh" {
-		t.Fatalf("eviction %q", got)
+	if resets != 1 {
+		t.Fatal("the reset ran while a turn held the key")
 	}
-	if p.Fresh(key(9)) {
-		t.Fatal("Fresh on an unknown key reported a process")
+	p.Release(co, true)
+	if got := ev.wait(t); got != key(0).String()+" fresh" || resets != 2 {
+		t.Fatalf("eviction %q, %d resets; want the process dropped and the reset done as the turn let go", got, resets)
+	}
+	if p.Fresh(key(9), reset) || resets != 3 {
+		t.Fatalf("Fresh on an unknown key: reported a process, or did not reset (%d)", resets)
+	}
+	if p.Live() != 0 {
+		t.Fatalf("%d processes live after Fresh", p.Live())
+	}
+}
+
+// A "start fresh" made while a turn is still spawning its process is carried
+// out when that turn ends, even when the spawn fails.
+func TestFreshDuringSpawnRunsWhenTheTurnLetsGo(t *testing.T) {
+	sp := &gatedSpawner{spawner: &spawner{t: t}, entered: make(chan struct{}, 1), release: make(chan struct{}), got: make(chan *proc, 1)}
+	ev := newEvictLog()
+	p := New[*proc](Config{OnEvict: ev.record}, sp)
+	t.Cleanup(func() {
+		p.Close()
+		sp.wg.Wait()
+	})
+	acq := make(chan *Checkout[*proc], 1)
+	go func() {
+		co, err := p.Acquire(context.Background(), key(0))
+		if err != nil {
+			t.Errorf("Acquire: %v", err)
+		}
+		acq <- co
+	}()
+	<-sp.entered
+	var resets atomic.Int32
+	if !p.Fresh(key(0), func() { resets.Add(1) }) {
+		t.Error("Fresh during a spawn reported nothing to reset")
+	}
+	close(sp.release)
+	co := <-acq
+	<-sp.got
+	if resets.Load() != 0 {
+		t.Fatal("the reset ran before the turn ended")
+	}
+	p.Release(co, true)
+	if got := ev.wait(t); got != key(0).String()+" fresh" || resets.Load() != 1 {
+		t.Fatalf("eviction %q, %d resets; want the new process dropped and the reset done", got, resets.Load())
 	}
 }
 
