@@ -106,7 +106,7 @@ type entry[S Session] struct {
 	// onFresh holds "start fresh" requests that arrived while a turn held
 	// the key: the process is dropped and each runs when it lets go.
 	onFresh []func()
-	turns    [3]int
+	turns   [3]int
 }
 
 // Pool keeps the live processes. Create it with New; stop it with Close,
