@@ -69,14 +69,12 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("sim: find the residentd binary for the built-in agent: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "residentd-sim-")
-	if err != nil {
-		return err
-	}
+	dir := "" // sim.Run makes (and removes) a temporary one
 	if *keep {
+		if dir, err = os.MkdirTemp("", "residentd-sim-"); err != nil {
+			return err
+		}
 		fmt.Fprintln(stderr, "sim: state kept in", dir)
-	} else {
-		defer os.RemoveAll(dir)
 	}
 	r, err := sim.Run(ctx, sim.Options{
 		Messages: msgs, PrefixTokens: *prefix, EvictAt: *evictAt, Fetch: *fetch, Limit: *limit, MaxChars: p.MaxChars,

@@ -35,6 +35,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.AgentCommand == "" {
 		return nil, fmt.Errorf("sim: no agent command")
 	}
+	// Checked before the runs, not after them: a bad figure would only
+	// surface once every strategy had been played.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"prefix tokens", o.PrefixTokens}, {"evict-at", o.EvictAt}, {"fetch", o.Fetch}, {"limit", o.Limit}, {"max chars", o.MaxChars}} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("sim: %s is %d; it must be 0 or more", f.name, f.v)
+		}
+	}
 	dir := o.Dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "residentd-sim-")

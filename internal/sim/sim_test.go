@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/residentd/residentd/internal/agent"
@@ -168,5 +169,14 @@ func TestFailedTurnDoesNotCountAsSeen(t *testing.T) {
 	}
 	if next.ChannelTokensSeen != 0 || r.Figures[Watermark].FailedTurns != 1 {
 		t.Fatalf("next turn counted %d tokens as seen; figures %+v", next.ChannelTokensSeen, r.Figures[Watermark])
+	}
+}
+
+func TestRunRejectsNegativeFigures(t *testing.T) {
+	for _, o := range []Options{{PrefixTokens: -1}, {Fetch: -30}, {Limit: -1}, {MaxChars: -600}, {EvictAt: -2}} {
+		o.AgentCommand = "unused"
+		if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "must be 0 or more") {
+			t.Errorf("Run(%+v) = %v, want a refusal before any run", o, err)
+		}
 	}
 }
