@@ -19,6 +19,8 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/service"
 )
 
 // Sentinel error classes; match with errors.Is.
@@ -44,10 +46,6 @@ const (
 	ExitSignal = "signal"
 	ExitError  = "error"
 )
-
-// daemonEnv are the daemon's own service-manager variables; an agent that
-// inherited them could notify or steal sockets on the daemon's behalf.
-var daemonEnv = []string{"NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID"}
 
 // Spec describes how to run one agent process.
 type Spec struct {
@@ -228,7 +226,7 @@ func (a *Agent) spawn(path string) error {
 	}
 	cmd := exec.Command(path, a.spec.Args...)
 	cmd.Dir = a.spec.Dir
-	cmd.Env = childEnv(os.Environ(), a.spec.Env)
+	cmd.Env = append(service.CleanAgentEnv(os.Environ()), a.spec.Env...)
 	// *os.File stdio is passed straight to the child: no copy goroutines, so
 	// Wait never blocks on a grandchild that keeps a pipe open.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
@@ -609,24 +607,6 @@ func summarize(s string, max int) string {
 		s = s[i+1:]
 	}
 	return "…" + s
-}
-
-func childEnv(base, extra []string) []string {
-	env := make([]string, 0, len(base)+len(extra))
-	for _, kv := range base {
-		name, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, d := range daemonEnv {
-			if name == d {
-				drop = true
-				break
-			}
-		}
-		if !drop {
-			env = append(env, kv)
-		}
-	}
-	return append(env, extra...)
 }
 
 func closeAll(fs ...*os.File) {

@@ -597,12 +597,29 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 }
 
-func TestChildEnv(t *testing.T) {
-	base := []string{"PATH=/bin", "NOTIFY_SOCKET=/run/x", "LISTEN_FDS=3", "LISTEN_PID=1", "LISTEN_FDNAMES=a", "WATCHDOG_USEC=1", "WATCHDOG_PID=1", "HOME=/h"}
-	got := childEnv(base, []string{"EXTRA=1"})
-	want := []string{"PATH=/bin", "HOME=/h", "EXTRA=1"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("childEnv = %q, want %q", got, want)
+// The agent inherits the daemon's environment without the variables its
+// service manager addressed to the daemon alone, plus the binding's own.
+func TestAgentEnvironment(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "/run/residentd-test-notify")
+	t.Setenv("LISTEN_FDS", "1")
+	t.Setenv("RESIDENTD_TEST_INHERITED", "yes")
+	spec := builtinSpec(t)
+	spec.Env = append(spec.Env, "RESIDENTD_TEST_EXTRA=1")
+	a := start(t, spec)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(a.Pid()) + "/environ")
+	if err != nil {
+		t.Skip("needs /proc to read the agent's environment:", err)
+	}
+	env := strings.Split(string(b), "\x00")
+	for _, want := range []string{"RESIDENTD_TEST_INHERITED=yes", "RESIDENTD_TEST_EXTRA=1"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("agent environment lacks %s", want)
+		}
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "LISTEN_FDS=") {
+			t.Errorf("agent inherited the daemon's %s", kv)
+		}
 	}
 }
 
