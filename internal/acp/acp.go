@@ -47,6 +47,9 @@ const (
 	ExitError  = "error"
 )
 
+// ExitKinds lists every exit kind, for metrics that pre-create series.
+var ExitKinds = []string{ExitClean, ExitSignal, ExitError}
+
 // Spec describes how to run one agent process.
 type Spec struct {
 	Command string

@@ -2,6 +2,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"runtime"
 	"sync"
@@ -10,15 +11,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/pool"
 )
 
 // Known label values. They are initialised to zero in New so every series
-// exists from the first scrape, which keeps rate() and absent() honest.
+// exists from the first scrape, which keeps rate() and absent() honest. The
+// packages that produce a label's values own its list.
 var (
-	Shapes          = []string{"cold", "warm", "restored"}
+	Shapes          = labels(lease.Shapes)
 	Outcomes        = []string{"ok", "agent_error", "crash", "cancelled", "timeout", "rejected"}
-	EvictReasons    = []string{"idle", "capacity", "crash", "fresh", "shutdown"}
-	ExitKinds       = []string{"clean", "signal", "error"}
+	EvictReasons    = labels(pool.Reasons)
+	ExitKinds       = acp.ExitKinds
 	ReadyMethods    = []string{"new", "load"}
 	RestoreResults  = []string{"ok", "failed"}
 	LineFates       = []string{"sent", "seen", "bound", "own"}
@@ -26,6 +32,15 @@ var (
 	BriefPlacements = []string{"turn", "framing"}
 	IngestResults   = []string{"added", "duplicate", "rejected"}
 )
+
+// labels formats a producer's values as label values (String for a Shape).
+func labels[T any](vs []T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = fmt.Sprint(v)
+	}
+	return out
+}
 
 // Gauges is what the pool reports about itself; it is read at scrape time so
 // the exported values can never drift from the pool's own bookkeeping.
