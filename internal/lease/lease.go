@@ -60,19 +60,18 @@ func New(shape Shape, native string) *Lease {
 // newest user turn. The order of the branches must not change: replaying into
 // a warm process feeds it its own replies as new input, quadratically.
 func (l *Lease) Prompt(system, replay, newest string) string {
-	blank := strings.TrimSpace(newest) == ""
 	switch {
-	case l.Shape == Restored && !blank:
+	case l.NeedsReplay(newest):
+		return system + "\n\n" + replay // new process (or nothing new): framing + full replay
+	case l.Shape == Restored:
 		return system + "\n\n" + newest // reloaded saved session: framing + new turn
-	case l.Shape == Cold || blank:
-		return system + "\n\n" + replay // new process: framing + full replay
 	default:
 		return newest // warm: the newest user turn, nothing else
 	}
 }
 
-// NeedsReplay reports whether Prompt will use the replay for this newest
-// turn, so callers build the (costly) replay only when it is sent.
+// NeedsReplay reports whether Prompt sends the replay for this newest turn,
+// so callers build the (costly) replay only when it is sent.
 func (l *Lease) NeedsReplay(newest string) bool {
 	return l.Shape == Cold || strings.TrimSpace(newest) == ""
 }
