@@ -57,8 +57,8 @@ func New(shape Shape, native string) *Lease {
 
 // Prompt is the single place the prompt shape is decided. system is the
 // binding's framing, replay the whole conversation flattened, newest the
-// newest user turn. The order of the branches must not change: replaying into
-// a warm process feeds it its own replies as new input, quadratically.
+// newest user turn. Only what NeedsReplay allows gets the replay: replaying
+// into a warm process feeds it its own replies as new input, quadratically.
 func (l *Lease) Prompt(system, replay, newest string) string {
 	switch {
 	case l.NeedsReplay(newest):
