@@ -407,3 +407,27 @@ func TestPeerUIDRefused(t *testing.T) {
 		t.Fatalf("uid 65534 through the guard: %q, want 403 forbidden", out)
 	}
 }
+
+func TestSessionsListing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if got, err := e.c.Sessions(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("sessions before any turn: %+v, %v", got, err)
+	}
+	for _, text := range []string{"@agent one", "@agent two"} {
+		if _, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := e.c.Sessions(ctx)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("sessions after two turns: %+v, %v", got, err)
+	}
+	s := got[0]
+	if s.Channel != "ch" || s.Binding != "b-builtin" || s.Pid <= 0 || s.Native == "" || s.State != "idle" || s.Turns["cold"] != 1 || s.Turns["warm"] != 1 {
+		t.Errorf("session row %+v", s)
+	}
+	if _, err := os.Stat("/proc/self/statm"); err == nil && s.RSSBytes <= 0 {
+		t.Errorf("rss_bytes %d for a live agent", s.RSSBytes)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -450,15 +451,8 @@ func (s *Server) logLevel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, LevelRequest{Level: s.level.Level().String()})
 }
 
-// rss reads a process's resident set size from /proc; 0 where unavailable.
+// rss is a process's resident set size; 0 where it cannot be read.
 func rss(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
-	if err != nil {
-		return 0
-	}
-	var size, res int64
-	if _, err := fmt.Sscan(string(data), &size, &res); err != nil {
-		return 0
-	}
-	return res * int64(os.Getpagesize())
+	n, _ := proc.RSS(pid)
+	return n
 }

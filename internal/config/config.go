@@ -13,6 +13,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/delivery"
 )
 
 // Duration is a time.Duration written as "30m" in JSON.
@@ -179,13 +182,13 @@ func (c *Config) SetDefaults() {
 		c.Context.Fetch = 30
 	}
 	if c.Context.Limit <= 0 {
-		c.Context.Limit = 12
+		c.Context.Limit = delivery.DefaultLimit
 	}
 	if c.Context.MaxChars <= 0 {
-		c.Context.MaxChars = 600
+		c.Context.MaxChars = delivery.DefaultMaxChars
 	}
 	if c.Context.MaxIDs <= 0 {
-		c.Context.MaxIDs = 200
+		c.Context.MaxIDs = channel.MaxWatermarkIDs
 	}
 	for i := range c.Bindings {
 		b := &c.Bindings[i]

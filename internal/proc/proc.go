@@ -110,6 +110,29 @@ func Group(pgid int) ([]Stat, error) {
 	return out, nil
 }
 
+// RSS returns the resident set size of pid in bytes (/proc/<pid>/statm).
+func RSS(pid int) (int64, error) {
+	if runtime.GOOS != "linux" {
+		return 0, errors.New("proc: reading processes needs Linux's /proc")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("proc: read statm of pid %d: %w", pid, err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("proc: statm of pid %d: %q", pid, b)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("proc: statm of pid %d: resident %q: %w", pid, f[1], err)
+	}
+	return pages * int64(os.Getpagesize()), nil
+}
+
 // BootTime is the btime line of /proc/stat: start ticks count from it.
 func BootTime() (time.Time, error) {
 	b, err := os.ReadFile("/proc/stat")

@@ -82,3 +82,17 @@ func TestBootTime(t *testing.T) {
 		t.Fatalf("BootTime = %v, %v", bt, err)
 	}
 }
+
+func TestRSS(t *testing.T) {
+	n, err := RSS(os.Getpid())
+	if err != nil || n < 1<<20 {
+		t.Fatalf("RSS(self) = %d, %v; want at least a MiB", n, err)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RSS(cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("RSS(reaped pid) err = %v, want ErrNoProcess", err)
+	}
+}
