@@ -195,7 +195,6 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		return err
 	}
 	defer st.Close()
-	sweepAgents(st, log)
 
 	m := metrics.New(version, nil) // the daemon plugs in its pool's gauges
 	mcpw := newMCPWiring(cfg.Socket)

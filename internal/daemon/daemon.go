@@ -89,7 +89,8 @@ type Daemon struct {
 	backoffBase, backoffCap time.Duration
 }
 
-// New returns a running daemon; Close stops it.
+// New returns a running daemon; Close stops it. It first stops the agents
+// an earlier run on the same store left behind (see sweepLeftovers).
 func New(o Options) (*Daemon, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -109,6 +110,7 @@ func New(o Options) (*Daemon, error) {
 	if d.backoffCap <= 0 {
 		d.backoffCap = time.Minute
 	}
+	sweepLeftovers(d.st, d.log)
 	ids := make([]string, 0, len(o.Config.Bindings))
 	for _, b := range o.Config.Bindings {
 		ids = append(ids, b.ID)

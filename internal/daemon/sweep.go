@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"time"
@@ -13,11 +13,12 @@ import (
 // It delays startup only when an earlier daemon died with agents running.
 const sweepGrace = 3 * time.Second
 
-// sweepAgents stops the agent process groups an earlier daemon run left
-// behind (it crashed, or was killed before it could stop them) and forgets
-// every record: a leftover is stopped only when its pid still names the
-// process that was recorded, so a recycled pid is never signalled.
-func sweepAgents(st *store.Store, log *zap.Logger) {
+// sweepLeftovers stops the agent process groups an earlier daemon run on
+// the same store left behind (it crashed, or was killed before it could stop
+// them) and forgets every record: a leftover is stopped only when its pid
+// still names the process that was recorded, so a recycled pid is never
+// signalled. New runs it, before anything can spawn.
+func sweepLeftovers(st *store.Store, log *zap.Logger) {
 	recs, err := st.Agents()
 	if err != nil {
 		log.Warn("startup sweep: cannot read agent records; leftovers, if any, stay", zap.Error(err))
