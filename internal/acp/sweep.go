@@ -206,9 +206,10 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 func waitGroups(out []SweepResult, idx []int, d time.Duration) []int {
 	deadline := time.Now().Add(d)
 	for {
+		live := liveGroups()
 		var alive []int
 		for _, i := range idx {
-			if groupAlive(out[i].Pgid) {
+			if live(out[i].Pgid) {
 				alive = append(alive, i)
 			}
 		}
@@ -220,13 +221,22 @@ func waitGroups(out []SweepResult, idx []int, d time.Duration) []int {
 	}
 }
 
-// groupAlive reports whether any non-zombie process is in group pgid.
-func groupAlive(pgid int) bool {
+// liveGroups takes one look at the process table and returns whether a
+// group has any non-zombie member. Without /proc (or when it cannot be
+// read) it asks kill(2), which also counts zombies.
+func liveGroups() func(pgid int) bool {
 	if runtime.GOOS == "linux" {
-		m, err := proc.Group(pgid)
-		return err != nil || len(m) > 0
+		if all, err := proc.All(); err == nil {
+			live := map[int]bool{}
+			for _, st := range all {
+				if !st.Zombie() {
+					live[st.Pgrp] = true
+				}
+			}
+			return func(pgid int) bool { return live[pgid] }
+		}
 	}
-	return syscall.Kill(-pgid, 0) != syscall.ESRCH
+	return func(pgid int) bool { return syscall.Kill(-pgid, 0) != syscall.ESRCH }
 }
 
 // psStart asks ps(1) for pid's start time, in Unix seconds.
