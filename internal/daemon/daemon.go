@@ -82,7 +82,6 @@ type Daemon struct {
 	runs     map[string]context.CancelCauseFunc
 	framing  map[string]string // binding -> framing of its last cold turn
 	warnedFr map[string]bool
-	warmSeq  map[pool.Key]int      // warm turns since the full brief, per key
 	loops    map[string]*crashLoop // binding -> its crash loop, while failing
 	closing  bool
 
@@ -101,7 +100,7 @@ func New(o Options) (*Daemon, error) {
 	d := &Daemon{
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
 		runs: map[string]context.CancelCauseFunc{}, framing: map[string]string{}, warnedFr: map[string]bool{},
-		warmSeq: map[pool.Key]int{}, loops: map[string]*crashLoop{},
+		loops: map[string]*crashLoop{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 	}
 	if d.backoffBase <= 0 {
@@ -268,7 +267,7 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	}()
 	emit(Event{Event: "start", RunID: req.RunID, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
 
-	text, user, rep, err := d.compose(key, b, req, l)
+	text, user, rep, err := d.compose(key, b, req, l, co.Session)
 	if err != nil {
 		d.m.ObserveTurn(shape, "agent_error", d.now().Sub(start))
 		return err
@@ -366,7 +365,7 @@ func Outcome(err error) string {
 
 // compose builds the prompt text for this turn, the user turn to remember,
 // and what channel context it carried. Watermarks are staged on l.
-func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lease.Lease) (string, string, *ContextReport, error) {
+func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lease.Lease, s *session) (string, string, *ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
@@ -433,17 +432,15 @@ func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lea
 	if b.BriefPlacement == config.BriefInFraming {
 		system = framing + "\n\n" + brief
 		turnBrief = delivery.BriefPointer()
-		d.mu.Lock()
+		// Per process: a new one got the brief with its framing. The pool
+		// runs one turn per key at a time, so the count needs no lock.
 		if l.Shape == lease.Warm {
-			d.warmSeq[key]++
-			if d.warmSeq[key] >= b.BriefEvery {
-				d.warmSeq[key] = 0
+			s.briefSeq++
+			if s.briefSeq >= b.BriefEvery {
+				s.briefSeq = 0
 				turnBrief = brief
 			}
-		} else {
-			d.warmSeq[key] = 0
 		}
-		d.mu.Unlock()
 	}
 	user := delivery.UserTurn(payload, turnBrief, block)
 
@@ -521,9 +518,6 @@ func (d *Daemon) Fresh(k pool.Key) (bool, error) {
 	// running turn lets go, after it stored its reply and watermark.
 	errc := make(chan error, 1)
 	had := d.pool.Fresh(k, func() {
-		d.mu.Lock()
-		delete(d.warmSeq, k)
-		d.mu.Unlock()
 		err := d.st.Forget(store.Key(k))
 		if err != nil {
 			d.log.Error("start fresh: forget the stored session", zap.String("key", k.String()), zap.Error(err))

@@ -20,8 +20,9 @@ import (
 
 // session is one agent process serving one native session.
 type session struct {
-	a      *acp.Agent
-	native string
+	a        *acp.Agent
+	native   string
+	briefSeq int // warm turns since the brief was last sent in full (brief in framing)
 }
 
 func (s *session) Native() string        { return s.native }
