@@ -30,7 +30,12 @@ func BenchmarkPromptShaping(b *testing.B) {
 			b.ReportAllocs()
 			n := 0
 			for range b.N {
-				n += len(l.Prompt(config.BuiltinFraming, delivery.BuildPrompt(conv), delivery.LatestUserTurn(conv)))
+				// As the daemon does: the replay is built only when it is sent.
+				newest, replay := delivery.LatestUserTurn(conv), ""
+				if l.NeedsReplay(newest) {
+					replay = delivery.BuildPrompt(conv)
+				}
+				n += len(l.Prompt(config.BuiltinFraming, replay, newest))
 			}
 			if n == 0 {
 				b.Fatal("empty prompt")
