@@ -305,7 +305,7 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 		return fmt.Errorf("turn %q for binding %q in channel %q: %w", req.RunID, b.ID, req.Channel, err)
 	}
 	now := d.now()
-	if aerr := d.st.AppendTurns(store.Key(key), store.Turn{Role: "user", Text: user, At: start}, store.Turn{Role: "assistant", Text: res.Text, At: now}); aerr != nil {
+	if aerr := d.st.AppendTurns(store.Key(key), store.Turn{Role: store.RoleUser, Text: user, At: start}, store.Turn{Role: store.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
 		log.Error("conversation append failed", zap.Error(aerr))
 	}
 	d.spawnOK(b.ID)
@@ -398,7 +398,7 @@ func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lea
 	rep := &ContextReport{Header: "none", Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted}
 	if block != "" {
 		rep.Header = "snapshot"
-		if wm != nil {
+		if r.Watermarked {
 			rep.Header = "new"
 		}
 	}
