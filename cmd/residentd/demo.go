@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/channel"
@@ -50,7 +51,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	log := zap.NewNop()
 	if *verbose {
-		log, _, _ = newLogger("info", "console", zapSync(stderr), true)
+		log, _, _ = newLogger("info", "console", zapcore.Lock(zapcore.AddSync(stderr)), true)
 	}
 	ln, err := api.Listen(cfg.Socket)
 	if err != nil {
@@ -65,7 +66,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	served := make(chan error, 1)
 	go func() {
 		served <- serve(sctx, cfg, serveDeps{
-			log: log, grace: 5 * time.Second, listener: ln,
+			log: log, self: self, grace: 5 * time.Second, listener: ln,
 			onEvict: func(k pool.Key, r pool.Reason) {
 				mu.Lock()
 				evictions = append(evictions, fmt.Sprintf("evicted %s (%s)", k, r))

@@ -24,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/service"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/tools"
 )
 
 var errLockedState = errors.New("state is locked by another residentd")
@@ -169,11 +170,12 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.idle > 0 {
 		cfg.IdleTimeout = config.Duration(f.idle)
 	}
-	return serve(ctx, cfg, serveDeps{log: log, level: &level, metricsAddr: f.metricsAddr, grace: f.grace})
+	return serve(ctx, cfg, serveDeps{log: log, level: &level, self: self, metricsAddr: f.metricsAddr, grace: f.grace})
 }
 
 type serveDeps struct {
 	log         *zap.Logger
+	self        string // this executable: agents run `<self> mcp` for their tools
 	level       *zap.AtomicLevel
 	metricsAddr string
 	grace       time.Duration
@@ -196,18 +198,10 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	}
 	defer st.Close()
 
-	m := metrics.New(version, nil) // the daemon plugs in its pool's gauges
-	mcpw := newMCPWiring(cfg.Socket)
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: mcpw.mcpServers()})
-	if err != nil {
-		return err
-	}
-
 	ln := deps.listener
 	if ln == nil {
 		lns, err := service.ActivatedListeners()
 		if err != nil {
-			d.Close(0)
 			return err
 		}
 		if len(lns) > 0 {
@@ -217,12 +211,25 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 			}
 			log.Info("using socket-activated listener", zap.String("addr", ln.Addr().String()))
 		} else if ln, err = api.Listen(cfg.Socket); err != nil {
-			d.Close(0)
 			return err
 		}
 	}
-	mcpw.setSocket(ln.Addr().String())
-	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: mcpw.reg})
+
+	// Every agent process gets `residentd mcp` with a capability for its
+	// channel, pointed at the socket just bound.
+	sock := ln.Addr().String()
+	if abs, err := filepath.Abs(sock); err == nil {
+		sock = abs
+	}
+	reg := tools.NewRegistry()
+	launcher := &tools.Launcher{Registry: reg, Command: deps.self, Args: []string{"mcp"}, Socket: sock}
+	m := metrics.New(version, nil) // the daemon plugs in its pool's gauges
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg})
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 

@@ -98,7 +98,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 	if e.st, err = store.Open(filepath.Join(dir, "residentd.db"), store.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	l := &tools.Launcher{Registry: e.reg, Command: testExe(t), Args: []string{"mcp"}, Env: []string{"RESIDENTD_TEST_MCP=1"}, Socket: func() string { return e.socket }}
+	l := &tools.Launcher{Registry: e.reg, Command: testExe(t), Args: []string{"mcp"}, Env: []string{"RESIDENTD_TEST_MCP=1"}, Socket: e.socket}
 	hook := func(k pool.Key, b config.Binding) ([]sdk.McpServer, func()) {
 		servers, release := l.Servers(k, b)
 		for _, s := range servers {

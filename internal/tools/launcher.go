@@ -24,7 +24,7 @@ type Launcher struct {
 	Command  string        // the residentd binary
 	Args     []string      // default ["mcp"]
 	Env      []string      // extra KEY=VALUE for the server (tests use it)
-	Socket   func() string // the daemon's socket path, read at spawn time
+	Socket   string        // the daemon's socket path, absolute: the server runs in the agent's directory
 }
 
 // Servers issues a capability for k's channel and returns the stdio server
@@ -41,7 +41,7 @@ func (l *Launcher) Servers(k pool.Key, _ config.Binding) ([]sdk.McpServer, func(
 		args = []string{"mcp"}
 	}
 	env := []sdk.EnvVariable{
-		{Name: EnvSocket, Value: l.Socket()},
+		{Name: EnvSocket, Value: l.Socket},
 		{Name: EnvCapability, Value: token},
 	}
 	for _, kv := range l.Env {
