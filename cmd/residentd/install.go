@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/residentd/residentd/internal/service"
 )
@@ -67,13 +68,7 @@ func cmdInstall(args []string, stdout io.Writer, remove bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nservice runs: %s serve", o.Binary)
-	for _, kv := range [][2]string{{"--config", o.Config}, {"--state", o.StateDir}, {"--metrics-addr", o.MetricsAddr}} {
-		if kv[1] != "" {
-			fmt.Fprintf(stdout, " %s %s", kv[0], kv[1])
-		}
-	}
-	fmt.Fprintf(stdout, "\n\nto start it now and at every login:\n  %s\n", next)
+	fmt.Fprintf(stdout, "\nservice runs: %s\n\nto start it now and at every login:\n  %s\n", strings.Join(o.ServeArgs(), " "), next)
 	switch runtime.GOOS {
 	case "linux":
 		fmt.Fprintln(stdout, "then:\n  systemctl --user status residentd\n  journalctl --user -u residentd -f")

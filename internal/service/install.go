@@ -172,6 +172,11 @@ func installSystemd(o InstallOptions) ([]string, string, error) {
 	return written, "systemctl --user daemon-reload && systemctl --user enable --now " + unitSocket + " " + unitService, nil
 }
 
+// ServeArgs is the command line the installed service runs.
+func (o InstallOptions) ServeArgs() []string {
+	return append([]string{o.Binary, "serve"}, o.serveFlags()...)
+}
+
 // serveFlags are the optional `serve` flags, shared by both service formats.
 func (o InstallOptions) serveFlags() []string {
 	var f []string
@@ -194,7 +199,7 @@ func renderSystemd(o InstallOptions) (service, socket []byte, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("service: read template %q: %w", unitSocket, err)
 	}
-	args := append([]string{o.Binary, "serve"}, o.serveFlags()...)
+	args := o.ServeArgs()
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = systemdQuote(a)
