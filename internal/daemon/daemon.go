@@ -100,7 +100,7 @@ func New(o Options) (*Daemon, error) {
 	d := &Daemon{
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
 		runs: map[string]context.CancelCauseFunc{}, framing: map[string]string{}, warnedFr: map[string]bool{},
-		loops: map[string]*crashLoop{},
+		loops:       map[string]*crashLoop{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 	}
 	if d.backoffBase <= 0 {

@@ -21,10 +21,10 @@ const ServerName = "residentd"
 // Launcher describes the stdio MCP server every agent process is given.
 type Launcher struct {
 	Registry *Registry
-	Command  string        // the residentd binary
-	Args     []string      // default ["mcp"]
-	Env      []string      // extra KEY=VALUE for the server (tests use it)
-	Socket   string        // the daemon's socket path, absolute: the server runs in the agent's directory
+	Command  string   // the residentd binary
+	Args     []string // default ["mcp"]
+	Env      []string // extra KEY=VALUE for the server (tests use it)
+	Socket   string   // the daemon's socket path, absolute: the server runs in the agent's directory
 }
 
 // Servers issues a capability for k's channel and returns the stdio server
