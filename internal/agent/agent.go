@@ -41,6 +41,7 @@ const (
 	FaultFailTurn             = "fail-turn"
 	FaultRefusal              = "refusal"
 	FaultLoadFail             = "load-fail"
+	FaultStallStdin           = "stall-stdin" // stop reading stdin and never answer: the client's writes fill the pipe
 )
 
 var knownFaults = map[string]bool{
@@ -48,7 +49,7 @@ var knownFaults = map[string]bool{
 	FaultHangIgnoreCancel: true, FaultGarbageStdout: true, FaultPartialJSON: true,
 	FaultFloodStderr: true, FaultUnknownSessionUpdate: true, FaultIgnoreSigterm: true,
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
-	FaultLoadFail: true,
+	FaultLoadFail: true, FaultStallStdin: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -132,7 +133,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// read until b.conn is set, or a request that arrives at once (the
 	// client writes initialize as soon as the process starts) would be
 	// handled by a builtin with no connection to answer on.
-	in := &gatedReader{r: stdin, open: make(chan struct{})}
+	in := &gatedReader{r: stdin, open: make(chan struct{}), stall: make(chan struct{})}
+	b.stall = sync.OnceFunc(func() { close(in.stall) })
 	conn := acp.NewAgentSideConnection(b, out, in)
 	conn.SetLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	b.conn = conn
@@ -204,6 +206,7 @@ type builtin struct {
 	out    *lockedWriter
 	stderr io.Writer
 	exit   chan int
+	stall  func() // stops reading stdin for good (stall-stdin)
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -328,6 +331,10 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
 	case FaultHangIgnoreCancel:
 		blockForever()
+	case FaultStallStdin:
+		_ = b.send(ctx, id, acp.UpdateAgentThoughtText("stalling stdin"))
+		b.stall()
+		blockForever()
 	case FaultGarbageStdout:
 		_, _ = b.out.Write([]byte("this is not json-rpc {\n"))
 	case FaultPartialJSON:
@@ -416,14 +423,20 @@ func (b *builtin) thought(ctx context.Context, id, what, result string, err erro
 	_ = b.send(ctx, id, acp.UpdateAgentThoughtText(msg))
 }
 
-// gatedReader blocks reads until open is closed.
+// gatedReader blocks reads until open is closed, and for good once stall is
+// (the stall-stdin fault).
 type gatedReader struct {
-	r    io.Reader
-	open chan struct{}
+	r           io.Reader
+	open, stall chan struct{}
 }
 
 func (g *gatedReader) Read(p []byte) (int, error) {
 	<-g.open
+	select {
+	case <-g.stall:
+		blockForever()
+	default:
+	}
 	return g.r.Read(p)
 }
 
