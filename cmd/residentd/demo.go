@@ -18,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // cmdDemo starts a daemon on a temporary socket with the built-in agent and
@@ -67,7 +68,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	go func() {
 		served <- serve(sctx, cfg, serveDeps{
 			log: log, self: self, grace: 5 * time.Second, listener: ln,
-			onEvict: func(k pool.Key, r pool.Reason) {
+			onEvict: func(k session.Key, r pool.Reason) {
 				mu.Lock()
 				evictions = append(evictions, fmt.Sprintf("evicted %s (%s)", k, r))
 				mu.Unlock()

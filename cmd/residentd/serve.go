@@ -23,6 +23,7 @@ import (
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/service"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/tools"
 )
@@ -179,9 +180,9 @@ type serveDeps struct {
 	level       *zap.AtomicLevel
 	metricsAddr string
 	grace       time.Duration
-	listener    net.Listener                      // pre-bound listener (demo, tests); nil = activated or cfg.Socket
-	onEvict     func(k pool.Key, r pool.Reason)   // demo's report of evictions
-	ready       func(*api.Server, *daemon.Daemon) // called once serving
+	listener    net.Listener                       // pre-bound listener (demo, tests); nil = activated or cfg.Socket
+	onEvict     func(k session.Key, r pool.Reason) // demo's report of evictions
+	ready       func(*api.Server, *daemon.Daemon)  // called once serving
 }
 
 // serve runs the daemon until ctx ends.

@@ -20,6 +20,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/service"
 )
 
@@ -31,13 +32,6 @@ var (
 	ErrStart = errors.New("agent could not be started")
 	// ErrProtocol: the agent answered a request with a JSON-RPC error.
 	ErrProtocol = errors.New("agent returned an error")
-)
-
-// Permission policies for session/request_permission.
-const (
-	PermissionDeny     = "deny"
-	PermissionReadOnly = "read-only"
-	PermissionAllow    = "allow"
 )
 
 // Exit kinds reported by ExitKind.
@@ -56,8 +50,8 @@ type Spec struct {
 	Args    []string
 	Env     []string // extra KEY=VALUE appended to the daemon's environment
 
-	Dir        string // working dir of the child; client fs methods are confined to it
-	Permission string // PermissionDeny (default), PermissionReadOnly or PermissionAllow
+	Dir        string            // working dir of the child; client fs methods are confined to it
+	Permission permission.Policy // how permission requests are answered; "" is permission.Deny
 	MCPServers []sdk.McpServer
 
 	Grace        time.Duration // SIGTERM -> SIGKILL on Close (default 5s)
@@ -129,7 +123,7 @@ type route struct {
 
 func (s *Spec) defaults() {
 	if s.Permission == "" {
-		s.Permission = PermissionDeny
+		s.Permission = permission.Deny
 	}
 	if s.Grace <= 0 {
 		s.Grace = 5 * time.Second
@@ -154,10 +148,8 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	switch spec.Permission {
-	case PermissionDeny, PermissionReadOnly, PermissionAllow:
-	default:
-		return nil, fmt.Errorf("acp: start %q: permission %q is not one of deny, read-only, allow: %w", spec.Command, spec.Permission, ErrStart)
+	if err := spec.Permission.Check(); err != nil {
+		return nil, fmt.Errorf("acp: start %q: %v: %w", spec.Command, err, ErrStart)
 	}
 	dir := spec.Dir
 	if dir == "" {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/proc"
 	"go.uber.org/zap"
 )
@@ -532,7 +533,7 @@ func TestFileSystemAndPermissions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := builtinSpec(t)
-			spec.Permission = tt.permission
+			spec.Permission = permission.Policy(tt.permission)
 			if err := os.WriteFile(filepath.Join(spec.Dir, "inside.txt"), []byte("hello"), 0o600); err != nil {
 				t.Fatal(err)
 			}

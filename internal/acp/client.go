@@ -12,6 +12,8 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/permission"
 )
 
 // errNoTerminal answers every terminal method: residentd does not advertise
@@ -92,31 +94,16 @@ func blockText(b sdk.ContentBlock) string {
 	return ""
 }
 
-var readOnlyKinds = map[sdk.ToolKind]bool{
-	sdk.ToolKindRead: true, sdk.ToolKindSearch: true, sdk.ToolKindFetch: true, sdk.ToolKindThink: true,
-}
-
 // RequestPermission answers by the Spec's policy; nobody is there to ask.
 func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
 	a := c.a
-	allow := false
-	switch a.spec.Permission {
-	case PermissionAllow:
-		allow = true
-	case PermissionReadOnly:
-		allow = p.ToolCall.Kind != nil && readOnlyKinds[*p.ToolCall.Kind]
+	kind := ""
+	if p.ToolCall.Kind != nil {
+		kind = string(*p.ToolCall.Kind)
 	}
-	var pick *sdk.PermissionOption
-	prefs := []sdk.PermissionOptionKind{sdk.PermissionOptionKindRejectOnce, sdk.PermissionOptionKindRejectAlways}
-	if allow {
-		prefs = []sdk.PermissionOptionKind{sdk.PermissionOptionKindAllowOnce, sdk.PermissionOptionKindAllowAlways}
-	}
-	for _, kind := range prefs {
-		for i := range p.Options {
-			if p.Options[i].Kind == kind && pick == nil {
-				pick = &p.Options[i]
-			}
-		}
+	opts := make([]permission.Option, len(p.Options))
+	for i, o := range p.Options {
+		opts[i] = permission.Option{ID: string(o.OptionId), Name: o.Name, Kind: string(o.Kind)}
 	}
 	title := "(untitled tool)"
 	if p.ToolCall.Title != nil {
@@ -124,11 +111,11 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	}
 	resp := sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}
 	decision := "cancelled"
-	if pick != nil {
-		resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(pick.OptionId)
-		decision = string(pick.Kind)
+	if pick, ok := permission.Pick(opts, a.spec.Permission.Allows(kind)); ok {
+		resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(pick.ID))
+		decision = pick.Kind
 	}
-	a.log.Debug("permission decided", zap.String("session", string(p.SessionId)), zap.String("policy", a.spec.Permission), zap.String("decision", decision), zap.String("tool", title))
+	a.log.Debug("permission decided", zap.String("session", string(p.SessionId)), zap.String("policy", string(a.spec.Permission)), zap.String("decision", decision), zap.String("tool", title))
 
 	a.mu.Lock()
 	r := a.routes[string(p.SessionId)]
@@ -170,7 +157,7 @@ func (c *client) ReadTextFile(ctx context.Context, p sdk.ReadTextFileRequest) (s
 }
 
 func (c *client) WriteTextFile(ctx context.Context, p sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
-	if c.a.spec.Permission != PermissionAllow {
+	if !c.a.spec.Permission.AllowsFiles() {
 		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: refused by permission policy %q; set permission \"allow\" on the binding to let agents write files", p.Path, c.a.spec.Permission)
 	}
 	path, err := c.a.confine(p.Path, true)

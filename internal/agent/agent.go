@@ -243,6 +243,11 @@ func (b *builtin) Authenticate(ctx context.Context, p acp.AuthenticateRequest) (
 	return acp.AuthenticateResponse{}, nil
 }
 
+// Logout is a no-op: the built-in agent has no credentials to drop.
+func (b *builtin) Logout(ctx context.Context, p acp.LogoutRequest) (acp.LogoutResponse, error) {
+	return acp.LogoutResponse{}, nil
+}
+
 func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
 	if b.opts.fault == FaultExitNew {
 		b.quit("fault exit-new")

@@ -25,6 +25,7 @@ import (
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/proc"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -376,7 +377,7 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: channel_id and binding_id are required", daemon.ErrBadRequest))
 		return
 	}
-	had, err := s.d.Fresh(pool.Key{Channel: req.Channel, Binding: req.Binding})
+	had, err := s.d.Fresh(session.Key{Channel: req.Channel, Binding: req.Binding})
 	if err != nil {
 		fail(w, err)
 		return

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/residentd/residentd/internal/session"
 )
 
 // Author kinds.
@@ -54,12 +56,38 @@ func (m Message) Validate() error {
 // MaxWatermarkIDs bounds the ids a watermark remembers; the oldest go first.
 const MaxWatermarkIDs = 200
 
+// WatermarkKey names one watermark: what a resident session has been shown
+// of its channel, or of one thread in it (Thread is the thread's root id,
+// "" for the main timeline).
+type WatermarkKey struct {
+	Key    session.Key `json:"key"`
+	Thread string      `json:"thread,omitempty"`
+}
+
+func (wk WatermarkKey) String() string {
+	if wk.Thread == "" {
+		return wk.Key.String()
+	}
+	return wk.Key.String() + "#" + wk.Thread
+}
+
 // Watermark records what one native agent session has been shown of one
 // channel (or thread): every row at or before LastAt, plus the listed ids.
 type Watermark struct {
 	Native string    `json:"native"`
 	LastAt time.Time `json:"last_at"`
 	IDs    []string  `json:"ids"`
+}
+
+// For returns the watermark when it belongs to native session native, the
+// process that will answer (the spec's watermark_for). A watermark of any
+// other native session says nothing about what this one saw: a replaced
+// process gets a fresh snapshot, never a gap.
+func (w Watermark) For(native string) (Watermark, bool) {
+	if native == "" || w.Native != native {
+		return Watermark{}, false
+	}
+	return w, true
 }
 
 // Seen is what one render showed; it moves a watermark once the run succeeds.
@@ -79,9 +107,9 @@ func (w Watermark) Advance(native string, s Seen, max int) Watermark {
 		max = MaxWatermarkIDs
 	}
 	out := Watermark{Native: native}
-	if w.Native == native {
-		out.LastAt = w.LastAt
-		out.IDs = append(out.IDs, w.IDs...)
+	if own, ok := w.For(native); ok {
+		out.LastAt = own.LastAt
+		out.IDs = append(out.IDs, own.IDs...)
 	}
 	if s.LastAt.After(out.LastAt) {
 		out.LastAt = s.LastAt

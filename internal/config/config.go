@@ -16,6 +16,7 @@ import (
 
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/permission"
 )
 
 // Duration is a time.Duration written as "30m" in JSON.
@@ -36,19 +37,6 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Brief placements.
-const (
-	BriefInTurn    = "turn"    // every user turn carries the brief (the default)
-	BriefInFraming = "framing" // the brief rides with the system framing
-)
-
-// Permission policies for the agent's permission requests.
-const (
-	PermDeny     = "deny"
-	PermReadOnly = "read-only"
-	PermAllow    = "allow"
-)
-
 // Binding says how to start one agent and how to talk to it.
 type Binding struct {
 	ID      string            `json:"id"`
@@ -63,7 +51,7 @@ type Binding struct {
 	SystemFile string `json:"system_file,omitempty"` // or a file holding it
 	Brief      string `json:"brief,omitempty"`       // overrides the default brief
 	// BriefPlacement is "turn" (default) or "framing".
-	BriefPlacement string `json:"brief_placement,omitempty"`
+	BriefPlacement delivery.Placement `json:"brief_placement,omitempty"`
 	// BriefEvery re-sends the full brief every N warm turns when it lives in
 	// the framing, so a session that compacted its history gets it back.
 	BriefEvery int `json:"brief_every,omitempty"`
@@ -77,7 +65,7 @@ type Binding struct {
 	Restore *bool `json:"restore,omitempty"`
 	// Permission answers the agent's permission requests: deny (default),
 	// read-only or allow.
-	Permission string `json:"permission,omitempty"`
+	Permission permission.Policy `json:"permission,omitempty"`
 	// Tools passes the channel tools (MCP) to the agent; on by default.
 	Tools *bool `json:"tools,omitempty"`
 	// OmitOwnPosts leaves the agent's own channel posts out of its context
@@ -193,10 +181,10 @@ func (c *Config) SetDefaults() {
 	for i := range c.Bindings {
 		b := &c.Bindings[i]
 		if b.Permission == "" {
-			b.Permission = PermDeny
+			b.Permission = permission.Deny
 		}
 		if b.BriefPlacement == "" {
-			b.BriefPlacement = BriefInTurn
+			b.BriefPlacement = delivery.InTurn
 		}
 		if b.BriefEvery <= 0 {
 			b.BriefEvery = 10
@@ -230,10 +218,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: binding %q sets both system and system_file; keep one", ErrInvalid, b.ID)
 		case b.SystemFile != "" && !readableFile(b.SystemFile):
 			return fmt.Errorf("%w: binding %q: system_file %q is not a readable file; fix the path or use system", ErrInvalid, b.ID, b.SystemFile)
-		case b.Permission != PermDeny && b.Permission != PermReadOnly && b.Permission != PermAllow:
-			return fmt.Errorf("%w: binding %q: permission %q must be deny, read-only or allow", ErrInvalid, b.ID, b.Permission)
-		case b.BriefPlacement != BriefInTurn && b.BriefPlacement != BriefInFraming:
-			return fmt.Errorf("%w: binding %q: brief_placement %q must be turn or framing", ErrInvalid, b.ID, b.BriefPlacement)
+		}
+		if err := b.Permission.Check(); err != nil {
+			return fmt.Errorf("%w: binding %q: permission: %v", ErrInvalid, b.ID, err)
+		}
+		if err := b.BriefPlacement.Check(); err != nil {
+			return fmt.Errorf("%w: binding %q: brief_placement: %v", ErrInvalid, b.ID, err)
 		}
 		seen[b.ID] = true
 	}

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/permission"
 )
 
 func TestExampleConfigLoadsAndValidates(t *testing.T) {
@@ -41,7 +44,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("defaults = %+v", c)
 	}
 	b := c.Bindings[0]
-	if b.Permission != PermDeny || b.BriefPlacement != BriefInTurn || b.BriefEvery != 10 || !b.OmitOwn() || !b.ToolsOn() {
+	if b.Permission != permission.Deny || b.BriefPlacement != delivery.InTurn || b.BriefEvery != 10 || !b.OmitOwn() || !b.ToolsOn() {
 		t.Fatalf("binding defaults = %+v", b)
 	}
 	if err := c.Validate(); err != nil {
@@ -50,7 +53,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestValidateNamesTheProblem(t *testing.T) {
-	ok := Binding{ID: "b", Handle: "@a", Command: "x", Permission: PermDeny, BriefPlacement: BriefInTurn}
+	ok := Binding{ID: "b", Handle: "@a", Command: "x", Permission: permission.Deny, BriefPlacement: delivery.InTurn}
 	tests := []struct {
 		name string
 		mut  func(*Config)

@@ -47,7 +47,7 @@ func TestBriefInFramingIsSentOnColdAndEveryNthWarmTurn(t *testing.T) {
 		rec = filepath.Join(c.StateDir, "record.jsonl")
 		b := &c.Bindings[0]
 		b.Args = append(b.Args, "--record", rec)
-		b.BriefPlacement = config.BriefInFraming
+		b.BriefPlacement = delivery.InFraming
 		b.BriefEvery = 2
 	})
 	for _, id := range []string{"q1", "q2", "q3", "q4"} {

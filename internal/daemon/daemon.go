@@ -23,6 +23,7 @@ import (
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -45,7 +46,7 @@ var (
 // k, and a release func the daemon calls once that process has exited (so
 // any capability it carried dies with it). The daemon sends an empty list
 // when MCPServers is nil or the binding turned tools off.
-type MCPServers func(k pool.Key, b config.Binding) (servers []sdk.McpServer, release func())
+type MCPServers func(k session.Key, b config.Binding) (servers []sdk.McpServer, release func())
 
 // Options wires a Daemon.
 type Options struct {
@@ -55,7 +56,7 @@ type Options struct {
 	Log     *zap.Logger
 	MCP     MCPServers
 	// OnEvict, when set, also hears of every eviction (the demo prints them).
-	OnEvict func(k pool.Key, r pool.Reason)
+	OnEvict func(k session.Key, r pool.Reason)
 	// Now is the clock; tests inject one.
 	Now func() time.Time
 	// BackoffBase and BackoffCap shape the crash-loop backoff: after the
@@ -73,7 +74,7 @@ type Daemon struct {
 	log  *zap.Logger
 	mcp  MCPServers
 	now  func() time.Time
-	pool *pool.Pool[*session]
+	pool *pool.Pool[*resident]
 
 	turns    sync.WaitGroup // turns in flight
 	watchers sync.WaitGroup // agent exit watchers
@@ -116,13 +117,13 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.m.InitBindings(ids)
 	plog := o.Log.Named("pool")
-	d.pool = pool.New[*session](pool.Config{
+	d.pool = pool.New[*resident](pool.Config{
 		MaxLive:      o.Config.MaxLive,
 		IdleTimeout:  time.Duration(o.Config.IdleTimeout),
 		QueueLen:     o.Config.QueueLen,
 		QueueTimeout: time.Duration(o.Config.QueueTimeout),
 		Now:          o.Now,
-		OnEvict: func(k pool.Key, r pool.Reason) {
+		OnEvict: func(k session.Key, r pool.Reason) {
 			d.m.Evicted(string(r))
 			if o.OnEvict != nil {
 				o.OnEvict(k, r)
@@ -135,7 +136,7 @@ func New(o Options) (*Daemon, error) {
 }
 
 // Pool exposes the pool's gauges and listing.
-func (d *Daemon) Pool() *pool.Pool[*session] { return d.pool }
+func (d *Daemon) Pool() *pool.Pool[*resident] { return d.pool }
 
 // Live, Busy and Queued feed the metrics gauges.
 func (d *Daemon) Live() int   { return d.pool.Live() }
@@ -237,7 +238,7 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 		d.turns.Done()
 	}()
 
-	key := pool.Key{Channel: req.Channel, Binding: b.ID}
+	key := session.Key{Channel: req.Channel, Binding: b.ID}
 	log := d.log.With(zap.String("key", key.String()), zap.String("run", req.RunID))
 	start := d.now()
 	co, err := d.pool.Acquire(ctx, key)
@@ -247,9 +248,9 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 		}
 		err = d.ctxErr(ctx, err)
 		// Every turn that passed validation is counted once, failed starts too.
-		d.m.ObserveTurn("cold", Outcome(err), d.now().Sub(start))
+		d.m.ObserveTurn(lease.Unstarted, Outcome(err), d.now().Sub(start))
 		if !errors.Is(err, ErrShuttingDown) {
-			log.Info("turn failed before it started", zap.String("outcome", Outcome(err)), zap.Error(err))
+			log.Info("turn failed before it started", zap.String("outcome", string(Outcome(err))), zap.Error(err))
 		}
 		return err
 	}
@@ -269,7 +270,7 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 
 	text, user, rep, err := d.compose(key, b, req, l, co.Session)
 	if err != nil {
-		d.m.ObserveTurn(shape, "agent_error", d.now().Sub(start))
+		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
 		return err
 	}
 	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
@@ -297,15 +298,15 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	if err != nil {
 		err = d.ctxErr(ctx, err)
 		outcome := Outcome(err)
-		if outcome == "crash" {
+		if outcome == lease.OutcomeCrash {
 			d.spawnFailed(b.ID, err)
 		}
 		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
-		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", outcome), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
+		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", string(outcome)), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
 		return fmt.Errorf("turn %q for binding %q in channel %q: %w", req.RunID, b.ID, req.Channel, err)
 	}
 	now := d.now()
-	if aerr := d.st.AppendTurns(store.Key(key), store.Turn{Role: store.RoleUser, Text: user, At: start}, store.Turn{Role: store.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
+	if aerr := d.st.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: user, At: start}, session.Turn{Role: session.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
 		log.Error("conversation append failed", zap.Error(aerr))
 	}
 	d.spawnOK(b.ID)
@@ -321,7 +322,7 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	case n > 0:
 		wm = "committed"
 	}
-	d.m.ObserveTurn(shape, "ok", now.Sub(start))
+	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
 	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
 	emit(Event{Event: "done", RunID: req.RunID, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: res.Usage})
 	return nil
@@ -347,40 +348,35 @@ func (d *Daemon) ctxErr(ctx context.Context, err error) error {
 }
 
 // Outcome classifies a turn's error for metrics and logs.
-func Outcome(err error) string {
+func Outcome(err error) lease.Outcome {
 	switch {
 	case err == nil:
-		return "ok"
+		return lease.OutcomeOK
 	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, ErrBackoff):
-		return "rejected"
+		return lease.OutcomeRejected
 	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
+		return lease.OutcomeTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, errCancelled), errors.Is(err, ErrShuttingDown):
-		return "cancelled"
+		return lease.OutcomeCancelled
 	case errors.Is(err, acp.ErrExited):
-		return "crash"
+		return lease.OutcomeCrash
 	}
-	return "agent_error"
+	return lease.OutcomeAgentError
 }
 
-// compose builds the prompt text for this turn, the user turn to remember,
-// and what channel context it carried. Watermarks are staged on l.
-func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lease.Lease, s *session) (string, string, *ContextReport, error) {
+// compose reads what this turn's prompt is made of and hands it to
+// lease.Compose; the watermark it would move is staged on l.
+func (d *Daemon) compose(key session.Key, b config.Binding, req TurnRequest, l *lease.Lease, s *resident) (string, string, *ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
 	}
-	wk := store.WatermarkKey{Session: store.Key(key).Session(), Channel: req.Channel, Thread: thread}
+	wk := channel.WatermarkKey{Key: key, Thread: thread}
 	var wm *channel.Watermark
-	if b.KeepsSession() {
-		// watermark_for: only the record of the native session that answers.
-		got, found, err := d.st.Watermark(wk)
-		if err != nil {
-			return "", "", nil, fmt.Errorf("read watermark for %q: %w", key, err)
-		}
-		if found && got.Native == l.Native {
-			wm = &got
-		}
+	if got, found, err := d.st.Watermark(wk); err != nil {
+		return "", "", nil, fmt.Errorf("read watermark for %q: %w", key, err)
+	} else if found {
+		wm = &got
 	}
 	rows, err := d.st.Recent(req.Channel, thread, d.cfg.Context.Fetch)
 	if err != nil {
@@ -390,19 +386,6 @@ func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lea
 	if b.OmitOwn() {
 		opt.OmitAuthor = b.Handle
 	}
-	block, r := delivery.Render(rows, req.MessageID, wm, opt)
-	if b.KeepsSession() {
-		l.Stage(wk, r.Seen)
-	}
-	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Chars, r.Truncated)
-	rep := &ContextReport{Header: "none", Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted}
-	if block != "" {
-		rep.Header = "snapshot"
-		if r.Watermarked {
-			rep.Header = "new"
-		}
-	}
-
 	agents := req.ChannelAgents
 	if agents == nil {
 		agents = []delivery.Agent{{Handle: b.Handle, Reachable: true}}
@@ -411,65 +394,36 @@ func (d *Daemon) compose(key pool.Key, b config.Binding, req TurnRequest, l *lea
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
-	payload := delivery.Payload{
-		ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
-		Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
-		ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
+	out, err := lease.Compose(lease.Input{
+		Shape: l.Shape, Native: l.Native,
+		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: s.briefCount(),
+		Conversation: func() ([]session.Turn, error) { return d.st.Conversation(key) },
+		Mention: delivery.Payload{
+			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
+			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
+			ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
+		},
+		Rows: rows, Watermark: wm, KeepsSession: b.KeepsSession(), Render: opt,
+	})
+	if err != nil {
+		return "", "", nil, err
 	}
-	// A warm turn sends no framing: only a cold or restored one reads it.
-	framing := ""
-	if l.Shape != lease.Warm {
-		if framing, err = b.Framing(); err != nil {
-			return "", "", nil, err
+	s.setBriefCount(out.BriefCount)
+	l.Stage(wk, out.Stage)
+	r := out.Context
+	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Chars, r.Truncated)
+	if out.Framing != "" {
+		d.guardFraming(b.ID, out.Framing)
+	}
+	if out.BriefSent {
+		brief := b.Brief
+		if brief == "" {
+			brief = delivery.DefaultBrief
 		}
-	}
-	brief := b.Brief
-	if brief == "" {
-		brief = delivery.DefaultBrief
-	}
-	system := framing
-	turnBrief := brief
-	if b.BriefPlacement == config.BriefInFraming {
-		system = framing + "\n\n" + brief
-		turnBrief = delivery.BriefPointer()
-		// Per process: a new one got the brief with its framing. The pool
-		// runs one turn per key at a time, so the count needs no lock.
-		if l.Shape == lease.Warm {
-			s.briefSeq++
-			if s.briefSeq >= b.BriefEvery {
-				s.briefSeq = 0
-				turnBrief = brief
-			}
-		}
-	}
-	user := delivery.UserTurn(payload, turnBrief, block)
-
-	// The newest user turn is this mention. Only a turn that replays reads
-	// and flattens the stored conversation: most turns are warm.
-	replay := ""
-	if l.NeedsReplay(user) {
-		conv, err := d.st.Conversation(store.Key(key))
-		if err != nil {
-			return "", "", nil, fmt.Errorf("read conversation of %q: %w", key, err)
-		}
-		turns := make([]delivery.Turn, 0, len(conv)+1)
-		for _, t := range conv {
-			turns = append(turns, delivery.Turn{Role: t.Role, Text: t.Text})
-		}
-		turns = append(turns, delivery.Turn{Role: delivery.RoleUser, Text: user})
-		replay = delivery.BuildPrompt(turns)
-	}
-	text := l.Prompt(system, replay, user)
-
-	if l.Shape != lease.Warm {
-		d.guardFraming(b.ID, system)
-	}
-	sentBrief := turnBrief == brief || l.Shape != lease.Warm && b.BriefPlacement == config.BriefInFraming
-	if sentBrief {
 		d.m.BriefTokens(b.BriefPlacement, approxTokens(brief))
 	}
-	rep.PromptBytes = len(text)
-	return text, user, rep, nil
+	rep := &ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, PromptBytes: len(out.Text)}
+	return out.Text, out.Stored, rep, nil
 }
 
 // approxTokens estimates tokens at four bytes each; good enough for a
@@ -510,7 +464,7 @@ func (d *Daemon) Cancel(runID string) error {
 
 // Fresh drops key's process, its saved native session, conversation and
 // watermarks: its next turn is cold with a snapshot.
-func (d *Daemon) Fresh(k pool.Key) (bool, error) {
+func (d *Daemon) Fresh(k session.Key) (bool, error) {
 	if _, ok := d.cfg.Binding(k.Binding); !ok {
 		return false, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
@@ -518,7 +472,7 @@ func (d *Daemon) Fresh(k pool.Key) (bool, error) {
 	// running turn lets go, after it stored its reply and watermark.
 	errc := make(chan error, 1)
 	had := d.pool.Fresh(k, func() {
-		err := d.st.Forget(store.Key(k))
+		err := d.st.Forget(k)
 		if err != nil {
 			d.log.Error("start fresh: forget the stored session", zap.String("key", k.String()), zap.Error(err))
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/metrics"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -84,7 +84,7 @@ func BenchmarkWarmTurn(b *testing.B) {
 // prompt (the key is started fresh before each turn, outside the timer).
 func BenchmarkColdTurn(b *testing.B) {
 	d := benchDaemon(b)
-	k := pool.Key{Channel: "ch", Binding: "b-builtin"}
+	k := session.Key{Channel: "ch", Binding: "b-builtin"}
 	for range b.N {
 		b.StopTimer()
 		if _, err := d.Fresh(k); err != nil {

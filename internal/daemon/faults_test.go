@@ -19,9 +19,10 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/proc"
-	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // markEnv tags every process a fault test starts (the agent and anything it
@@ -127,7 +128,7 @@ func assertNoStrays(t *testing.T, d *Daemon, mark string) {
 
 func (h *harness) watermark(ch, binding string) (channel.Watermark, bool) {
 	h.t.Helper()
-	wk := store.WatermarkKey{Session: store.Key(pool.Key{Channel: ch, Binding: binding}).Session(), Channel: ch}
+	wk := channel.WatermarkKey{Key: session.Key{Channel: ch, Binding: binding}}
 	wm, ok, err := h.st.Watermark(wk)
 	if err != nil {
 		h.t.Fatal(err)
@@ -146,10 +147,10 @@ func (h *harness) setArgs(binding string, extra ...string) {
 	h.t.Fatalf("no binding %q", binding)
 }
 
-func turnCount(h *harness, outcome string) float64 {
+func turnCount(h *harness, outcome lease.Outcome) float64 {
 	var n float64
-	for _, shape := range []string{"cold", "warm", "restored"} {
-		n += testutil.ToFloat64(h.m.Turns.WithLabelValues(shape, outcome))
+	for _, shape := range metrics.Shapes {
+		n += testutil.ToFloat64(h.m.Turns.WithLabelValues(shape, string(outcome)))
 	}
 	return n
 }
@@ -165,7 +166,7 @@ func TestAgentFaults(t *testing.T) {
 		text    string   // or a one-turn fault marker
 		wantErr error
 		wantMsg []string
-		outcome string
+		outcome lease.Outcome
 		staged  bool // the turn reached compose, so a watermark was staged and discarded
 		dies    bool // the faulted process is gone afterwards
 	}{
@@ -329,7 +330,7 @@ func TestStubbornAgentsAreStopped(t *testing.T) {
 			if fault == "grandchild" {
 				waitFor(t, func() bool { return len(marked(mark)) >= 2 }, func() string { return "no grandchild appeared" })
 			}
-			if had, err := h.d.Fresh(pool.Key{Channel: "ch", Binding: "b-fault"}); err != nil || !had {
+			if had, err := h.d.Fresh(session.Key{Channel: "ch", Binding: "b-fault"}); err != nil || !had {
 				t.Fatalf("fresh: %v %v", had, err)
 			}
 			assertGone(t, r.start.Pid)
@@ -435,8 +436,11 @@ func TestCrashLoopBackoff(t *testing.T) {
 				t.Errorf("%s: backoff error %q does not say %q", id, err, s)
 			}
 		}
-		if Outcome(err) != "rejected" {
+		if Outcome(err) != lease.OutcomeRejected {
 			t.Errorf("%s: outcome %q, want rejected", id, Outcome(err))
+		}
+		if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "rejected")); n != 0 {
+			t.Errorf("%s: %v refused turns counted under shape cold; they never got a process", id, n)
 		}
 		if testutil.ToFloat64(h.m.AgentExits.WithLabelValues("error")) != spawned || len(marked(mark)) != 0 {
 			t.Errorf("%s: a refused spawn started a process", id)
@@ -465,7 +469,7 @@ func TestCrashLoopBackoff(t *testing.T) {
 	h.setArgs("b-loop")
 	clk.Add(4 * time.Second)
 	reply(t, h.turn(TurnRequest{Channel: "ch-ok", Binding: "b-loop", Text: "@agent fixed"}))
-	h.d.Fresh(pool.Key{Channel: "ch-ok", Binding: "b-loop"})
+	h.d.Fresh(session.Key{Channel: "ch-ok", Binding: "b-loop"})
 	h.setArgs("b-loop", "--fault", "exit-initialize")
 	wantCrash("11")
 	wantCrash("12")

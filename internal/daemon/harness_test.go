@@ -18,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -83,7 +84,7 @@ func (h *harness) open() {
 	}
 	h.st = st
 	h.m = metrics.New("test", nil)
-	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, OnEvict: func(k pool.Key, r pool.Reason) {
+	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, OnEvict: func(k session.Key, r pool.Reason) {
 		h.mu.Lock()
 		h.evic = append(h.evic, k.String()+" "+string(r))
 		h.mu.Unlock()

@@ -19,7 +19,9 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 )
 
 const (
@@ -72,7 +74,7 @@ func TestLoad(t *testing.T) {
 	})
 
 	type outcome struct {
-		key   pool.Key
+		key   session.Key
 		fault bool
 		err   error
 	}
@@ -86,7 +88,7 @@ func TestLoad(t *testing.T) {
 			defer wg.Done()
 			for i := range work {
 				k := (i / 10) % (2 * loadChannels) // ten turns in a row per key: warm turns too
-				key := pool.Key{Channel: fmt.Sprintf("ch-%02d", k%loadChannels), Binding: []string{"b-one", "b-two"}[k/loadChannels]}
+				key := session.Key{Channel: fmt.Sprintf("ch-%02d", k%loadChannels), Binding: []string{"b-one", "b-two"}[k/loadChannels]}
 				req := TurnRequest{Channel: key.Channel, Binding: key.Binding, RunID: fmt.Sprintf("load-%d", i)}
 				fault := i%loadFaultMod == 4
 				if fault {
@@ -144,8 +146,8 @@ func TestLoad(t *testing.T) {
 	// The counters add up to the turns sent, outcome by outcome.
 	var total float64
 	byOutcome := map[string]float64{}
-	for _, shape := range []string{"cold", "warm", "restored"} {
-		for _, o := range []string{"ok", "agent_error", "crash", "cancelled", "timeout", "rejected"} {
+	for _, shape := range metrics.Shapes {
+		for _, o := range metrics.Outcomes {
 			n := testutil.ToFloat64(h.m.Turns.WithLabelValues(shape, o))
 			total += n
 			byOutcome[o] += n
@@ -177,7 +179,7 @@ func TestLoad(t *testing.T) {
 			shown[run] = ids
 		}
 	}
-	want := map[pool.Key]map[string]bool{}
+	want := map[session.Key]map[string]bool{}
 	for i, r := range results {
 		run := fmt.Sprintf("load-%d", i)
 		ids, ran := shown[run]

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // counts reads the series the scripted turns below move.
@@ -166,7 +166,7 @@ func TestFramingChangeIsCountedAndTokensByShape(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	k := pool.Key{Channel: "ch", Binding: "b-builtin"}
+	k := session.Key{Channel: "ch", Binding: "b-builtin"}
 	write := func(s string) {
 		if err := os.WriteFile(framing, []byte(s), 0o600); err != nil {
 			t.Fatal(err)

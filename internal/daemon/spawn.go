@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"syscall"
 	"time"
 
@@ -15,29 +16,44 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
-// session is one agent process serving one native session.
-type session struct {
-	a        *acp.Agent
-	native   string
-	briefSeq int // warm turns since the brief was last sent in full (brief in framing)
+// resident is one agent process serving one native session.
+type resident struct {
+	a      *acp.Agent
+	native string
+
+	mu     sync.Mutex // guards briefN
+	briefN int        // warm turns since the brief last went out in full (brief in framing)
 }
 
-func (s *session) Native() string        { return s.native }
-func (s *session) Pid() int              { return s.a.Pid() }
-func (s *session) Done() <-chan struct{} { return s.a.Done() }
-func (s *session) Close() error          { return s.a.Close() }
+func (s *resident) briefCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.briefN
+}
 
-var _ pool.Session = (*session)(nil)
+func (s *resident) setBriefCount(n int) {
+	s.mu.Lock()
+	s.briefN = n
+	s.mu.Unlock()
+}
+
+func (s *resident) Native() string        { return s.native }
+func (s *resident) Pid() int              { return s.a.Pid() }
+func (s *resident) Done() <-chan struct{} { return s.a.Done() }
+func (s *resident) Close() error          { return s.a.Close() }
+
+var _ pool.Session = (*resident)(nil)
 
 // spawner starts agent processes for the pool.
 type spawner Daemon
 
-var _ pool.Spawner[*session] = (*spawner)(nil)
+var _ pool.Spawner[*resident] = (*spawner)(nil)
 
-func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (s *session, shape lease.Shape, err error) {
+func (sp *spawner) Spawn(ctx context.Context, k session.Key) (s *resident, shape lease.Shape, err error) {
 	d := (*Daemon)(sp)
 	b, ok := d.cfg.Binding(k.Binding)
 	if !ok {
@@ -89,7 +105,7 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (s *session, shape lea
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
-		id, err := d.st.NativeID(store.Key(k))
+		id, err := d.st.NativeID(k)
 		if err != nil {
 			a.Close()
 			return nil, lease.Cold, fmt.Errorf("read saved session: %w", err)
@@ -103,7 +119,7 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (s *session, shape lea
 			d.m.ObserveSessionReady("load", d.now().Sub(t1))
 			d.m.Restore(true)
 			log.Info("session restored", zap.String("native", want), zap.Int("pid", a.Pid()))
-			return &session{a: a, native: want}, lease.Restored, nil
+			return &resident{a: a, native: want}, lease.Restored, nil
 		} else {
 			d.m.Restore(false)
 			log.Warn("session restore failed; starting a new session", zap.String("native", want), zap.Error(err))
@@ -122,17 +138,17 @@ func (sp *spawner) Spawn(ctx context.Context, k pool.Key) (s *session, shape lea
 	}
 	d.m.ObserveSessionReady("new", d.now().Sub(t1))
 	if b.KeepsSession() {
-		if err := d.st.SetNativeID(store.Key(k), native); err != nil {
+		if err := d.st.SetNativeID(k, native); err != nil {
 			log.Error("save native session id failed", zap.Error(err))
 		}
 	}
 	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
-	return &session{a: a, native: native}, lease.Cold, nil
+	return &resident{a: a, native: native}, lease.Cold, nil
 }
 
 // recordAgent notes a spawned agent in the store so that a daemon restarted
 // after a crash can find and stop the process group this one leaves behind.
-func (d *Daemon) recordAgent(a *acp.Agent, k pool.Key, command string, log *zap.Logger) {
+func (d *Daemon) recordAgent(a *acp.Agent, k session.Key, command string, log *zap.Logger) {
 	pid := a.Pid()
 	ticks, err := acp.StartTicks(pid)
 	if err != nil {
@@ -144,14 +160,14 @@ func (d *Daemon) recordAgent(a *acp.Agent, k pool.Key, command string, log *zap.
 	if err != nil {
 		pgid = pid // acp starts every agent as its own group leader
 	}
-	rec := store.AgentRecord{Pid: pid, Pgid: pgid, StartTicks: ticks, Command: command, Key: store.Key(k), StartedAt: time.Now()}
+	rec := store.AgentRecord{Pid: pid, Pgid: pgid, StartTicks: ticks, Command: command, Key: k, StartedAt: time.Now()}
 	if err := d.st.RecordAgent(rec); err != nil {
 		log.Warn("record agent failed", zap.Int("pid", pid), zap.Error(err))
 	}
 }
 
 // watchExit counts an agent's exit once it is reaped.
-func (d *Daemon) watchExit(a *acp.Agent, k pool.Key, log *zap.Logger, release func()) {
+func (d *Daemon) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release func()) {
 	d.watchers.Add(1)
 	go func() {
 		defer d.watchers.Done()

@@ -13,8 +13,7 @@ import (
 
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/pool"
-	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/session"
 )
 
 func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
@@ -164,7 +163,7 @@ func TestFreshStartBindingNeverGetsWatermark(t *testing.T) {
 		if r.done.Shape != "cold" || r.done.Context.Header != "snapshot" || r.done.Watermark != "none" {
 			t.Fatalf("turn %d: shape %s context %+v watermark %s reply %v", i+1, r.done.Shape, r.done.Context, r.done.Watermark, got)
 		}
-		if _, ok, err := h.st.Watermark(store.WatermarkKey{Session: "ch/b-builtin", Channel: "ch"}); ok || err != nil {
+		if _, ok, err := h.st.Watermark(channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b-builtin"}}); ok || err != nil {
 			t.Fatalf("turn %d: a fresh-start binding got a watermark (err %v)", i+1, err)
 		}
 	}
@@ -178,7 +177,7 @@ func TestStartFreshForgetsSession(t *testing.T) {
 	h.say("ch", "a", 2)
 	first := h.mention("ch", "b-builtin", "q1", "@agent one")
 	reply(t, first)
-	if had, err := h.d.Fresh(pool.Key{Channel: "ch", Binding: "b-builtin"}); err != nil || !had {
+	if had, err := h.d.Fresh(session.Key{Channel: "ch", Binding: "b-builtin"}); err != nil || !had {
 		t.Fatalf("Fresh = %v, %v", had, err)
 	}
 	r := h.mention("ch", "b-builtin", "q2", "@agent two")
@@ -193,7 +192,7 @@ func TestStartFreshForgetsSession(t *testing.T) {
 // the rest, so the next turn starts from nothing.
 func TestStartFreshDuringATurn(t *testing.T) {
 	h := newHarness(t)
-	k := pool.Key{Channel: "ch", Binding: "b-builtin"}
+	k := session.Key{Channel: "ch", Binding: "b-builtin"}
 	h.say("ch", "a", 2)
 	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
 	h.post(channel.Message{ID: "q2", Channel: "ch", Author: "carla", Body: "@agent two"})
@@ -212,7 +211,7 @@ func TestStartFreshDuringATurn(t *testing.T) {
 	if ferr != nil || !had {
 		t.Fatalf("Fresh during a turn = %v, %v", had, ferr)
 	}
-	if conv, err := h.st.Conversation(store.Key(k)); err != nil || len(conv) != 0 {
+	if conv, err := h.st.Conversation(k); err != nil || len(conv) != 0 {
 		t.Fatalf("conversation after the turn that Fresh interrupted: %d turns (%v), want none", len(conv), err)
 	}
 	if _, ok := h.watermark("ch", "b-builtin"); ok {

@@ -2,21 +2,11 @@
 // turn, the mention's user turn with its brief, and the channel-context block.
 package delivery
 
-import "strings"
+import (
+	"strings"
 
-// Turn roles. Any role that is not assistant, system or tool counts as user.
-const (
-	RoleUser      = "user"
-	RoleAssistant = "assistant"
-	RoleSystem    = "system"
-	RoleTool      = "tool"
+	"github.com/residentd/residentd/internal/session"
 )
-
-// Turn is one entry of a conversation.
-type Turn struct {
-	Role string
-	Text string
-}
 
 // BuildPrompt flattens the whole conversation for a process that remembers
 // nothing (a cold start). Each turn becomes "User: <text>" or
@@ -32,14 +22,14 @@ type Turn struct {
 //
 //	Assistant: it is refund_spec.rb
 //	line two of the reply
-func BuildPrompt(conv []Turn) string {
+func BuildPrompt(conv []session.Turn) string {
 	var b strings.Builder
 	for _, t := range conv {
 		var prefix string
 		switch t.Role {
-		case RoleSystem, RoleTool:
+		case session.RoleSystem, session.RoleTool:
 			continue
-		case RoleAssistant:
+		case session.RoleAssistant:
 			prefix = "Assistant: "
 		default:
 			prefix = "User: "
@@ -56,10 +46,10 @@ func BuildPrompt(conv []Turn) string {
 // LatestUserTurn returns the text of the last turn that is not from the
 // assistant, the system or a tool: all a warm process needs, since it already
 // remembers everything before it. It returns "" when there is none.
-func LatestUserTurn(conv []Turn) string {
+func LatestUserTurn(conv []session.Turn) string {
 	for i := len(conv) - 1; i >= 0; i-- {
 		switch conv[i].Role {
-		case RoleAssistant, RoleSystem, RoleTool:
+		case session.RoleAssistant, session.RoleSystem, session.RoleTool:
 			continue
 		}
 		return conv[i].Text

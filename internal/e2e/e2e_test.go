@@ -16,7 +16,7 @@ import (
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -137,8 +137,8 @@ func assertGone(t *testing.T, pid int) {
 	}
 }
 
-func watermarkKey(ch string) store.WatermarkKey {
-	return store.WatermarkKey{Session: store.Key(pool.Key{Channel: ch, Binding: "b-builtin"}).Session(), Channel: ch}
+func watermarkKey(ch string) channel.WatermarkKey {
+	return channel.WatermarkKey{Key: session.Key{Channel: ch, Binding: "b-builtin"}}
 }
 
 // TestSIGKILLMidTurn: a daemon killed during a turn leaves a clean bbolt
@@ -179,7 +179,7 @@ func TestSIGKILLMidTurn(t *testing.T) {
 			t.Fatalf("the killed turn's staged watermark was committed: %v", wm.IDs)
 		}
 	}
-	conv, err := st.Conversation(store.Key(pool.Key{Channel: "ch", Binding: "b-builtin"}))
+	conv, err := st.Conversation(session.Key{Channel: "ch", Binding: "b-builtin"})
 	if err != nil || len(conv) != 2 || conv[0].Role != "user" || conv[1].Role != "assistant" {
 		t.Fatalf("conversation after SIGKILL: %d turns %v", len(conv), err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // BenchmarkClaudeTurns measures claude-agent-acp through residentd against
@@ -30,7 +30,7 @@ func BenchmarkClaudeTurns(b *testing.B) {
 		cold += r1.total
 		warm += r2.total
 		// Keep one live process at a time, so each cold start is measured alone.
-		if _, err := h.d.Fresh(pool.Key{Channel: ch, Binding: "b-claude"}); err != nil {
+		if _, err := h.d.Fresh(session.Key{Channel: ch, Binding: "b-claude"}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // claudeFraming is the system framing of the claude bindings.
@@ -70,7 +70,7 @@ func TestClaudeWithoutCredentials(t *testing.T) {
 	ctx := testCtx(t)
 	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"},
 		channel.Message{ID: "a2", Channel: "ch", Author: "aiko", Body: "it fails on the webhook retry"})
-	wk := store.WatermarkKey{Session: store.Key{Channel: "ch", Binding: "b-claude"}.Session(), Channel: "ch"}
+	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b-claude"}}
 
 	r := h.mention(ctx, "ch", "b-claude", "q1", "@claude why is the refund spec flaky?")
 	t.Logf("claude-agent-acp cold start (spawn, initialize, session/new) through residentd: %v", r.ready)
@@ -84,7 +84,7 @@ func TestClaudeWithoutCredentials(t *testing.T) {
 	if wm, found, err := h.st.Watermark(wk); err != nil || found {
 		t.Fatalf("watermark after a failed turn: %+v found=%v err=%v; want none", wm, found, err)
 	}
-	if n, err := h.st.NativeID(store.Key{Channel: "ch", Binding: "b-claude"}); err != nil || n != r.start.Native {
+	if n, err := h.st.NativeID(session.Key{Channel: "ch", Binding: "b-claude"}); err != nil || n != r.start.Native {
 		t.Fatalf("saved native id %q (err %v), want %q", n, err, r.start.Native)
 	}
 

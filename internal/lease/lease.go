@@ -1,15 +1,13 @@
 // Package lease owns a turn's lease: whether the answering process is cold,
-// warm or restored, the one place that shape picks the prompt, and the
-// watermarks the turn stages until its run succeeds or fails.
+// warm or restored, Compose (the one place that shape picks what is sent),
+// and the watermarks the turn stages until its run succeeds or fails.
 package lease
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/store"
 )
 
 // Shape says what the answering process already knows.
@@ -26,6 +24,26 @@ const (
 
 // Shapes lists every shape, for metrics that pre-create their series.
 var Shapes = []Shape{Cold, Warm, Restored}
+
+// Unstarted is the shape label of a turn that never got a process: the spawn
+// failed, the binding was backing off, or the queue was full or timed out.
+const Unstarted = "none"
+
+// Outcome is how a turn ended, for metrics and logs.
+type Outcome string
+
+// Outcomes. Only OutcomeOK commits the turn's watermarks.
+const (
+	OutcomeOK         Outcome = "ok"
+	OutcomeAgentError Outcome = "agent_error" // the agent answered with an error or an unsuccessful stop reason
+	OutcomeCrash      Outcome = "crash"       // the agent process exited mid-turn
+	OutcomeCancelled  Outcome = "cancelled"   // a client, start fresh or shutdown ended it
+	OutcomeTimeout    Outcome = "timeout"     // the turn time limit
+	OutcomeRejected   Outcome = "rejected"    // never ran: queue full or timed out, crash-loop backoff
+)
+
+// Outcomes lists every outcome, for metrics that pre-create their series.
+var Outcomes = []Outcome{OutcomeOK, OutcomeAgentError, OutcomeCrash, OutcomeCancelled, OutcomeTimeout, OutcomeRejected}
 
 func (s Shape) String() string {
 	switch s {
@@ -46,7 +64,7 @@ type Lease struct {
 	Native string // native ACP session id of the process that will answer
 
 	mu     sync.Mutex // guards staged and done
-	staged map[store.WatermarkKey]channel.Seen
+	staged map[channel.WatermarkKey]channel.Seen
 	done   bool
 }
 
@@ -55,29 +73,8 @@ func New(shape Shape, native string) *Lease {
 	return &Lease{Shape: shape, Native: native}
 }
 
-// Prompt is the single place the prompt shape is decided. system is the
-// binding's framing, replay the whole conversation flattened, newest the
-// newest user turn. Only what NeedsReplay allows gets the replay: replaying
-// into a warm process feeds it its own replies as new input, quadratically.
-func (l *Lease) Prompt(system, replay, newest string) string {
-	switch {
-	case l.NeedsReplay(newest):
-		return system + "\n\n" + replay // new process (or nothing new): framing + full replay
-	case l.Shape == Restored:
-		return system + "\n\n" + newest // reloaded saved session: framing + new turn
-	default:
-		return newest // warm: the newest user turn, nothing else
-	}
-}
-
-// NeedsReplay reports whether Prompt sends the replay for this newest turn,
-// so callers build the (costly) replay only when it is sent.
-func (l *Lease) NeedsReplay(newest string) bool {
-	return l.Shape == Cold || strings.TrimSpace(newest) == ""
-}
-
 // Stage keeps what a render showed until the run's outcome is known.
-func (l *Lease) Stage(k store.WatermarkKey, seen channel.Seen) {
+func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 	if seen.Empty() {
 		return
 	}
@@ -87,7 +84,7 @@ func (l *Lease) Stage(k store.WatermarkKey, seen channel.Seen) {
 		return
 	}
 	if l.staged == nil {
-		l.staged = make(map[store.WatermarkKey]channel.Seen)
+		l.staged = make(map[channel.WatermarkKey]channel.Seen)
 	}
 	prev := l.staged[k]
 	prev.IDs = append(prev.IDs, seen.IDs...)
@@ -99,10 +96,8 @@ func (l *Lease) Stage(k store.WatermarkKey, seen channel.Seen) {
 
 // Committer persists a watermark; *store.Store implements it.
 type Committer interface {
-	CommitWatermark(k store.WatermarkKey, native string, seen channel.Seen) (channel.Watermark, error)
+	CommitWatermark(k channel.WatermarkKey, native string, seen channel.Seen) (channel.Watermark, error)
 }
-
-var _ Committer = (*store.Store)(nil)
 
 // Commit moves the staged watermarks after a successful run and reports how
 // many were written. It is a no-op after the first Commit or Discard.
@@ -118,7 +113,7 @@ func (l *Lease) Commit(c Committer) (int, error) {
 	n := 0
 	for k, seen := range staged {
 		if _, err := c.CommitWatermark(k, l.Native, seen); err != nil {
-			return n, fmt.Errorf("lease: commit watermark for session %q channel %q: %w", k.Session, k.Channel, err)
+			return n, fmt.Errorf("lease: commit watermark for session %q channel %q: %w", k.Key.String(), k.Key.Channel, err)
 		}
 		n++
 	}

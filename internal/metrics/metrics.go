@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/pool"
 )
@@ -21,15 +22,17 @@ import (
 // exists from the first scrape, which keeps rate() and absent() honest. The
 // packages that produce a label's values own its list.
 var (
-	Shapes          = labels(lease.Shapes)
-	Outcomes        = []string{"ok", "agent_error", "crash", "cancelled", "timeout", "rejected"}
+	// Shapes are the lease shapes, plus lease.Unstarted for turns that
+	// never got a process.
+	Shapes          = append(labels(lease.Shapes), lease.Unstarted)
+	Outcomes        = labels(lease.Outcomes)
 	EvictReasons    = labels(pool.Reasons)
 	ExitKinds       = acp.ExitKinds
 	ReadyMethods    = []string{"new", "load"}
 	RestoreResults  = []string{"ok", "failed"}
 	LineFates       = []string{"sent", "seen", "bound", "own"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
-	BriefPlacements = []string{"turn", "framing"}
+	BriefPlacements = labels(delivery.Placements)
 	IngestResults   = []string{"added", "duplicate", "rejected"}
 )
 
@@ -233,9 +236,9 @@ func (m *Metrics) Handler() http.Handler {
 
 // ObserveTurn counts a finished turn and records its duration. Rejected turns
 // never ran, so their duration is not observed.
-func (m *Metrics) ObserveTurn(shape, outcome string, d time.Duration) {
-	m.Turns.WithLabelValues(shape, outcome).Inc()
-	if outcome != "rejected" {
+func (m *Metrics) ObserveTurn(shape string, outcome lease.Outcome, d time.Duration) {
+	m.Turns.WithLabelValues(shape, string(outcome)).Inc()
+	if outcome != lease.OutcomeRejected {
 		m.TurnDuration.WithLabelValues(shape).Observe(d.Seconds())
 	}
 }
@@ -302,8 +305,8 @@ func (m *Metrics) Tokens(shape string, in, out, cacheRead, cacheWrite int64) {
 func (m *Metrics) FramingChanged(binding string) { m.FramingChanges.WithLabelValues(binding).Inc() }
 
 // BriefTokens adds n approximate brief tokens sent at placement (turn or framing).
-func (m *Metrics) BriefTokens(placement string, n int) {
-	addN(m.BriefTokensSent.WithLabelValues(placement), n)
+func (m *Metrics) BriefTokens(placement delivery.Placement, n int) {
+	addN(m.BriefTokensSent.WithLabelValues(string(placement)), n)
 }
 
 // Ingested records the outcome of one ingest call.

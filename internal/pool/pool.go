@@ -12,15 +12,8 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/session"
 )
-
-// Key names one resident process: a channel and the binding answering in it.
-type Key struct {
-	Channel string `json:"channel_id"`
-	Binding string `json:"binding_id"`
-}
-
-func (k Key) String() string { return k.Channel + "/" + k.Binding }
 
 // Reason says why a process left the pool.
 type Reason string
@@ -54,7 +47,7 @@ type Session interface {
 // Spawner starts the process for a key and returns its shape: lease.Cold for
 // a new native session, lease.Restored for a reloaded one.
 type Spawner[S Session] interface {
-	Spawn(ctx context.Context, k Key) (S, lease.Shape, error)
+	Spawn(ctx context.Context, k session.Key) (S, lease.Shape, error)
 }
 
 // Config holds the pool's limits. Zero values take the defaults.
@@ -67,7 +60,7 @@ type Config struct {
 	Now          func() time.Time
 	// OnEvict is called (outside the pool's lock) for every process that
 	// leaves the pool, with the reason.
-	OnEvict func(k Key, reason Reason)
+	OnEvict func(k session.Key, reason Reason)
 }
 
 func (c *Config) setDefaults() {
@@ -90,13 +83,13 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 	if c.OnEvict == nil {
-		c.OnEvict = func(Key, Reason) {}
+		c.OnEvict = func(session.Key, Reason) {}
 	}
 }
 
 // entry is one key's state. All fields are guarded by Pool.mu.
 type entry[S Session] struct {
-	key      Key
+	key      session.Key
 	sess     S
 	live     bool // sess is set and running
 	held     bool // a turn holds the key (at most one at a time)
@@ -116,7 +109,7 @@ type Pool[S Session] struct {
 	spawn Spawner[S]
 
 	mu       sync.Mutex // guards everything below
-	entries  map[Key]*entry[S]
+	entries  map[session.Key]*entry[S]
 	slots    int             // live plus starting processes
 	starting int             // processes being spawned
 	slotQ    []chan struct{} // turns waiting for a slot, FIFO
@@ -129,7 +122,7 @@ type Pool[S Session] struct {
 // New returns a pool and starts its idle reaper; Close stops it.
 func New[S Session](cfg Config, sp Spawner[S]) *Pool[S] {
 	cfg.setDefaults()
-	p := &Pool[S]{cfg: cfg, spawn: sp, entries: make(map[Key]*entry[S]), closeCh: make(chan struct{})}
+	p := &Pool[S]{cfg: cfg, spawn: sp, entries: make(map[session.Key]*entry[S]), closeCh: make(chan struct{})}
 	p.wg.Add(1)
 	go p.reaper()
 	return p
@@ -137,7 +130,7 @@ func New[S Session](cfg Config, sp Spawner[S]) *Pool[S] {
 
 // Checkout is one turn's hold on a key's process. Call Release exactly once.
 type Checkout[S Session] struct {
-	Key     Key
+	Key     session.Key
 	Session S
 	Lease   *lease.Lease
 	Waited  time.Duration // time spent waiting for the key and a slot
@@ -150,7 +143,7 @@ type Checkout[S Session] struct {
 // Acquire waits for the key (turns on one key run one at a time, in arrival
 // order) and for a slot, then returns the key's process: warm when it was
 // alive, otherwise newly spawned (cold or restored).
-func (p *Pool[S]) Acquire(ctx context.Context, k Key) (*Checkout[S], error) {
+func (p *Pool[S]) Acquire(ctx context.Context, k session.Key) (*Checkout[S], error) {
 	start := p.cfg.Now()
 	e, err := p.holdKey(ctx, k)
 	if err != nil {
@@ -212,7 +205,7 @@ func (p *Pool[S]) Acquire(ctx context.Context, k Key) (*Checkout[S], error) {
 }
 
 // holdKey waits until this caller holds k.
-func (p *Pool[S]) holdKey(ctx context.Context, k Key) (*entry[S], error) {
+func (p *Pool[S]) holdKey(ctx context.Context, k session.Key) (*entry[S], error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -298,7 +291,7 @@ func (p *Pool[S]) releaseKey(e *entry[S]) {
 
 // takeSlot reserves room for one more process, evicting the least recently
 // used idle process when every slot is taken, or waiting in FIFO order.
-func (p *Pool[S]) takeSlot(ctx context.Context, k Key) error {
+func (p *Pool[S]) takeSlot(ctx context.Context, k session.Key) error {
 	var me chan struct{}
 	var timeout <-chan time.Time
 	for {
@@ -520,7 +513,7 @@ func (p *Pool[S]) ReapIdle() int {
 // turn holds k, both happen as that turn lets go of the key, after it has
 // written its results; otherwise Fresh takes the key itself and does them
 // now. It reports whether there was a process, or a turn starting one.
-func (p *Pool[S]) Fresh(k Key, reset func()) bool {
+func (p *Pool[S]) Fresh(k session.Key, reset func()) bool {
 	p.mu.Lock()
 	e := p.entries[k]
 	if e != nil && e.held {
@@ -542,7 +535,7 @@ func (p *Pool[S]) Fresh(k Key, reset func()) bool {
 
 // Info describes one key's process for the sessions listing.
 type Info struct {
-	Key     Key
+	Key     session.Key
 	Pid     int
 	Native  string
 	State   string // "idle" or "busy"
@@ -641,7 +634,7 @@ func (p *Pool[S]) Close() error {
 	var wg sync.WaitGroup
 	for i := range sessions {
 		wg.Add(1)
-		go func(s S, k Key) {
+		go func(s S, k session.Key) {
 			defer wg.Done()
 			s.Close()
 			p.cfg.OnEvict(k, ReasonShutdown)
@@ -653,7 +646,7 @@ func (p *Pool[S]) Close() error {
 }
 
 // keyWaiters reports turns queued behind the turn holding k.
-func (p *Pool[S]) keyWaiters(k Key) int {
+func (p *Pool[S]) keyWaiters(k session.Key) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e := p.entries[k]; e != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // The test binary doubles as the built-in agent: every pool test supervises
@@ -47,7 +48,7 @@ type spawner struct {
 	wg                  sync.WaitGroup
 }
 
-func (s *spawner) Spawn(ctx context.Context, k Key) (*proc, lease.Shape, error) {
+func (s *spawner) Spawn(ctx context.Context, k session.Key) (*proc, lease.Shape, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, lease.Cold, err
@@ -95,7 +96,7 @@ type evictLog struct {
 
 func newEvictLog() *evictLog { return &evictLog{ch: make(chan string, 64)} }
 
-func (e *evictLog) record(k Key, r Reason) {
+func (e *evictLog) record(k session.Key, r Reason) {
 	s := k.String() + " " + string(r)
 	e.mu.Lock()
 	e.got = append(e.got, s)
@@ -127,9 +128,9 @@ func newPool(t *testing.T, cfg Config) (*Pool[*proc], *spawner, *evictLog) {
 	return p, sp, ev
 }
 
-func key(i int) Key { return Key{Channel: fmt.Sprintf("ch-%d", i), Binding: "b"} }
+func key(i int) session.Key { return session.Key{Channel: fmt.Sprintf("ch-%d", i), Binding: "b"} }
 
-func acquire(t *testing.T, p *Pool[*proc], k Key) *Checkout[*proc] {
+func acquire(t *testing.T, p *Pool[*proc], k session.Key) *Checkout[*proc] {
 	t.Helper()
 	co, err := p.Acquire(context.Background(), k)
 	if err != nil {
@@ -164,11 +165,11 @@ func TestCapOfFourUnderConcurrentTurnsOnSixKeys(t *testing.T) {
 	p, sp, _ := newPool(t, Config{MaxLive: 4})
 	var wg sync.WaitGroup
 	release := make(chan struct{})
-	acquired := make(chan Key, 6)
+	acquired := make(chan session.Key, 6)
 	errs := make(chan error, 6)
 	for i := 0; i < 6; i++ {
 		wg.Add(1)
-		go func(k Key) {
+		go func(k session.Key) {
 			defer wg.Done()
 			co, err := p.Acquire(context.Background(), k)
 			if err != nil {
@@ -471,7 +472,7 @@ func TestCloseStopsEveryGroupAndGoroutine(t *testing.T) {
 func TestSpawnFailureFreesTheSlot(t *testing.T) {
 	p := New[*proc](Config{MaxLive: 1}, failing{})
 	defer p.Close()
-	_, err := p.Acquire(context.Background(), Key{Channel: "ch-backend", Binding: "b-claude"})
+	_, err := p.Acquire(context.Background(), session.Key{Channel: "ch-backend", Binding: "b-claude"})
 	if err == nil || err.Error() != `pool: spawn binding "b-claude" for channel "ch-backend": no such agent` {
 		t.Fatalf("err = %v", err)
 	}
@@ -482,7 +483,7 @@ func TestSpawnFailureFreesTheSlot(t *testing.T) {
 
 type failing struct{}
 
-func (failing) Spawn(context.Context, Key) (*proc, lease.Shape, error) {
+func (failing) Spawn(context.Context, session.Key) (*proc, lease.Shape, error) {
 	return nil, lease.Cold, errors.New("no such agent")
 }
 
@@ -534,7 +535,7 @@ type gatedSpawner struct {
 	got     chan *proc
 }
 
-func (g *gatedSpawner) Spawn(ctx context.Context, k Key) (*proc, lease.Shape, error) {
+func (g *gatedSpawner) Spawn(ctx context.Context, k session.Key) (*proc, lease.Shape, error) {
 	g.entered <- struct{}{}
 	<-g.release
 	pr, shape, err := g.spawner.Spawn(ctx, k)

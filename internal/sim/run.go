@@ -82,7 +82,7 @@ func (o *Options) binding(name, dir string) config.Binding {
 	case WatermarkNoOwn:
 		b.OmitOwnPosts = nil // the daemon's default: own posts left out
 	case BriefInFraming:
-		b.BriefPlacement = config.BriefInFraming
+		b.BriefPlacement = delivery.InFraming
 	case WatermarkEvictCold:
 		off := false
 		b.Restore = &off

@@ -6,18 +6,20 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/residentd/residentd/internal/session"
 )
 
 // AgentRecord is an agent process this daemon started, kept so a restarted
 // daemon can find and sweep leftovers. StartTicks (the process start time
 // from /proc/<pid>/stat) tells a leftover from a recycled pid.
 type AgentRecord struct {
-	Pid        int       `json:"pid"`
-	Pgid       int       `json:"pgid"`
-	StartTicks uint64    `json:"start_ticks"`
-	Command    string    `json:"command"`
-	Key        Key       `json:"key"`
-	StartedAt  time.Time `json:"started_at"`
+	Pid        int         `json:"pid"`
+	Pgid       int         `json:"pgid"`
+	StartTicks uint64      `json:"start_ticks"`
+	Command    string      `json:"command"`
+	Key        session.Key `json:"key"`
+	StartedAt  time.Time   `json:"started_at"`
 }
 
 func pidKey(pid int) []byte { return u64(uint64(pid)) }

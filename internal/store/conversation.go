@@ -5,47 +5,16 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/residentd/residentd/internal/session"
 )
-
-// Key names one resident process: a binding answering in a channel.
-type Key struct {
-	Channel string `json:"channel"`
-	Binding string `json:"binding"`
-}
-
-// Session is the session key watermarks are filed under, e.g.
-// "ch-backend/b-claude".
-func (k Key) Session() string { return k.Channel + "/" + k.Binding }
-
-func (k Key) String() string { return k.Session() }
-
-func (k Key) check() error {
-	if k.Channel == "" || k.Binding == "" {
-		return fmt.Errorf("key %q: channel and binding must both be set", k.Session())
-	}
-	return nil
-}
-
-// Turn roles.
-const (
-	RoleUser      = "user"
-	RoleAssistant = "assistant"
-)
-
-// Turn is one exchange half kept for replay into a fresh process.
-type Turn struct {
-	Role string    `json:"role"`
-	Text string    `json:"text"`
-	At   time.Time `json:"at"`
-}
 
 // Conversation returns the key's kept turns, oldest first; none is not an
 // error.
-func (s *Store) Conversation(k Key) ([]Turn, error) {
-	var out []Turn
+func (s *Store) Conversation(k session.Key) ([]session.Turn, error) {
+	var out []session.Turn
 	err := s.db.View(func(tx *bolt.Tx) error {
 		kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding))
 		if kb == nil {
@@ -56,7 +25,7 @@ func (s *Store) Conversation(k Key) ([]Turn, error) {
 			return nil
 		}
 		return turns.ForEach(func(seq, v []byte) error {
-			var t Turn
+			var t session.Turn
 			if err := json.Unmarshal(v, &t); err != nil {
 				return fmt.Errorf("turn %d: %w", binary.BigEndian.Uint64(seq), err)
 			}
@@ -72,13 +41,13 @@ func (s *Store) Conversation(k Key) ([]Turn, error) {
 
 // AppendTurns adds turns to the key's conversation in one transaction and
 // drops the oldest beyond Options.MaxTurns.
-func (s *Store) AppendTurns(k Key, turns ...Turn) error {
-	if err := k.check(); err != nil {
+func (s *Store) AppendTurns(k session.Key, turns ...session.Turn) error {
+	if err := k.Check(); err != nil {
 		return fmt.Errorf("store: append turns: %w", err)
 	}
 	for i, t := range turns {
-		if t.Role != RoleUser && t.Role != RoleAssistant {
-			return fmt.Errorf("store: append turns to %q: turn %d: role must be %q or %q, got %q", k, i, RoleUser, RoleAssistant, t.Role)
+		if !t.Role.Stored() {
+			return fmt.Errorf("store: append turns to %q: turn %d: role must be %q or %q, got %q", k, i, session.RoleUser, session.RoleAssistant, t.Role)
 		}
 	}
 	if len(turns) == 0 {
@@ -127,7 +96,7 @@ func (s *Store) AppendTurns(k Key, turns ...Turn) error {
 }
 
 // NativeID returns the key's native ACP session id, "" when none is saved.
-func (s *Store) NativeID(k Key) (string, error) {
+func (s *Store) NativeID(k session.Key) (string, error) {
 	var native string
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding)); kb != nil {
@@ -142,8 +111,8 @@ func (s *Store) NativeID(k Key) (string, error) {
 }
 
 // SetNativeID saves the key's native ACP session id; "" clears it.
-func (s *Store) SetNativeID(k Key, native string) error {
-	if err := k.check(); err != nil {
+func (s *Store) SetNativeID(k session.Key, native string) error {
+	if err := k.Check(); err != nil {
 		return fmt.Errorf("store: set native id: %w", err)
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -175,7 +144,7 @@ func (s *Store) SetNativeID(k Key, native string) error {
 
 // Forget starts the key fresh: its conversation, native id and every
 // watermark filed under its session key go, in one transaction.
-func (s *Store) Forget(k Key) error {
+func (s *Store) Forget(k session.Key) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		convs := tx.Bucket(bucketConversations)
 		name := joinKey(k.Channel, k.Binding)
@@ -184,7 +153,7 @@ func (s *Store) Forget(k Key) error {
 				return err
 			}
 		}
-		return deleteWatermarksOf(tx, k.Session())
+		return deleteWatermarksOf(tx, k)
 	})
 	if err != nil {
 		return fmt.Errorf("store: forget %q: %w", k, err)
@@ -193,15 +162,15 @@ func (s *Store) Forget(k Key) error {
 }
 
 // Keys lists every key with a saved conversation or native id.
-func (s *Store) Keys() ([]Key, error) {
-	var out []Key
+func (s *Store) Keys() ([]session.Key, error) {
+	var out []session.Key
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketConversations).ForEachBucket(func(name []byte) error {
 			parts, err := splitKey(name, 2)
 			if err != nil {
 				return fmt.Errorf("conversation %x: %w", name, err)
 			}
-			out = append(out, Key{Channel: parts[0], Binding: parts[1]})
+			out = append(out, session.Key{Channel: parts[0], Binding: parts[1]})
 			return nil
 		})
 	})

@@ -6,18 +6,19 @@ import (
 	"testing"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/session"
 )
 
 func TestConversationAppendAndBound(t *testing.T) {
 	s := openTest(t, Options{MaxTurns: 5})
-	k := Key{Channel: "ch-a", Binding: "b-1"}
+	k := session.Key{Channel: "ch-a", Binding: "b-1"}
 	if got, err := s.Conversation(k); err != nil || len(got) != 0 {
 		t.Fatalf("empty conversation = %v, %v", got, err)
 	}
 	for i := range 4 {
 		if err := s.AppendTurns(k,
-			Turn{Role: RoleUser, Text: fmt.Sprintf("u%d", i), At: t0},
-			Turn{Role: RoleAssistant, Text: fmt.Sprintf("a%d", i), At: t0}); err != nil {
+			session.Turn{Role: session.RoleUser, Text: fmt.Sprintf("u%d", i), At: t0},
+			session.Turn{Role: session.RoleAssistant, Text: fmt.Sprintf("a%d", i), At: t0}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -33,9 +34,9 @@ func TestConversationAppendAndBound(t *testing.T) {
 		t.Errorf("turns = %v, want %v", texts, want)
 	}
 	// One append larger than the bound keeps its newest turns.
-	var many []Turn
+	var many []session.Turn
 	for i := range 7 {
-		many = append(many, Turn{Role: RoleUser, Text: fmt.Sprint(i)})
+		many = append(many, session.Turn{Role: session.RoleUser, Text: fmt.Sprint(i)})
 	}
 	if err := s.AppendTurns(k, many...); err != nil {
 		t.Fatal(err)
@@ -45,28 +46,28 @@ func TestConversationAppendAndBound(t *testing.T) {
 		t.Errorf("after big append: %+v", got)
 	}
 	// Other keys are separate.
-	if got, _ := s.Conversation(Key{Channel: "ch-a", Binding: "b-2"}); len(got) != 0 {
+	if got, _ := s.Conversation(session.Key{Channel: "ch-a", Binding: "b-2"}); len(got) != 0 {
 		t.Errorf("other key has %d turns", len(got))
 	}
 }
 
 func TestAppendTurnsRejects(t *testing.T) {
 	s := openTest(t, Options{})
-	k := Key{Channel: "ch-a", Binding: "b-1"}
-	if err := s.AppendTurns(k, Turn{Role: RoleUser, Text: "ok"}, Turn{Role: "system", Text: "no"}); err == nil {
+	k := session.Key{Channel: "ch-a", Binding: "b-1"}
+	if err := s.AppendTurns(k, session.Turn{Role: session.RoleUser, Text: "ok"}, session.Turn{Role: "system", Text: "no"}); err == nil {
 		t.Error("role system accepted")
 	}
 	if got, _ := s.Conversation(k); len(got) != 0 {
 		t.Errorf("rejected batch wrote %d turns", len(got))
 	}
-	if err := s.AppendTurns(Key{Channel: "ch-a"}, Turn{Role: RoleUser}); err == nil {
+	if err := s.AppendTurns(session.Key{Channel: "ch-a"}, session.Turn{Role: session.RoleUser}); err == nil {
 		t.Error("key without binding accepted")
 	}
 }
 
 func TestNativeID(t *testing.T) {
 	s := openTest(t, Options{})
-	k := Key{Channel: "ch-a", Binding: "b-1"}
+	k := session.Key{Channel: "ch-a", Binding: "b-1"}
 	if n, err := s.NativeID(k); n != "" || err != nil {
 		t.Fatalf("unset native = %q, %v", n, err)
 	}
@@ -89,7 +90,7 @@ func TestNativeID(t *testing.T) {
 		t.Errorf("key with nothing kept still listed: %q", keys)
 	}
 	// Clearing keeps the conversation.
-	if err := s.AppendTurns(k, Turn{Role: RoleUser, Text: "x"}); err != nil {
+	if err := s.AppendTurns(k, session.Turn{Role: session.RoleUser, Text: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetNativeID(k, "sess-3"); err != nil {
@@ -105,12 +106,12 @@ func TestNativeID(t *testing.T) {
 
 func TestKeysAndForget(t *testing.T) {
 	s := openTest(t, Options{})
-	a := Key{Channel: "ch-a", Binding: "b-1"}
-	b := Key{Channel: "ch-a", Binding: "b-2"}
+	a := session.Key{Channel: "ch-a", Binding: "b-1"}
+	b := session.Key{Channel: "ch-a", Binding: "b-2"}
 	// Ids with separator-like bytes must not collide.
-	odd := Key{Channel: "ch\x00a", Binding: "/b"}
-	for _, k := range []Key{a, b, odd} {
-		if err := s.AppendTurns(k, Turn{Role: RoleUser, Text: "x"}); err != nil {
+	odd := session.Key{Channel: "ch\x00a", Binding: "/b"}
+	for _, k := range []session.Key{a, b, odd} {
+		if err := s.AppendTurns(k, session.Turn{Role: session.RoleUser, Text: "x"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.SetNativeID(k, "n-"+k.Binding); err != nil {
@@ -124,13 +125,12 @@ func TestKeysAndForget(t *testing.T) {
 	if len(keys) != 3 || !slices.Contains(keys, a) || !slices.Contains(keys, b) || !slices.Contains(keys, odd) {
 		t.Fatalf("keys = %q", keys)
 	}
-	wA := WatermarkKey{Session: a.Session(), Channel: "ch-a"}
-	wAThread := WatermarkKey{Session: a.Session(), Channel: "ch-a", Thread: "m1"}
-	wAOther := WatermarkKey{Session: a.Session(), Channel: "ch-z"}
-	wB := WatermarkKey{Session: b.Session(), Channel: "ch-a"}
+	wA := channel.WatermarkKey{Key: a}
+	wAThread := channel.WatermarkKey{Key: a, Thread: "m1"}
+	wB := channel.WatermarkKey{Key: b}
 	// A session key that extends a's must survive a's Forget.
-	wLonger := WatermarkKey{Session: a.Session() + "x", Channel: "ch-a"}
-	for _, wk := range []WatermarkKey{wA, wAThread, wAOther, wB, wLonger} {
+	wLonger := channel.WatermarkKey{Key: session.Key{Channel: a.Channel, Binding: a.Binding + "x"}}
+	for _, wk := range []channel.WatermarkKey{wA, wAThread, wB, wLonger} {
 		if _, err := s.CommitWatermark(wk, "n", channel.Seen{IDs: []string{"m1"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -145,12 +145,12 @@ func TestKeysAndForget(t *testing.T) {
 	if n, _ := s.NativeID(a); n != "" {
 		t.Errorf("forgotten native = %q", n)
 	}
-	for _, wk := range []WatermarkKey{wA, wAThread, wAOther} {
+	for _, wk := range []channel.WatermarkKey{wA, wAThread} {
 		if _, ok, _ := s.Watermark(wk); ok {
 			t.Errorf("watermark %v survived Forget", wk)
 		}
 	}
-	for _, wk := range []WatermarkKey{wB, wLonger} {
+	for _, wk := range []channel.WatermarkKey{wB, wLonger} {
 		if _, ok, _ := s.Watermark(wk); !ok {
 			t.Errorf("watermark %v of another session was dropped", wk)
 		}
@@ -163,7 +163,7 @@ func TestKeysAndForget(t *testing.T) {
 		t.Errorf("keys after forget = %q", keys)
 	}
 	// Forgetting an unknown key is fine.
-	if err := s.Forget(Key{Channel: "nope", Binding: "nope"}); err != nil {
+	if err := s.Forget(session.Key{Channel: "nope", Binding: "nope"}); err != nil {
 		t.Error(err)
 	}
 }

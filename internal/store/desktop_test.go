@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/session"
 )
 
 func TestRoster(t *testing.T) {
@@ -70,7 +72,7 @@ func TestActivity(t *testing.T) {
 
 func TestAgents(t *testing.T) {
 	s := openTest(t, Options{})
-	k := Key{Channel: "ch-a", Binding: "b-1"}
+	k := session.Key{Channel: "ch-a", Binding: "b-1"}
 	for _, pid := range []int{300, 20} {
 		if err := s.RecordAgent(AgentRecord{Pid: pid, Pgid: pid, StartTicks: uint64(pid * 10), Command: "agent", Key: k, StartedAt: t0}); err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // TestMain doubles as a lock holder: a child started with
@@ -187,14 +188,14 @@ func msg(ch, id string, sec int, root string) channel.Message {
 // fill writes one of everything.
 func fill(t *testing.T, s *Store) {
 	t.Helper()
-	k := Key{Channel: "ch-backend", Binding: "b-claude"}
-	if err := s.AppendTurns(k, Turn{Role: RoleUser, Text: "hi", At: t0}, Turn{Role: RoleAssistant, Text: "hello", At: t0}); err != nil {
+	k := session.Key{Channel: "ch-backend", Binding: "b-claude"}
+	if err := s.AppendTurns(k, session.Turn{Role: session.RoleUser, Text: "hi", At: t0}, session.Turn{Role: session.RoleAssistant, Text: "hello", At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetNativeID(k, "native-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CommitWatermark(WatermarkKey{Session: k.Session(), Channel: "ch-backend"}, "native-1", channel.Seen{IDs: []string{"m1"}, LastAt: t0}); err != nil {
+	if _, err := s.CommitWatermark(channel.WatermarkKey{Key: k}, "native-1", channel.Seen{IDs: []string{"m1"}, LastAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PutMessages([]channel.Message{msg("ch-backend", "m1", 1, ""), msg("ch-backend", "m2", 2, "m1")}); err != nil {
@@ -215,7 +216,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	s := openTest(t, Options{})
 	fill(t, s)
 	s = reopen(t, s, Options{})
-	k := Key{Channel: "ch-backend", Binding: "b-claude"}
+	k := session.Key{Channel: "ch-backend", Binding: "b-claude"}
 
 	turns, err := s.Conversation(k)
 	if err != nil || len(turns) != 2 || turns[1].Text != "hello" || !turns[0].At.Equal(t0) {
@@ -224,7 +225,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if n, err := s.NativeID(k); n != "native-1" || err != nil {
 		t.Errorf("native = %q, %v", n, err)
 	}
-	w, ok, err := s.Watermark(WatermarkKey{Session: k.Session(), Channel: "ch-backend"})
+	w, ok, err := s.Watermark(channel.WatermarkKey{Key: k})
 	if !ok || err != nil || w.Native != "native-1" || len(w.IDs) != 1 {
 		t.Errorf("watermark = %+v %v %v", w, ok, err)
 	}

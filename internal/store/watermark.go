@@ -8,28 +8,19 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/session"
 )
 
-// WatermarkKey names one watermark: what a session has seen of a channel
-// or of one thread in it. Session is a session key such as Key.Session().
-type WatermarkKey struct {
-	Session string `json:"session"`
-	Channel string `json:"channel"`
-	Thread  string `json:"thread,omitempty"`
-}
-
-func (wk WatermarkKey) encode() []byte { return joinKey(wk.Session, wk.Channel, wk.Thread) }
-
-func (wk WatermarkKey) String() string {
-	if wk.Thread == "" {
-		return fmt.Sprintf("%s@%s", wk.Session, wk.Channel)
-	}
-	return fmt.Sprintf("%s@%s/%s", wk.Session, wk.Channel, wk.Thread)
+// watermarkKey is a watermark's key in the watermarks bucket:
+// <session><channel><thread>, with the session key's string form first so
+// Forget finds every watermark of a session by prefix.
+func watermarkKey(wk channel.WatermarkKey) []byte {
+	return joinKey(wk.Key.String(), wk.Key.Channel, wk.Thread)
 }
 
 // Watermark returns the stored record and whether there was one. It does not
 // compare natives: callers decide whether the record belongs to their process.
-func (s *Store) Watermark(wk WatermarkKey) (channel.Watermark, bool, error) {
+func (s *Store) Watermark(wk channel.WatermarkKey) (channel.Watermark, bool, error) {
 	var (
 		w     channel.Watermark
 		found bool
@@ -45,9 +36,9 @@ func (s *Store) Watermark(wk WatermarkKey) (channel.Watermark, bool, error) {
 	return w, found, nil
 }
 
-func getWatermark(tx *bolt.Tx, wk WatermarkKey) (channel.Watermark, bool, error) {
+func getWatermark(tx *bolt.Tx, wk channel.WatermarkKey) (channel.Watermark, bool, error) {
 	var w channel.Watermark
-	v := tx.Bucket(bucketWatermarks).Get(wk.encode())
+	v := tx.Bucket(bucketWatermarks).Get(watermarkKey(wk))
 	if v == nil {
 		return w, false, nil
 	}
@@ -60,9 +51,9 @@ func getWatermark(tx *bolt.Tx, wk WatermarkKey) (channel.Watermark, bool, error)
 // CommitWatermark moves the watermark past seen for native session native
 // (replacing a record of another native) in one read-modify-write
 // transaction, and returns the stored result.
-func (s *Store) CommitWatermark(wk WatermarkKey, native string, seen channel.Seen) (channel.Watermark, error) {
-	if wk.Session == "" || wk.Channel == "" {
-		return channel.Watermark{}, fmt.Errorf("store: commit watermark %q: session and channel must be set", wk)
+func (s *Store) CommitWatermark(wk channel.WatermarkKey, native string, seen channel.Seen) (channel.Watermark, error) {
+	if err := wk.Key.Check(); err != nil {
+		return channel.Watermark{}, fmt.Errorf("store: commit watermark %q: %w", wk, err)
 	}
 	var out channel.Watermark
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -75,7 +66,7 @@ func (s *Store) CommitWatermark(wk WatermarkKey, native string, seen channel.See
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketWatermarks).Put(wk.encode(), v)
+		return tx.Bucket(bucketWatermarks).Put(watermarkKey(wk), v)
 	})
 	if err != nil {
 		return channel.Watermark{}, fmt.Errorf("store: commit watermark %q: %w", wk, err)
@@ -84,9 +75,9 @@ func (s *Store) CommitWatermark(wk WatermarkKey, native string, seen channel.See
 }
 
 // DeleteWatermark drops one watermark; a missing one is not an error.
-func (s *Store) DeleteWatermark(wk WatermarkKey) error {
+func (s *Store) DeleteWatermark(wk channel.WatermarkKey) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketWatermarks).Delete(wk.encode())
+		return tx.Bucket(bucketWatermarks).Delete(watermarkKey(wk))
 	})
 	if err != nil {
 		return fmt.Errorf("store: delete watermark %q: %w", wk, err)
@@ -94,10 +85,10 @@ func (s *Store) DeleteWatermark(wk WatermarkKey) error {
 	return nil
 }
 
-// deleteWatermarksOf drops every watermark filed under session.
-func deleteWatermarksOf(tx *bolt.Tx, session string) error {
+// deleteWatermarksOf drops every watermark filed under key k.
+func deleteWatermarksOf(tx *bolt.Tx, k session.Key) error {
 	b := tx.Bucket(bucketWatermarks)
-	prefix := joinKey(session)
+	prefix := joinKey(k.String())
 	// Collect first: deleting under a live cursor can skip keys.
 	var doomed [][]byte
 	c := b.Cursor()

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/session"
 )
 
 func TestWatermarkCommit(t *testing.T) {
 	s := openTest(t, Options{})
-	wk := WatermarkKey{Session: "ch-a/b-1", Channel: "ch-a"}
+	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch-a", Binding: "b-1"}}
 	if _, ok, err := s.Watermark(wk); ok || err != nil {
 		t.Fatalf("missing watermark: ok %v err %v", ok, err)
 	}
@@ -60,7 +61,7 @@ func TestWatermarkCommit(t *testing.T) {
 	}
 
 	// Threads are separate records.
-	thread := WatermarkKey{Session: "ch-a/b-1", Channel: "ch-a", Thread: "m1"}
+	thread := channel.WatermarkKey{Key: session.Key{Channel: "ch-a", Binding: "b-1"}, Thread: "m1"}
 	if _, ok, _ := s.Watermark(thread); ok {
 		t.Error("thread watermark shares the channel's record")
 	}
@@ -74,14 +75,14 @@ func TestWatermarkCommit(t *testing.T) {
 	if err := s.DeleteWatermark(wk); err != nil {
 		t.Errorf("deleting a missing watermark: %v", err)
 	}
-	if _, err := s.CommitWatermark(WatermarkKey{Channel: "ch-a"}, "n", channel.Seen{}); err == nil {
+	if _, err := s.CommitWatermark(channel.WatermarkKey{Key: session.Key{Channel: "ch-a"}}, "n", channel.Seen{}); err == nil {
 		t.Error("commit without session accepted")
 	}
 }
 
 func BenchmarkCommitWatermark(b *testing.B) {
 	s := openTest(b, Options{})
-	wk := WatermarkKey{Session: "ch-a/b-1", Channel: "ch-a"}
+	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch-a", Binding: "b-1"}}
 	ids := make([]string, 12)
 	for i := 0; b.Loop(); i++ {
 		for j := range ids {
@@ -96,7 +97,7 @@ func BenchmarkCommitWatermark(b *testing.B) {
 func TestCommitWatermarkKeepsConfiguredIDs(t *testing.T) {
 	s := openTest(t, Options{MaxWatermarkIDs: 3})
 	var err error
-	wk := WatermarkKey{Session: "ch/b", Channel: "ch"}
+	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b"}}
 	var got channel.Watermark
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		if got, err = s.CommitWatermark(wk, "n", channel.Seen{IDs: []string{id}}); err != nil {

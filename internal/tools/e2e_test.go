@@ -11,7 +11,7 @@ import (
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // fields parses the built-in agent's key=value reply.
@@ -63,7 +63,7 @@ func TestAgentFetchesTruncatedMessageThroughMCP(t *testing.T) {
 		t.Fatalf("reply %q: want history=4 full=2000 context=3", done.Text)
 	}
 
-	key := pool.Key{Channel: "ch-e2e", Binding: "b-builtin"}
+	key := session.Key{Channel: "ch-e2e", Binding: "b-builtin"}
 	toks := e.tokens(key)
 	if len(toks) != 1 || e.reg.Live() != 1 {
 		t.Fatalf("tokens issued for %s: %d, live %d; want one process, one capability", key, len(toks), e.reg.Live())
@@ -81,7 +81,7 @@ func TestAgentFetchesTruncatedMessageThroughMCP(t *testing.T) {
 	if f := fields(offDone.Text); f["history"] != "" || f["context"] != "3" {
 		t.Fatalf("tools-off reply %q: want no history field", offDone.Text)
 	}
-	if n := len(e.tokens(pool.Key{Channel: "ch-off", Binding: "b-notools"})); n != 0 {
+	if n := len(e.tokens(session.Key{Channel: "ch-off", Binding: "b-notools"})); n != 0 {
 		t.Fatalf("tools-off binding was issued %d capabilities", n)
 	}
 

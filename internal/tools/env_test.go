@@ -22,7 +22,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/tools"
 )
@@ -55,7 +55,7 @@ type env struct {
 	c      *api.Client
 
 	mu     sync.Mutex
-	issued map[pool.Key][]string // capability tokens handed out, per key
+	issued map[session.Key][]string // capability tokens handed out, per key
 }
 
 func testExe(t *testing.T) string {
@@ -82,7 +82,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	e := &env{t: t, socket: filepath.Join(sockDir, "s.sock"), reg: tools.NewRegistry(), issued: map[pool.Key][]string{}}
+	e := &env{t: t, socket: filepath.Join(sockDir, "s.sock"), reg: tools.NewRegistry(), issued: map[session.Key][]string{}}
 
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	for _, b := range bindings {
@@ -99,7 +99,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 		t.Fatal(err)
 	}
 	l := &tools.Launcher{Registry: e.reg, Command: testExe(t), Args: []string{"mcp"}, Env: []string{"RESIDENTD_TEST_MCP=1"}, Socket: e.socket}
-	hook := func(k pool.Key, b config.Binding) ([]sdk.McpServer, func()) {
+	hook := func(k session.Key, b config.Binding) ([]sdk.McpServer, func()) {
 		servers, release := l.Servers(k, b)
 		for _, s := range servers {
 			for _, v := range s.Stdio.Env {
@@ -146,7 +146,7 @@ func (e *env) issue(ch string) string {
 	return tok
 }
 
-func (e *env) tokens(k pool.Key) []string {
+func (e *env) tokens(k session.Key) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]string(nil), e.issued[k]...)

@@ -6,7 +6,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // Environment variables `residentd mcp` reads.
@@ -31,7 +31,7 @@ type Launcher struct {
 // that carries it, and the release that revokes it once the process is gone.
 // It has the shape of daemon.MCPServers. On failure it returns no server: the
 // agent then runs without tools rather than not at all.
-func (l *Launcher) Servers(k pool.Key, _ config.Binding) ([]sdk.McpServer, func()) {
+func (l *Launcher) Servers(k session.Key, _ config.Binding) ([]sdk.McpServer, func()) {
 	token, err := l.Registry.Issue(Scope{Channel: k.Channel})
 	if err != nil {
 		return nil, nil

@@ -1,0 +1,99 @@
+// Package permission owns how an agent's permission requests are answered:
+// the binding policies, which tool kinds each allows, and which of the
+// agent's own options carries the answer.
+package permission
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Policy is a binding's rule for the agent's session/request_permission.
+type Policy string
+
+// Policies.
+const (
+	Deny     Policy = "deny"      // reject every tool permission (the default)
+	ReadOnly Policy = "read-only" // allow read, search, fetch and think; reject the rest
+	Allow    Policy = "allow"     // allow everything
+)
+
+// Policies lists every policy, in the order the docs give them.
+var Policies = []Policy{Deny, ReadOnly, Allow}
+
+// ErrBadPolicy classifies a policy name that is not one of Policies.
+var ErrBadPolicy = errors.New("unknown permission policy")
+
+// Parse reads a policy name; "" is Deny.
+func Parse(s string) (Policy, error) {
+	if s == "" {
+		return Deny, nil
+	}
+	p := Policy(s)
+	if err := p.Check(); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// Check reports a policy that is not one of Policies.
+func (p Policy) Check() error {
+	for _, q := range Policies {
+		if p == q {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w %q: use deny, read-only or allow", ErrBadPolicy, string(p))
+}
+
+// AllowsFiles reports whether the agent may write files (fs/write_text_file).
+func (p Policy) AllowsFiles() bool { return p == Allow }
+
+// readKinds are the ACP tool kinds that only look.
+var readKinds = map[string]bool{"read": true, "search": true, "fetch": true, "think": true}
+
+// Allows reports whether the policy allows a tool call of ACP kind kind
+// ("" when the agent named none).
+func (p Policy) Allows(kind string) bool {
+	switch p {
+	case Allow:
+		return true
+	case ReadOnly:
+		return readKinds[kind]
+	}
+	return false
+}
+
+// Option kinds, as ACP names them.
+const (
+	AllowOnce    = "allow_once"
+	AllowAlways  = "allow_always"
+	RejectOnce   = "reject_once"
+	RejectAlways = "reject_always"
+)
+
+// Option is one of the choices an agent offers with a permission request.
+type Option struct {
+	ID   string
+	Name string
+	Kind string // AllowOnce, AllowAlways, RejectOnce or RejectAlways
+}
+
+// Pick returns the option that carries allow (or reject): a once option
+// before an always option, so no automatic answer outlives the turn. ok is
+// false when the agent offered no option of that sense; the request is
+// then answered as cancelled.
+func Pick(options []Option, allow bool) (Option, bool) {
+	prefs := []string{RejectOnce, RejectAlways}
+	if allow {
+		prefs = []string{AllowOnce, AllowAlways}
+	}
+	for _, kind := range prefs {
+		for _, o := range options {
+			if o.Kind == kind {
+				return o, true
+			}
+		}
+	}
+	return Option{}, false
+}

@@ -1,0 +1,70 @@
+package permission
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want Policy
+		err  bool
+	}{
+		{"", Deny, false}, {"deny", Deny, false}, {"read-only", ReadOnly, false}, {"allow", Allow, false},
+		{"yolo", "", true}, {"Allow", "", true},
+	} {
+		got, err := Parse(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("Parse(%q) = %q, %v; want %q, err %v", tt.in, got, err, tt.want, tt.err)
+		}
+		if err != nil && !errors.Is(err, ErrBadPolicy) {
+			t.Errorf("Parse(%q) error %v does not wrap ErrBadPolicy", tt.in, err)
+		}
+	}
+}
+
+func TestAllows(t *testing.T) {
+	kinds := []string{"read", "search", "fetch", "think", "edit", "execute", "delete", "move", "other", ""}
+	for _, tt := range []struct {
+		p     Policy
+		allow map[string]bool
+	}{
+		{Deny, map[string]bool{}},
+		{ReadOnly, map[string]bool{"read": true, "search": true, "fetch": true, "think": true}},
+		{Allow, map[string]bool{"read": true, "search": true, "fetch": true, "think": true, "edit": true, "execute": true, "delete": true, "move": true, "other": true, "": true}},
+	} {
+		for _, k := range kinds {
+			if got := tt.p.Allows(k); got != tt.allow[k] {
+				t.Errorf("%s.Allows(%q) = %v, want %v", tt.p, k, got, tt.allow[k])
+			}
+		}
+	}
+	if Deny.AllowsFiles() || ReadOnly.AllowsFiles() || !Allow.AllowsFiles() {
+		t.Error("only allow may write files")
+	}
+}
+
+func TestPick(t *testing.T) {
+	all := []Option{{"aa", "Always", AllowAlways}, {"ao", "Once", AllowOnce}, {"ra", "Never", RejectAlways}, {"ro", "No", RejectOnce}}
+	for _, tt := range []struct {
+		name  string
+		opts  []Option
+		allow bool
+		want  string
+		ok    bool
+	}{
+		{"allow prefers once", all, true, "ao", true},
+		{"reject prefers once", all, false, "ro", true},
+		{"allow falls back to always", all[:1], true, "aa", true},
+		{"reject falls back to always", all[2:3], false, "ra", true},
+		{"no allow option", all[2:], true, "", false},
+		{"no reject option", all[:2], false, "", false},
+		{"none offered", nil, true, "", false},
+	} {
+		got, ok := Pick(tt.opts, tt.allow)
+		if ok != tt.ok || got.ID != tt.want {
+			t.Errorf("%s: Pick = %q, %v; want %q, %v", tt.name, got.ID, ok, tt.want, tt.ok)
+		}
+	}
+}

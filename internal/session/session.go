@@ -1,0 +1,67 @@
+// Package session names a resident session and holds its conversation: the
+// (channel, binding) key every package files a session's state under, and
+// the turns kept for a cold replay.
+package session
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Key names one resident session: a binding answering in a channel. At most
+// one agent process serves a key at a time.
+type Key struct {
+	Channel string `json:"channel"`
+	Binding string `json:"binding"`
+}
+
+// String is the key's one string form, "<channel>/<binding>", used in logs,
+// errors and as the session part of a watermark's key.
+func (k Key) String() string { return k.Channel + "/" + k.Binding }
+
+// ErrBadKey classifies a key with a missing part.
+var ErrBadKey = errors.New("session key needs both a channel and a binding")
+
+// Check reports a key with a missing part.
+func (k Key) Check() error {
+	if k.Channel == "" || k.Binding == "" {
+		return fmt.Errorf("%w: got %q", ErrBadKey, k.String())
+	}
+	return nil
+}
+
+// ParseKey reads the String form back. The binding id never holds a '/'
+// (config refuses it), so the last '/' separates the parts.
+func ParseKey(s string) (Key, error) {
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 {
+		return Key{}, fmt.Errorf("%w: %q has no '/'", ErrBadKey, s)
+	}
+	k := Key{Channel: s[:i], Binding: s[i+1:]}
+	return k, k.Check()
+}
+
+// Role says who spoke a turn.
+type Role string
+
+// Turn roles. Only user and assistant turns are stored; system and tool
+// turns may appear in a conversation handed to the prompt builder, which
+// skips them.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleSystem    Role = "system"
+	RoleTool      Role = "tool"
+)
+
+// Stored reports whether r is a role the conversation store keeps.
+func (r Role) Stored() bool { return r == RoleUser || r == RoleAssistant }
+
+// Turn is one half of an exchange, kept for replay into a new process.
+type Turn struct {
+	Role Role      `json:"role"`
+	Text string    `json:"text"`
+	At   time.Time `json:"at"`
+}
