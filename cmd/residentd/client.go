@@ -12,9 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/residentd/residentd/internal/api"
-	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 )
 
 // clientFlags adds --socket to a client command's flag set.
@@ -53,13 +52,13 @@ func cmdMention(ctx context.Context, args []string, stdout io.Writer) error {
 	if *ch == "" || text == "" {
 		return fmt.Errorf("%w: mention --channel ID [--binding ID] TEXT", errUsage)
 	}
-	req := daemon.TurnRequest{Channel: *ch, Binding: *binding, MessageID: *msg, RunID: *run, Text: text}
+	req := apitype.TurnRequest{Channel: *ch, Binding: *binding, MessageID: *msg, RunID: *run, Text: text}
 	if *thread != "" {
 		req.ThreadRoot = thread
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
-	done, err := c.Turn(ctx, req, func(ev daemon.Event) {
+	done, err := c.Turn(ctx, req, func(ev apitype.Event) {
 		switch {
 		case *stream:
 			json.NewEncoder(stdout).Encode(ev)
@@ -83,7 +82,7 @@ func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	var msgs []channel.Message
+	var msgs []apitype.Message
 	sc := bufio.NewScanner(stdin)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -91,7 +90,7 @@ func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		if line == "" {
 			continue
 		}
-		var m channel.Message
+		var m apitype.Message
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			return fmt.Errorf("stdin line %d: %w", n, err)
 		}
@@ -100,13 +99,13 @@ func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
-	added, err := c.PutMessages(ctx, msgs)
+	res, err := c.PutMessages(ctx, msgs)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d messages, %d new\n", len(msgs), added)
+	fmt.Fprintf(stdout, "%d messages, %d new\n", len(msgs), res.Added)
 	return nil
 }
 
@@ -115,7 +114,7 @@ func cmdSessions(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	ss, err := c.Sessions(ctx)
 	if err != nil {
@@ -129,7 +128,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	h, err := c.Health(ctx)
 	if err != nil {
@@ -172,7 +171,7 @@ func cmdFresh(ctx context.Context, args []string, stdout io.Writer) error {
 	if *ch == "" {
 		return fmt.Errorf("%w: fresh --channel ID [--binding ID]", errUsage)
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	stopped, err := c.Fresh(ctx, *ch, *binding)
 	if err != nil {
@@ -190,7 +189,7 @@ func cmdCancel(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: cancel RUN_ID", errUsage)
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	if err := c.Cancel(ctx, fs.Arg(0)); err != nil {
 		return err
@@ -204,7 +203,7 @@ func cmdHealth(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	h, err := c.Health(ctx)
 	if err != nil {
@@ -218,7 +217,7 @@ func cmdLogLevel(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	c := &api.Client{Socket: *sock}
+	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	if fs.NArg() > 1 {
 		return fmt.Errorf("%w: log-level [debug|info|warn|error]", errUsage)

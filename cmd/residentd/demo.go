@@ -13,8 +13,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/api"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/pool"
@@ -82,7 +83,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("demo daemon did not start: %w", err)
 	}
 
-	c := &api.Client{Socket: cfg.Socket}
+	c := &client.Client{Socket: cfg.Socket}
 	defer c.Close()
 	fmt.Fprintf(stdout, "residentd demo: daemon on %s, built-in agent, at most %d live processes\n\n", cfg.Socket, cfg.MaxLive)
 
@@ -91,11 +92,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	post := func(ch, author, body string) string {
 		seq++
 		id := fmt.Sprintf("m%03d", seq)
-		kind := channel.KindUser
+		kind := apitype.AuthorUser
 		if author == "@agent" {
-			kind = channel.KindAgent
+			kind = apitype.AuthorAgent
 		}
-		if _, err := c.PutMessages(ctx, []channel.Message{{ID: id, Channel: ch, Author: author, AuthorKind: kind,
+		if _, err := c.PutMessages(ctx, []apitype.Message{{ID: id, Channel: ch, Author: author, AuthorKind: kind,
 			CreatedAt: t0.Add(time.Duration(seq) * time.Minute), Body: body}}); err != nil {
 			fmt.Fprintf(stdout, "push failed: %v\n", err)
 		}
@@ -105,7 +106,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	mention := func(ch, author, text string) error {
 		id := post(ch, author, text)
 		turnNo++
-		done, err := c.Turn(ctx, daemon.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: id, Text: text}, nil)
+		done, err := c.Turn(ctx, apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: id, Text: text}, nil)
 		if err != nil {
 			return fmt.Errorf("turn %d in %s: %w", turnNo, ch, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/term"
 
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
@@ -163,7 +164,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg.Socket = f.socket
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = api.DefaultSocketPath()
+		cfg.Socket = client.DefaultSocketPath()
 	}
 	if f.maxLive > 0 {
 		cfg.MaxLive = f.maxLive

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/acp"
-	"github.com/residentd/residentd/internal/api"
-	"github.com/residentd/residentd/internal/daemon"
 	procfs "github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/service"
 	"github.com/residentd/residentd/internal/store"
@@ -204,9 +204,9 @@ func serveArgs(state, sock string, more ...string) []string {
 
 // waitHealthy polls the socket until the daemon answers (it is a separate
 // process: there is no in-process signal to wait on) and returns its health.
-func waitHealthy(t *testing.T, p *proc, sock string) api.Health {
+func waitHealthy(t *testing.T, p *proc, sock string) apitype.Health {
 	t.Helper()
-	c := &api.Client{Socket: sock}
+	c := &client.Client{Socket: sock}
 	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -277,7 +277,7 @@ func TestNotifyReadyStatusStopping(t *testing.T) {
 		t.Fatalf("first notification %q, want READY=1", m)
 	}
 	// READY means serving: the socket must answer at once, no retry.
-	c := &api.Client{Socket: sock}
+	c := &client.Client{Socket: sock}
 	defer c.Close()
 	h, err := c.Health(context.Background())
 	if err != nil {
@@ -344,7 +344,7 @@ func TestSecondDaemonOnSameStateFailsFast(t *testing.T) {
 	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("first daemon's socket is gone: %v", err)
 	}
-	c := &api.Client{Socket: sock}
+	c := &client.Client{Socket: sock}
 	defer c.Close()
 	h, err := c.Health(context.Background())
 	if err != nil || h.Pid != first.cmd.Process.Pid {
@@ -357,11 +357,11 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 	p := startProc(t, serveArgs(t.TempDir(), sock), childEnv())
 	waitHealthy(t, p, sock)
 	ctx := context.Background()
-	c := &api.Client{Socket: sock}
+	c := &client.Client{Socket: sock}
 	defer c.Close()
 	turn := func(text string) {
 		t.Helper()
-		if _, err := c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); err != nil {
+		if _, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); err != nil {
 			t.Fatalf("turn %q: %v", text, err)
 		}
 	}
@@ -448,9 +448,9 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 
 	crashed := startProc(t, args, childEnv())
 	waitHealthy(t, crashed, sock)
-	c := &api.Client{Socket: sock}
+	c := &client.Client{Socket: sock}
 	agentPid := 0
-	_, err = c.Turn(context.Background(), daemon.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hi"}, func(ev daemon.Event) {
+	_, err = c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hi"}, func(ev apitype.Event) {
 		if ev.Event == "start" {
 			agentPid = ev.Pid
 		}

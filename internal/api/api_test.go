@@ -20,6 +20,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
@@ -62,7 +64,16 @@ type env struct {
 	d    *daemon.Daemon
 	srv  *Server
 	sock string
-	c    *Client
+	c    *client.Client
+	hc   *http.Client // for requests the client would not send
+}
+
+// unixHTTP is an HTTP client that dials sock.
+func unixHTTP(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
 }
 
 func newEnv(t *testing.T) *env {
@@ -102,7 +113,7 @@ func newEnv(t *testing.T) *env {
 	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Version: "test"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	e := &env{d: d, srv: srv, sock: sock, c: &Client{Socket: sock}}
+	e := &env{d: d, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
 	t.Cleanup(func() {
 		e.c.Close()
 		srv.Shutdown(context.Background())
@@ -117,7 +128,7 @@ func newEnv(t *testing.T) *env {
 }
 
 // raw sends body as-is and returns the status and decoded error envelope.
-func (e *env) raw(t *testing.T, method, path, body string, hdr ...string) (int, Error) {
+func (e *env) raw(t *testing.T, method, path, body string, hdr ...string) (int, apitype.Error) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://residentd"+path, strings.NewReader(body))
 	if err != nil {
@@ -126,15 +137,13 @@ func (e *env) raw(t *testing.T, method, path, body string, hdr ...string) (int, 
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := e.c.http().Do(req)
+	resp, err := e.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	var envl struct {
-		Error Error `json:"error"`
-	}
+	var envl apitype.ErrorBody
 	if resp.StatusCode >= 300 {
 		if err := json.Unmarshal(data, &envl); err != nil {
 			t.Fatalf("%s %s: status %d body %q is not an error envelope: %v", method, path, resp.StatusCode, data, err)
@@ -193,7 +202,7 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// The daemon is still healthy and answers a turn after all of that.
-	ev, err := e.c.Turn(context.Background(), daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hi"}, nil)
+	ev, err := e.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hi"}, nil)
 	if err != nil || !strings.HasPrefix(ev.Text, "builtin") {
 		t.Fatalf("turn after bad input: %+v %v", ev, err)
 	}
@@ -202,11 +211,11 @@ func TestBadInput(t *testing.T) {
 func TestClientSeesCodes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	_, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-missing", Text: "x"}, nil)
-	if !IsCode(err, "agent_start_failed") || !strings.Contains(err.Error(), "/nonexistent/residentd-agent-xyz") {
+	_, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-missing", Text: "x"}, nil)
+	if !client.IsCode(err, "agent_start_failed") || !strings.Contains(err.Error(), "/nonexistent/residentd-agent-xyz") {
 		t.Fatalf("missing agent: %v", err)
 	}
-	if err := e.c.Cancel(ctx, "run-nope"); !IsCode(err, "unknown_run") {
+	if err := e.c.Cancel(ctx, "run-nope"); !client.IsCode(err, "unknown_run") {
 		t.Fatalf("cancel unknown run: %v", err)
 	}
 	// A turn cancelled through the API ends in-stream with code cancelled,
@@ -216,12 +225,12 @@ func TestClientSeesCodes(t *testing.T) {
 		var once sync.Once
 		started := make(chan string, 1)
 		type end struct {
-			ev  daemon.Event
+			ev  apitype.Event
 			err error
 		}
 		done := make(chan end, 1)
 		go func() {
-			ev, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: runID, Text: "@agent [[fault:hang-turn]]"}, func(ev daemon.Event) {
+			ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: runID, Text: "@agent [[fault:hang-turn]]"}, func(ev apitype.Event) {
 				if ev.Event == "start" {
 					once.Do(func() { started <- ev.RunID })
 				}
@@ -236,7 +245,7 @@ func TestClientSeesCodes(t *testing.T) {
 			t.Fatalf("cancel %q: %v", run, err)
 		}
 		r := <-done
-		if !IsCode(r.err, "cancelled") || !strings.Contains(r.err.Error(), "cancelled by a client") {
+		if !client.IsCode(r.err, "cancelled") || !strings.Contains(r.err.Error(), "cancelled by a client") {
 			t.Fatalf("cancelled turn %q: %v", run, r.err)
 		}
 		if r.ev.Event != "error" || r.ev.RunID != run {
@@ -415,7 +424,7 @@ func TestSessionsListing(t *testing.T) {
 		t.Fatalf("sessions before any turn: %+v, %v", got, err)
 	}
 	for _, text := range []string{"@agent one", "@agent two"} {
-		if _, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); err != nil {
+		if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

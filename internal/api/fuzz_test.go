@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/apitype"
 )
 
 // FuzzDecodeTurn feeds arbitrary bodies to the request decoder of POST
@@ -54,7 +54,7 @@ func FuzzDecodeTurn(f *testing.F) {
 				t.Fatalf("round trip changed the value:\n%s\n%s", enc, enc2)
 			}
 		}
-		check(func() any { return new(daemon.TurnRequest) })
-		check(func() any { return new(MessagesRequest) })
+		check(func() any { return new(apitype.TurnRequest) })
+		check(func() any { return new(apitype.MessagesRequest) })
 	})
 }

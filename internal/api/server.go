@@ -1,6 +1,7 @@
-// Package api owns residentd's local API: HTTP/1.1 with JSON on a Unix
-// socket, versioned under /v1, for the desktop app and the CLI, and the Go
-// client both use.
+// Package api owns residentd's local API server: HTTP/1.1 with JSON on a
+// Unix socket, versioned under /v1, for the desktop app, the CLI and agents'
+// MCP servers. The wire types are in package apitype and the Go client in
+// package client; this package is the only place errors become HTTP codes.
 package api
 
 import (
@@ -20,11 +21,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/pool"
-	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -38,10 +39,35 @@ const (
 
 var errNotUnix = errors.New("api: not a unix socket connection")
 
+// Daemon is what the API serves; *daemon.Daemon implements it.
+type Daemon interface {
+	// Turn answers a mention, calling emit for the start and every update,
+	// and returns the done event once the session is idle again.
+	Turn(ctx context.Context, req apitype.TurnRequest, emit func(apitype.Event)) (apitype.Event, error)
+	Cancel(runID string) error
+	// Fresh starts a key over; it reports whether a process was stopped.
+	Fresh(k session.Key) (bool, error)
+
+	Status() apitype.Health // live, busy, queued, max_live, bindings
+	Sessions() []apitype.Session
+	Bindings() []apitype.Binding
+	PutMessages(msgs []apitype.Message) (apitype.MessagesResponse, error)
+
+	// What the desktop app pushes and the agents' tools read.
+	History(ch, thread, before string, limit int) ([]apitype.HistoryMessage, string, error)
+	HasMessage(ch, id string) (bool, error)
+	Roster(ch string) (members []apitype.Member, pushed bool, err error)
+	SetRoster(ch string, members []apitype.Member) error
+	Project(ch string) (string, error)
+	SetProject(ch, project string) (string, error)
+	AddActivity(project string, items []apitype.Activity) error
+	Activity(project string, n int) ([]apitype.Activity, error)
+}
+
 // Server serves the API for one daemon. Create it with NewServer and run it
 // with Serve; Shutdown stops it.
 type Server struct {
-	d       *daemon.Daemon
+	d       Daemon
 	log     *zap.Logger
 	level   *zap.AtomicLevel
 	metrics http.Handler
@@ -54,7 +80,7 @@ type Server struct {
 
 // ServerOptions wires a Server.
 type ServerOptions struct {
-	Daemon  *daemon.Daemon
+	Daemon  Daemon
 	Log     *zap.Logger
 	Level   *zap.AtomicLevel // changed by PUT /v1/log/level; nil disables it
 	Metrics http.Handler     // served at /metrics; nil disables it
@@ -99,10 +125,10 @@ func NewServer(o ServerOptions) *Server {
 		}
 		if len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or ")))
+			writeError(w, http.StatusMethodNotAllowed, apitype.CodeMethodNotAllowed, fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or ")))
 			return
 		}
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s; see docs/API.md", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, apitype.CodeNotFound, fmt.Sprintf("no endpoint %s %s; see docs/API.md", r.Method, r.URL.Path))
 	})
 	s.mux = mux
 	s.srv = &http.Server{
@@ -136,40 +162,25 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") != "" {
-			writeError(w, http.StatusForbidden, "forbidden_origin", "requests from browsers are refused; the local API is for the desktop app and the CLI")
+			writeError(w, http.StatusForbidden, apitype.CodeForbiddenOrigin, "requests from browsers are refused; the local API is for the desktop app and the CLI")
 			return
 		}
 		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
 			if _, unixConn := c.(*net.UnixConn); unixConn {
 				uid, err := peerUID(c)
 				if err != nil {
-					writeError(w, http.StatusForbidden, "forbidden", "cannot read the peer's credentials: "+err.Error())
+					writeError(w, http.StatusForbidden, apitype.CodeForbidden, "cannot read the peer's credentials: "+err.Error())
 					return
 				}
 				if uid != s.uid {
 					s.log.Warn("refused peer", zap.Int("peer_uid", uid))
-					writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("peer uid %d is not the daemon's uid %d", uid, s.uid))
+					writeError(w, http.StatusForbidden, apitype.CodeForbidden, fmt.Sprintf("peer uid %d is not the daemon's uid %d", uid, s.uid))
 					return
 				}
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// Error is the JSON body of every error response, and the client's error.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("residentd: %s: %s", e.Code, e.Message) }
-
-// IsCode reports whether err is an API error with code.
-func IsCode(err error, code string) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == code
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -181,7 +192,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]any{"error": Error{Code: code, Message: msg}})
+	writeJSON(w, status, apitype.ErrorBody{Error: apitype.Error{Code: code, Message: msg}})
 }
 
 // classify maps a domain error to an HTTP status and a stable code.
@@ -189,42 +200,45 @@ func classify(err error) (int, string) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, "payload_too_large"
-	case errors.Is(err, errDecode), errors.Is(err, daemon.ErrBadRequest):
-		return http.StatusBadRequest, "bad_request"
+		return http.StatusRequestEntityTooLarge, apitype.CodePayloadTooLarge
+	case errors.Is(err, errDecode), errors.Is(err, errBadRequest), errors.Is(err, daemon.ErrBadRequest):
+		return http.StatusBadRequest, apitype.CodeBadRequest
 	case errors.Is(err, channel.ErrInvalid):
-		return http.StatusBadRequest, "invalid_message"
+		return http.StatusBadRequest, apitype.CodeInvalidMessage
 	case errors.Is(err, daemon.ErrUnknownBinding):
-		return http.StatusNotFound, "unknown_binding"
+		return http.StatusNotFound, apitype.CodeUnknownBinding
 	case errors.Is(err, daemon.ErrUnknownRun):
-		return http.StatusNotFound, "unknown_run"
+		return http.StatusNotFound, apitype.CodeUnknownRun
 	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound, "not_found"
+		return http.StatusNotFound, apitype.CodeNotFound
 	case errors.Is(err, daemon.ErrRunInUse):
-		return http.StatusConflict, "run_in_use"
+		return http.StatusConflict, apitype.CodeRunInUse
 	case errors.Is(err, pool.ErrQueueFull):
-		return http.StatusServiceUnavailable, "queue_full"
+		return http.StatusServiceUnavailable, apitype.CodeQueueFull
 	case errors.Is(err, pool.ErrQueueTimeout):
-		return http.StatusServiceUnavailable, "queue_timeout"
+		return http.StatusServiceUnavailable, apitype.CodeQueueTimeout
 	case errors.Is(err, daemon.ErrBackoff):
-		return http.StatusServiceUnavailable, "agent_backoff"
+		return http.StatusServiceUnavailable, apitype.CodeAgentBackoff
 	case errors.Is(err, daemon.ErrShuttingDown), errors.Is(err, pool.ErrClosed):
-		return http.StatusServiceUnavailable, "shutting_down"
+		return http.StatusServiceUnavailable, apitype.CodeShuttingDown
 	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout, "timeout"
+		return http.StatusGatewayTimeout, apitype.CodeTimeout
 	case errors.Is(err, context.Canceled):
-		return 499, "cancelled"
+		return 499, apitype.CodeCancelled
 	case errors.Is(err, acp.ErrStart):
-		return http.StatusBadGateway, "agent_start_failed"
+		return http.StatusBadGateway, apitype.CodeAgentStartFailed
 	case errors.Is(err, acp.ErrExited):
-		return http.StatusBadGateway, "agent_crashed"
+		return http.StatusBadGateway, apitype.CodeAgentCrashed
 	case errors.Is(err, daemon.ErrAgentFailed), errors.Is(err, acp.ErrProtocol):
-		return http.StatusBadGateway, "agent_failed"
+		return http.StatusBadGateway, apitype.CodeAgentFailed
 	}
-	return http.StatusInternalServerError, "internal"
+	return http.StatusInternalServerError, apitype.CodeInternal
 }
 
-var errDecode = errors.New("malformed request")
+var (
+	errDecode     = errors.New("malformed request")
+	errBadRequest = errors.New("bad request")
+)
 
 // decode reads one JSON value of at most limit bytes into v, refusing
 // unknown fields and trailing data.
@@ -263,31 +277,18 @@ func fail(w http.ResponseWriter, err error) {
 	writeError(w, status, code, err.Error())
 }
 
-// Health is GET /v1/health.
-type Health struct {
-	OK       bool   `json:"ok"`
-	Version  string `json:"version"`
-	Pid      int    `json:"pid"`
-	UptimeS  int64  `json:"uptime_seconds"`
-	Live     int    `json:"live"`
-	Busy     int    `json:"busy"`
-	Queued   int    `json:"queued"`
-	MaxLive  int    `json:"max_live"`
-	Bindings int    `json:"bindings"`
-}
-
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Health{
-		OK: true, Version: s.version, Pid: os.Getpid(), UptimeS: int64(time.Since(s.started).Seconds()),
-		Live: s.d.Live(), Busy: s.d.Busy(), Queued: s.d.Queued(), MaxLive: s.d.Config().MaxLive, Bindings: len(s.d.Config().Bindings),
-	})
+	h := s.d.Status()
+	h.OK, h.Version, h.Pid, h.UptimeS = true, s.version, os.Getpid(), int64(time.Since(s.started).Seconds())
+	writeJSON(w, http.StatusOK, h)
 }
 
 // turn streams one turn as NDJSON: a start event, update events, then one
-// done or error event. An error before the turn starts is a plain JSON error
-// response with its status code.
+// done or error event, written once the daemon has released the turn's
+// process. An error before the turn starts is a plain JSON error response
+// with its status code.
 func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
-	var req daemon.TurnRequest
+	var req apitype.TurnRequest
 	if err := decode(w, r, MaxTurnBody, &req); err != nil {
 		fail(w, err)
 		return
@@ -298,7 +299,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	flusher, _ := w.(http.Flusher)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	emit := func(ev daemon.Event) {
+	emit := func(ev apitype.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		if ev.RunID != "" {
@@ -314,8 +315,9 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	err := s.d.Turn(r.Context(), req, emit)
+	done, err := s.d.Turn(r.Context(), req, emit)
 	if err == nil {
+		emit(done)
 		return
 	}
 	mu.Lock()
@@ -326,7 +328,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, code, err.Error())
 		return
 	}
-	emit(daemon.Event{Event: "error", RunID: id, Code: code, Message: err.Error()})
+	emit(apitype.Event{Event: apitype.EventError, RunID: id, Code: code, Message: err.Error()})
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
@@ -334,47 +336,21 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"cancelled": r.PathValue("run")})
-}
-
-// SessionInfo is one row of GET /v1/sessions.
-type SessionInfo struct {
-	Channel  string         `json:"channel_id"`
-	Binding  string         `json:"binding_id"`
-	Pid      int            `json:"pid"`
-	Native   string         `json:"native_session"`
-	State    string         `json:"state"`
-	IdleS    float64        `json:"idle_seconds"`
-	Started  time.Time      `json:"started_at"`
-	Turns    map[string]int `json:"turns"`
-	RSSBytes int64          `json:"rss_bytes,omitempty"`
+	writeJSON(w, http.StatusAccepted, apitype.CancelResponse{Cancelled: r.PathValue("run")})
 }
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
-	out := []SessionInfo{}
-	for _, in := range s.d.Pool().Sessions() {
-		out = append(out, SessionInfo{
-			Channel: in.Key.Channel, Binding: in.Key.Binding, Pid: in.Pid, Native: in.Native, State: in.State,
-			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns, RSSBytes: rss(in.Pid),
-		})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
-}
-
-// FreshRequest is POST /v1/sessions/fresh.
-type FreshRequest struct {
-	Channel string `json:"channel_id"`
-	Binding string `json:"binding_id"`
+	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.d.Sessions()})
 }
 
 func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
-	var req FreshRequest
+	var req apitype.FreshRequest
 	if err := decode(w, r, MaxSmallBody, &req); err != nil {
 		fail(w, err)
 		return
 	}
 	if req.Channel == "" || req.Binding == "" {
-		fail(w, fmt.Errorf("%w: channel_id and binding_id are required", daemon.ErrBadRequest))
+		fail(w, fmt.Errorf("%w: channel_id and binding_id are required", errBadRequest))
 		return
 	}
 	had, err := s.d.Fresh(session.Key{Channel: req.Channel, Binding: req.Binding})
@@ -382,78 +358,49 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"stopped_process": had})
+	writeJSON(w, http.StatusOK, apitype.FreshResponse{StoppedProcess: had})
 }
 
 func (s *Server) bindings(w http.ResponseWriter, r *http.Request) {
-	type row struct {
-		ID         string `json:"id"`
-		Handle     string `json:"handle"`
-		Runtime    string `json:"runtime"`
-		Command    string `json:"command"`
-		Supervised bool   `json:"supervised"`
-		Resident   bool   `json:"resident"`
-		Restore    bool   `json:"restore"`
-	}
-	out := []row{}
-	for _, b := range s.d.Config().Bindings {
-		out = append(out, row{b.ID, b.Handle, b.Runtime, b.Command, b.Supervised, b.Resident, b.RestoreOn()})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"bindings": out})
-}
-
-// MessagesRequest is POST /v1/messages: a batch of channel messages.
-type MessagesRequest struct {
-	Messages []channel.Message `json:"messages"`
+	writeJSON(w, http.StatusOK, apitype.Bindings{Bindings: s.d.Bindings()})
 }
 
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	var req MessagesRequest
+	var req apitype.MessagesRequest
 	if err := decode(w, r, MaxMessagesBody, &req); err != nil {
 		fail(w, err)
 		return
 	}
 	if len(req.Messages) == 0 {
-		fail(w, fmt.Errorf("%w: messages must hold at least one message", daemon.ErrBadRequest))
+		fail(w, fmt.Errorf("%w: messages must hold at least one message", errBadRequest))
 		return
 	}
-	added, err := s.d.PutMessages(req.Messages)
+	res, err := s.d.PutMessages(req.Messages)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"added": added, "duplicates": len(req.Messages) - added})
-}
-
-// LevelRequest is PUT /v1/log/level.
-type LevelRequest struct {
-	Level string `json:"level"`
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (s *Server) logLevel(w http.ResponseWriter, r *http.Request) {
 	if s.level == nil {
-		writeError(w, http.StatusNotFound, "not_found", "log level is not adjustable in this daemon")
+		writeError(w, http.StatusNotFound, apitype.CodeNotFound, "log level is not adjustable in this daemon")
 		return
 	}
 	if r.Method == http.MethodPut {
-		var req LevelRequest
+		var req apitype.LogLevel
 		if err := decode(w, r, MaxSmallBody, &req); err != nil {
 			fail(w, err)
 			return
 		}
 		lvl, err := zapcore.ParseLevel(strings.ToLower(req.Level))
 		if err != nil {
-			fail(w, fmt.Errorf("%w: level %q: use debug, info, warn or error", daemon.ErrBadRequest, req.Level))
+			fail(w, fmt.Errorf("%w: level %q: use debug, info, warn or error", errBadRequest, req.Level))
 			return
 		}
 		s.level.SetLevel(lvl)
 		s.log.Info("log level changed", zap.String("level", lvl.String()))
 	}
-	writeJSON(w, http.StatusOK, LevelRequest{Level: s.level.Level().String()})
-}
-
-// rss is a process's resident set size; 0 where it cannot be read.
-func rss(pid int) int64 {
-	n, _ := proc.RSS(pid)
-	return n
+	writeJSON(w, http.StatusOK, apitype.LogLevel{Level: s.level.Level().String()})
 }

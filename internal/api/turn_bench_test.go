@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
@@ -21,7 +23,7 @@ const benchText = "@agent why is the refund spec flaky? look at the last runs"
 
 // benchClient serves a daemon with the built-in agent on a real Unix socket
 // and returns a client for it; everything stops when b ends.
-func benchClient(b *testing.B) *Client {
+func benchClient(b *testing.B) *client.Client {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -52,7 +54,7 @@ func benchClient(b *testing.B) *Client {
 	srv := NewServer(ServerOptions{Daemon: d, Log: zap.NewNop(), Version: "bench"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	c := &Client{Socket: filepath.Join(sdir, "api.sock")}
+	c := &client.Client{Socket: filepath.Join(sdir, "api.sock")}
 	b.Cleanup(func() {
 		c.Close()
 		srv.Shutdown(context.Background())
@@ -68,7 +70,7 @@ func benchClient(b *testing.B) *Client {
 // /v1/turns over the Unix socket, streamed back, through the whole daemon.
 func BenchmarkWarmTurnSocket(b *testing.B) {
 	c := benchClient(b)
-	req := daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
+	req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
 	if _, err := c.Turn(context.Background(), req, nil); err != nil {
 		b.Fatal(err)
 	}

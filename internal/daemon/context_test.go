@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
@@ -127,7 +128,7 @@ func TestThreadMentionSeesItsThread(t *testing.T) {
 		channel.Message{ID: "t1", Channel: "ch", ThreadRoot: "root", Author: "carla", Body: "in the thread"},
 	)
 	root := "root"
-	r := h.turn(TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "t2", ThreadRoot: &root, Text: "@agent why?"})
+	r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "t2", ThreadRoot: &root, Text: "@agent why?"})
 	got := reply(t, r)
 	if r.done.Context.Lines != 2 || got["context"] != "2" {
 		t.Fatalf("thread context %+v reply %v", r.done.Context, got)

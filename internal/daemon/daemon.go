@@ -16,6 +16,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
@@ -135,59 +136,13 @@ func New(o Options) (*Daemon, error) {
 	return d, nil
 }
 
-// Pool exposes the pool's gauges and listing.
-func (d *Daemon) Pool() *pool.Pool[*resident] { return d.pool }
-
 // Live, Busy and Queued feed the metrics gauges.
 func (d *Daemon) Live() int   { return d.pool.Live() }
 func (d *Daemon) Busy() int   { return d.pool.Busy() }
 func (d *Daemon) Queued() int { return d.pool.Queued() }
 
-// Config returns the daemon's configuration.
-func (d *Daemon) Config() *config.Config { return d.cfg }
-
-// TurnRequest is one mention to answer.
-type TurnRequest struct {
-	Channel       string           `json:"channel_id"`
-	Binding       string           `json:"binding_id"`
-	MessageID     string           `json:"message_id"`
-	ThreadRoot    *string          `json:"thread_root_id"`
-	RunID         string           `json:"run_id,omitempty"`
-	Text          string           `json:"text"`
-	ChannelAgents []delivery.Agent `json:"channel_agents,omitempty"`
-	MaxRecipients int              `json:"max_recipients,omitempty"`
-}
-
-// Event is one line of a turn's stream.
-type Event struct {
-	Event      string         `json:"event"` // start, update, done, error
-	RunID      string         `json:"run_id,omitempty"`
-	Shape      string         `json:"shape,omitempty"`
-	Native     string         `json:"native_session,omitempty"`
-	Pid        int            `json:"pid,omitempty"`
-	Update     *acp.Update    `json:"update,omitempty"`
-	StopReason string         `json:"stop_reason,omitempty"`
-	Text       string         `json:"text,omitempty"`
-	Watermark  string         `json:"watermark,omitempty"` // committed, discarded, none
-	Context    *ContextReport `json:"context,omitempty"`
-	Usage      *acp.Usage     `json:"usage,omitempty"`
-	Code       string         `json:"code,omitempty"`
-	Message    string         `json:"message,omitempty"`
-}
-
-// ContextReport says what channel context the turn carried.
-type ContextReport struct {
-	Header       string `json:"header"` // snapshot, new, none
-	Lines        int    `json:"lines"`
-	Chars        int    `json:"chars"`
-	DroppedSeen  int    `json:"dropped_seen"`
-	DroppedBound int    `json:"dropped_bound"`
-	Truncated    int    `json:"truncated"`
-	OwnOmitted   int    `json:"own_omitted"`
-	PromptBytes  int    `json:"prompt_bytes"`
-}
-
-func (r TurnRequest) validate() error {
+// validate checks a mention before anything else looks at it.
+func validate(r apitype.TurnRequest) error {
 	switch {
 	case r.Channel == "":
 		return fmt.Errorf("%w: channel_id is required", ErrBadRequest)
@@ -203,16 +158,18 @@ func (r TurnRequest) validate() error {
 	return nil
 }
 
-// Turn answers one mention, calling emit for the start, every update, and the
-// final done event; the returned error says why it failed (emit is not
-// called for the error: the caller reports it).
-func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (err error) {
-	if err := req.validate(); err != nil {
-		return err
+// Turn answers one mention. It calls emit for the start event and every
+// update, and returns the done event once the turn is over and its process
+// is back in the pool (idle, or stopped): a client that lists sessions
+// after done sees the session idle. The returned error says why the turn
+// failed; emit is never called for it, the caller reports it.
+func (d *Daemon) Turn(ctx context.Context, req apitype.TurnRequest, emit func(apitype.Event)) (apitype.Event, error) {
+	if err := validate(req); err != nil {
+		return apitype.Event{}, err
 	}
 	b, ok := d.cfg.Binding(req.Binding)
 	if !ok {
-		return fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.bindingIDs())
+		return apitype.Event{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.bindingIDs())
 	}
 	if req.RunID == "" {
 		req.RunID = newRunID()
@@ -222,11 +179,11 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
-		return ErrShuttingDown
+		return apitype.Event{}, ErrShuttingDown
 	}
 	if _, busy := d.runs[req.RunID]; busy {
 		d.mu.Unlock()
-		return fmt.Errorf("%w: %q; use a new run_id", ErrRunInUse, req.RunID)
+		return apitype.Event{}, fmt.Errorf("%w: %q; use a new run_id", ErrRunInUse, req.RunID)
 	}
 	d.runs[req.RunID] = cancel
 	d.turns.Add(1)
@@ -252,26 +209,30 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 		if !errors.Is(err, ErrShuttingDown) {
 			log.Info("turn failed before it started", zap.String("outcome", string(Outcome(err))), zap.Error(err))
 		}
-		return err
+		return apitype.Event{}, err
 	}
 	d.m.ObserveQueueWait(co.Waited)
-	l := co.Lease
+	done, err := d.answer(ctx, b, req, co, start, log, emit)
+	// Every exit path that did not commit discards: a failed run may never
+	// have shown the agent anything. Discard after Commit is a no-op.
+	for n := co.Lease.Discard(); n > 0; n-- {
+		d.m.Watermark(false)
+	}
+	d.pool.Release(co, b.Resident || b.SavedSession != "")
+	return done, err
+}
+
+// answer runs the turn on its checked-out process: compose, prompt, and on
+// success store the exchange and commit the watermarks.
+func (d *Daemon) answer(ctx context.Context, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, log *zap.Logger, emit func(apitype.Event)) (apitype.Event, error) {
+	key, l := co.Key, co.Lease
 	shape := l.Shape.String()
-	keep := b.Resident || b.SavedSession != ""
-	defer func() {
-		// Every exit path that did not commit discards: a failed run may
-		// never have shown the agent anything. Discard after Commit is a no-op.
-		for n := l.Discard(); n > 0; n-- {
-			d.m.Watermark(false)
-		}
-		d.pool.Release(co, keep)
-	}()
-	emit(Event{Event: "start", RunID: req.RunID, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
+	emit(apitype.Event{Event: apitype.EventStart, RunID: req.RunID, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
 
 	text, user, rep, err := d.compose(key, b, req, l, co.Session)
 	if err != nil {
 		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
-		return err
+		return apitype.Event{}, err
 	}
 	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
 
@@ -284,10 +245,12 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 			first = false
 			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))
 		}
-		emit(Event{Event: "update", RunID: req.RunID, Update: &u})
+		emit(apitype.Event{Event: apitype.EventUpdate, RunID: req.RunID, Update: &apitype.Update{Kind: u.Kind, Text: u.Text, Raw: u.Raw}})
 	})
-	if res.Usage != nil {
-		d.m.Tokens(shape, res.Usage.InputTokens, res.Usage.OutputTokens, res.Usage.CacheReadTokens, res.Usage.CacheWriteTokens)
+	var usage *apitype.Usage
+	if u := res.Usage; u != nil {
+		usage = &apitype.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens}
+		d.m.Tokens(shape, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
 	}
 	if err == nil && !successful(res.StopReason) {
 		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
@@ -303,29 +266,28 @@ func (d *Daemon) Turn(ctx context.Context, req TurnRequest, emit func(Event)) (e
 		}
 		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
 		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", string(outcome)), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
-		return fmt.Errorf("turn %q for binding %q in channel %q: %w", req.RunID, b.ID, req.Channel, err)
+		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", req.RunID, b.ID, req.Channel, err)
 	}
 	now := d.now()
 	if aerr := d.st.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: user, At: start}, session.Turn{Role: session.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
 		log.Error("conversation append failed", zap.Error(aerr))
 	}
 	d.spawnOK(b.ID)
-	wm := "none"
+	wm := apitype.WatermarkNone
 	n, cerr := l.Commit(d.st)
 	for i := 0; i < n; i++ {
 		d.m.Watermark(true)
 	}
 	switch {
 	case cerr != nil:
-		wm = "failed"
+		wm = apitype.WatermarkFailed
 		log.Error("watermark commit failed", zap.Error(cerr))
 	case n > 0:
-		wm = "committed"
+		wm = apitype.WatermarkCommitted
 	}
 	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
 	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
-	emit(Event{Event: "done", RunID: req.RunID, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: res.Usage})
-	return nil
+	return apitype.Event{Event: apitype.EventDone, RunID: req.RunID, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage}, nil
 }
 
 // successful reports whether a stop reason means the agent read the turn:
@@ -366,7 +328,7 @@ func Outcome(err error) lease.Outcome {
 
 // compose reads what this turn's prompt is made of and hands it to
 // lease.Compose; the watermark it would move is staged on l.
-func (d *Daemon) compose(key session.Key, b config.Binding, req TurnRequest, l *lease.Lease, s *resident) (string, string, *ContextReport, error) {
+func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident) (string, string, *apitype.ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
@@ -386,9 +348,12 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req TurnRequest, l *
 	if b.OmitOwn() {
 		opt.OmitAuthor = b.Handle
 	}
-	agents := req.ChannelAgents
-	if agents == nil {
-		agents = []delivery.Agent{{Handle: b.Handle, Reachable: true}}
+	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
+	if req.ChannelAgents != nil {
+		agents = make([]delivery.Agent, len(req.ChannelAgents))
+		for i, a := range req.ChannelAgents {
+			agents[i] = delivery.Agent{Handle: a.Handle, Reachable: a.Reachable}
+		}
 	}
 	maxRcpt := req.MaxRecipients
 	if maxRcpt == 0 {
@@ -422,7 +387,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req TurnRequest, l *
 		}
 		d.m.BriefTokens(b.BriefPlacement, approxTokens(brief))
 	}
-	rep := &ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, PromptBytes: len(out.Text)}
+	rep := &apitype.ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, PromptBytes: len(out.Text)}
 	return out.Text, out.Stored, rep, nil
 }
 
@@ -487,20 +452,6 @@ func (d *Daemon) Fresh(k session.Key) (bool, error) {
 	}
 	return had, nil
 }
-
-// PutMessages stores channel messages pushed by the desktop app.
-func (d *Daemon) PutMessages(msgs []channel.Message) (int, error) {
-	added, err := d.st.PutMessages(msgs)
-	if err != nil {
-		d.m.Ingested(0, 0, len(msgs))
-		return 0, err
-	}
-	d.m.Ingested(added, len(msgs)-added, 0)
-	return added, nil
-}
-
-// Store exposes the store for read-only API endpoints.
-func (d *Daemon) Store() *store.Store { return d.st }
 
 func (d *Daemon) bindingIDs() []string {
 	ids := make([]string, 0, len(d.cfg.Bindings))

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/metrics"
@@ -53,14 +54,9 @@ func benchDaemon(b *testing.B) *Daemon {
 	return d
 }
 
-func benchTurn(b *testing.B, d *Daemon, ch string) Event {
-	var done Event
-	err := d.Turn(context.Background(), TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "q", Text: "@agent why is the refund spec flaky?"},
-		func(ev Event) {
-			if ev.Event == "done" {
-				done = ev
-			}
-		})
+func benchTurn(b *testing.B, d *Daemon, ch string) apitype.Event {
+	done, err := d.Turn(context.Background(), apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "q", Text: "@agent why is the refund spec flaky?"},
+		func(apitype.Event) {})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,7 +161,7 @@ func BenchmarkResidentSoak(b *testing.B) {
 	}
 	fd1 := openFiles(b)
 	agents := int64(0)
-	infos := d.Pool().Sessions()
+	infos := d.pool.Sessions()
 	for _, in := range infos {
 		agents += rssKB(b, strconv.Itoa(in.Pid))
 	}

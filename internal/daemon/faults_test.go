@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
@@ -110,7 +111,7 @@ func assertNoStrays(t *testing.T, d *Daemon, mark string) {
 	var stray, zombies []int
 	waitFor(t, func() bool {
 		live := map[int]bool{}
-		for _, s := range d.Pool().Sessions() {
+		for _, s := range d.pool.Sessions() {
 			live[s.Pid] = true
 		}
 		stray = stray[:0]
@@ -208,7 +209,7 @@ func TestAgentFaults(t *testing.T) {
 				if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, func() bool { return len(h.d.Pool().Sessions()) == 0 }, func() string { return "pool kept the killed process" })
+				waitFor(t, func() bool { return len(h.d.pool.Sessions()) == 0 }, func() string { return "pool kept the killed process" })
 				h.setArgs("b-fault", tc.start...)
 			}
 			h.say("ch", "b", 2)
@@ -216,7 +217,7 @@ func TestAgentFaults(t *testing.T) {
 			before := turnCount(h, tc.outcome)
 
 			// The marker is not posted: it must not reach later context blocks.
-			bad := h.turn(TurnRequest{Channel: "ch", Binding: "b-fault", MessageID: "q2", Text: "@agent " + tc.text + " please"})
+			bad := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-fault", MessageID: "q2", Text: "@agent " + tc.text + " please"})
 			if !errors.Is(bad.err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", bad.err, tc.wantErr)
 			}
@@ -293,7 +294,7 @@ func TestToleratedAgentFaults(t *testing.T) {
 	})
 	var pid int
 	for i, fault := range []string{"garbage-stdout", "flood-stderr", "unknown-session-update"} {
-		r := h.turn(TurnRequest{Channel: "ch", Binding: "b-fault", MessageID: fmt.Sprint("q", i), Text: "@agent [[fault:" + fault + "]]"})
+		r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-fault", MessageID: fmt.Sprint("q", i), Text: "@agent [[fault:" + fault + "]]"})
 		got := reply(t, r)
 		if got["turn"] != strconv.Itoa(i+1) || strings.Contains(r.done.Text, "for nobody") {
 			t.Fatalf("%s: reply %q", fault, r.done.Text)
@@ -366,7 +367,7 @@ func TestMissingAgentCommand(t *testing.T) {
 	})
 	for _, b := range []string{"b-missing", "b-noexec"} {
 		cmd, _ := h.cfg.Binding(b)
-		r := h.turn(TurnRequest{Channel: "ch", Binding: b, Text: "@m hi"})
+		r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: b, Text: "@m hi"})
 		if !errors.Is(r.err, acp.ErrStart) || !strings.Contains(r.err.Error(), cmd.Command) || !strings.Contains(r.err.Error(), b) {
 			t.Fatalf("%s: err = %v, want ErrStart naming %s", b, r.err, cmd.Command)
 		}
@@ -411,7 +412,7 @@ func TestCrashLoopBackoff(t *testing.T) {
 	h.d.now, h.d.backoffBase, h.d.backoffCap = clk.Now, time.Second, 4*time.Second
 
 	loop := func(id string) error {
-		return h.turn(TurnRequest{Channel: "ch-" + id, Binding: "b-loop", Text: "@agent " + id}).err
+		return h.turn(apitype.TurnRequest{Channel: "ch-" + id, Binding: "b-loop", Text: "@agent " + id}).err
 	}
 	good := 0
 	other := func() {
@@ -468,7 +469,7 @@ func TestCrashLoopBackoff(t *testing.T) {
 	// The agent is fixed; once the backoff passes a good turn resets it.
 	h.setArgs("b-loop")
 	clk.Add(4 * time.Second)
-	reply(t, h.turn(TurnRequest{Channel: "ch-ok", Binding: "b-loop", Text: "@agent fixed"}))
+	reply(t, h.turn(apitype.TurnRequest{Channel: "ch-ok", Binding: "b-loop", Text: "@agent fixed"}))
 	h.d.Fresh(session.Key{Channel: "ch-ok", Binding: "b-loop"})
 	h.setArgs("b-loop", "--fault", "exit-initialize")
 	wantCrash("11")

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
@@ -122,31 +123,32 @@ func (h *harness) evictions() []string {
 
 // result is what one turn streamed.
 type result struct {
-	start, done Event
-	updates     []Event
+	start, done apitype.Event
+	updates     []apitype.Event
 	err         error
 }
 
-func (h *harness) turn(req TurnRequest) result {
+func (h *harness) turn(req apitype.TurnRequest) result {
 	h.t.Helper()
 	return h.turnCtx(context.Background(), req)
 }
 
-func (h *harness) turnCtx(ctx context.Context, req TurnRequest) result {
+func (h *harness) turnCtx(ctx context.Context, req apitype.TurnRequest) result {
 	var r result
 	var mu sync.Mutex
-	r.err = h.d.Turn(ctx, req, func(ev Event) {
+	done, err := h.d.Turn(ctx, req, func(ev apitype.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch ev.Event {
 		case "start":
 			r.start = ev
-		case "done":
-			r.done = ev
 		default:
 			r.updates = append(r.updates, ev)
 		}
 	})
+	mu.Lock()
+	defer mu.Unlock()
+	r.done, r.err = done, err
 	return r
 }
 
@@ -154,7 +156,7 @@ func (h *harness) turnCtx(ctx context.Context, req TurnRequest) result {
 func (h *harness) mention(ch, binding, id, text string) result {
 	h.t.Helper()
 	h.post(channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: channel.KindUser, Body: text})
-	return h.turn(TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text})
+	return h.turn(apitype.TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text})
 }
 
 var clock = struct {
@@ -176,7 +178,11 @@ func (h *harness) post(msgs ...channel.Message) {
 			msgs[i].AuthorKind = channel.KindUser
 		}
 	}
-	if _, err := h.d.PutMessages(msgs); err != nil {
+	in := make([]apitype.Message, len(msgs))
+	for i, m := range msgs {
+		in[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: m.CreatedAt, Body: m.Body}
+	}
+	if _, err := h.d.PutMessages(in); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/metrics"
@@ -89,7 +89,7 @@ func TestLoad(t *testing.T) {
 			for i := range work {
 				k := (i / 10) % (2 * loadChannels) // ten turns in a row per key: warm turns too
 				key := session.Key{Channel: fmt.Sprintf("ch-%02d", k%loadChannels), Binding: []string{"b-one", "b-two"}[k/loadChannels]}
-				req := TurnRequest{Channel: key.Channel, Binding: key.Binding, RunID: fmt.Sprintf("load-%d", i)}
+				req := apitype.TurnRequest{Channel: key.Channel, Binding: key.Binding, RunID: fmt.Sprintf("load-%d", i)}
 				fault := i%loadFaultMod == 4
 				if fault {
 					// Not posted: the marker must not reach anyone's context.
@@ -101,7 +101,7 @@ func TestLoad(t *testing.T) {
 					clock.t = clock.t.Add(time.Second)
 					at := clock.t
 					clock.Unlock()
-					if _, err := h.d.PutMessages([]channel.Message{{ID: req.MessageID, Channel: key.Channel, Author: "carla", AuthorKind: channel.KindUser, Body: req.Text, CreatedAt: at}}); err != nil {
+					if _, err := h.d.PutMessages([]apitype.Message{{ID: req.MessageID, Channel: key.Channel, Author: "carla", AuthorKind: apitype.AuthorUser, Body: req.Text, CreatedAt: at}}); err != nil {
 						results[i] = outcome{key, fault, fmt.Errorf("post: %w", err)}
 						continue
 					}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -78,7 +79,7 @@ func TestMetricsAfterScriptedTurns(t *testing.T) {
 	// its staged watermark discarded, nothing committed.
 	h.say("ch-b", "c", 1)
 	before := h.counts()
-	bad := h.turn(TurnRequest{Channel: "ch-b", Binding: "b-builtin", MessageID: "q4", Text: "@agent [[fault:fail-turn]] please"})
+	bad := h.turn(apitype.TurnRequest{Channel: "ch-b", Binding: "b-builtin", MessageID: "q4", Text: "@agent [[fault:fail-turn]] please"})
 	if bad.err == nil {
 		t.Fatal("the fail-turn fault did not fail the turn")
 	}

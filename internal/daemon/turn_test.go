@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/session"
@@ -82,7 +83,7 @@ func TestFailedRunKeepsWatermark(t *testing.T) {
 	h.say("ch", "b", 2)
 	// The failing mention is not posted: its fault marker must not reach
 	// the next turn's context.
-	bad := h.turn(TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent [[fault:fail-turn]] please"})
+	bad := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent [[fault:fail-turn]] please"})
 	if bad.err == nil || !errors.Is(bad.err, ErrAgentFailed) && !strings.Contains(bad.err.Error(), "induced failure") {
 		t.Fatalf("failing turn: err %v", bad.err)
 	}
@@ -100,11 +101,11 @@ func TestFailedRunKeepsWatermark(t *testing.T) {
 
 func TestUnknownBindingAndBadRequest(t *testing.T) {
 	h := newHarness(t)
-	r := h.turn(TurnRequest{Channel: "ch", Binding: "b-nope", Text: "hi"})
+	r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-nope", Text: "hi"})
 	if !errors.Is(r.err, ErrUnknownBinding) || !strings.Contains(r.err.Error(), "b-builtin") {
 		t.Fatalf("unknown binding: %v", r.err)
 	}
-	for _, req := range []TurnRequest{
+	for _, req := range []apitype.TurnRequest{
 		{Binding: "b-builtin", Text: "x"},
 		{Channel: "ch", Text: "x"},
 		{Channel: "ch", Binding: "b-builtin"},
@@ -167,7 +168,7 @@ func TestFreshStartBindingNeverGetsWatermark(t *testing.T) {
 			t.Fatalf("turn %d: a fresh-start binding got a watermark (err %v)", i+1, err)
 		}
 	}
-	if n := len(h.d.Pool().Sessions()); n != 0 {
+	if n := len(h.d.pool.Sessions()); n != 0 {
 		t.Fatalf("%d processes kept for a non-resident binding", n)
 	}
 }
@@ -199,12 +200,9 @@ func TestStartFreshDuringATurn(t *testing.T) {
 	var had bool
 	var ferr error
 	var first result
-	first.err = h.d.Turn(context.Background(), TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent two"}, func(ev Event) {
-		switch ev.Event {
-		case "start":
+	first.done, first.err = h.d.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent two"}, func(ev apitype.Event) {
+		if ev.Event == "start" {
 			had, ferr = h.d.Fresh(k) // the turn holds the key now
-		case "done":
-			first.done = ev
 		}
 	})
 	reply(t, first)

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -43,7 +43,7 @@ type node struct {
 	state string
 	sock  string
 	cmd   *exec.Cmd
-	c     *api.Client
+	c     *client.Client
 	posts int // messages posted so far: each gets a later created_at
 }
 
@@ -75,7 +75,7 @@ func (n *node) start(args ...string) {
 			cmd.Wait()
 		}
 	})
-	n.c = &api.Client{Socket: n.sock}
+	n.c = &client.Client{Socket: n.sock}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if _, err := n.c.Health(context.Background()); err == nil {
@@ -90,11 +90,11 @@ func (n *node) start(args ...string) {
 
 func (n *node) post(ch string, ids ...string) {
 	n.t.Helper()
-	var msgs []channel.Message
+	var msgs []apitype.Message
 	for _, id := range ids {
 		n.posts++
 		at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC).Add(time.Duration(n.posts) * time.Second)
-		msgs = append(msgs, channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: channel.KindUser, Body: "line " + id, CreatedAt: at})
+		msgs = append(msgs, apitype.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: apitype.AuthorUser, Body: "line " + id, CreatedAt: at})
 	}
 	if _, err := n.c.PutMessages(context.Background(), msgs); err != nil {
 		n.t.Fatal(err)
@@ -108,7 +108,7 @@ func (n *node) hang(ch string) (int, <-chan error) {
 	pid := make(chan int, 1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := n.c.Turn(context.Background(), daemon.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, Text: "@agent [[fault:hang-turn]]"}, func(ev daemon.Event) {
+		_, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, Text: "@agent [[fault:hang-turn]]"}, func(ev apitype.Event) {
 			if ev.Event == "start" {
 				pid <- ev.Pid
 			}
@@ -149,7 +149,7 @@ func TestSIGKILLMidTurn(t *testing.T) {
 	n.start()
 	n.post("ch", "a1", "a2")
 	n.post("ch", "q1")
-	if _, err := n.c.Turn(context.Background(), daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q1", Text: "line q1"}, nil); err != nil {
+	if _, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q1", Text: "line q1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	n.post("ch", "b1", "b2")
@@ -187,7 +187,7 @@ func TestSIGKILLMidTurn(t *testing.T) {
 
 	n.start() // replaces the stale socket
 	n.post("ch", "q3")
-	ev, err := n.c.Turn(context.Background(), daemon.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q3", Text: "line q3"}, nil)
+	ev, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q3", Text: "line q3"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestSIGTERMWithTurnsInFlight(t *testing.T) {
 	for _, done := range []<-chan error{done1, done2} {
 		select {
 		case err := <-done:
-			if !api.IsCode(err, "shutting_down") && !api.IsCode(err, "cancelled") {
+			if !client.IsCode(err, "shutting_down") && !client.IsCode(err, "cancelled") {
 				t.Fatalf("turn in flight at SIGTERM: %v, want shutting_down", err)
 			}
 		case <-time.After(10 * time.Second):

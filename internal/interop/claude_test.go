@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
@@ -68,8 +69,8 @@ func TestClaudeWithoutCredentials(t *testing.T) {
 	api := newFakeAPI(t, "nobody should ask for this")
 	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL()}))
 	ctx := testCtx(t)
-	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"},
-		channel.Message{ID: "a2", Channel: "ch", Author: "aiko", Body: "it fails on the webhook retry"})
+	h.post(apitype.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"},
+		apitype.Message{ID: "a2", Channel: "ch", Author: "aiko", Body: "it fails on the webhook retry"})
 	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b-claude"}}
 
 	r := h.mention(ctx, "ch", "b-claude", "q1", "@claude why is the refund spec flaky?")
@@ -138,7 +139,7 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 	api := newFakeAPI(t, reply)
 	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
 	ctx := testCtx(t)
-	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"})
+	h.post(apitype.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"})
 
 	r1 := h.mention(ctx, "ch", "b-claude", "q1", "@claude why is the refund spec flaky? MARK-ONE")
 	if r1.err != nil {
@@ -150,7 +151,7 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 		t.Fatalf("cold done %+v usage %+v", r1.done, r1.done.Usage)
 	}
 
-	h.post(channel.Message{ID: "b1", Channel: "ch", Author: "aiko", Body: "retry runs twice on CI"})
+	h.post(apitype.Message{ID: "b1", Channel: "ch", Author: "aiko", Body: "retry runs twice on CI"})
 	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude and the webhook retries? MARK-TWO")
 	if r2.err != nil {
 		t.Fatalf("warm turn: %v", r2.err)
@@ -240,11 +241,11 @@ func TestClaudeCancelWhileModelStalls(t *testing.T) {
 	release := api.stallModel()
 	defer release()
 
-	h.post(channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@claude take your time"})
+	h.post(apitype.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@claude take your time"})
 	runs := make(chan string, 1)
 	out := make(chan result, 1)
 	go func() {
-		out <- h.turn(ctx, daemon.TurnRequest{Channel: "ch", Binding: "b-claude", MessageID: "q1", Text: "@claude take your time"}, func(ev daemon.Event) { runs <- ev.RunID })
+		out <- h.turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-claude", MessageID: "q1", Text: "@claude take your time"}, func(ev apitype.Event) { runs <- ev.RunID })
 	}()
 	var run string
 	select {

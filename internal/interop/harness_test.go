@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
@@ -128,8 +128,8 @@ func (h *harness) restart() {
 
 // result is what one turn streamed, with its timings.
 type result struct {
-	start, done daemon.Event
-	updates     []daemon.Event
+	start, done apitype.Event
+	updates     []apitype.Event
 	err         error
 	ready       time.Duration // Turn call -> start event (spawn + session ready when cold)
 	total       time.Duration // Turn call -> return
@@ -146,12 +146,12 @@ func (r result) chunks() []string {
 	return out
 }
 
-func (h *harness) turn(ctx context.Context, req daemon.TurnRequest, onStart func(daemon.Event)) result {
+func (h *harness) turn(ctx context.Context, req apitype.TurnRequest, onStart func(apitype.Event)) result {
 	h.t.Helper()
 	var r result
 	var mu sync.Mutex
 	t0 := time.Now()
-	r.err = h.d.Turn(ctx, req, func(ev daemon.Event) {
+	done, err := h.d.Turn(ctx, req, func(ev apitype.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch ev.Event {
@@ -161,12 +161,13 @@ func (h *harness) turn(ctx context.Context, req daemon.TurnRequest, onStart func
 			if onStart != nil {
 				onStart(ev)
 			}
-		case "done":
-			r.done = ev
 		default:
 			r.updates = append(r.updates, ev)
 		}
 	})
+	mu.Lock()
+	r.done, r.err = done, err
+	mu.Unlock()
 	r.total = time.Since(t0)
 	return r
 }
@@ -179,12 +180,12 @@ var clock = struct {
 // mention posts text to ch and asks binding to answer it.
 func (h *harness) mention(ctx context.Context, ch, binding, id, text string) result {
 	h.t.Helper()
-	h.post(channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: channel.KindUser, Body: text})
-	return h.turn(ctx, daemon.TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text}, nil)
+	h.post(apitype.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: apitype.AuthorUser, Body: text})
+	return h.turn(ctx, apitype.TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text}, nil)
 }
 
 // post stores messages with strictly increasing times.
-func (h *harness) post(msgs ...channel.Message) {
+func (h *harness) post(msgs ...apitype.Message) {
 	h.t.Helper()
 	for i := range msgs {
 		clock.Lock()
@@ -192,7 +193,7 @@ func (h *harness) post(msgs ...channel.Message) {
 		msgs[i].CreatedAt = clock.t
 		clock.Unlock()
 		if msgs[i].AuthorKind == "" {
-			msgs[i].AuthorKind = channel.KindUser
+			msgs[i].AuthorKind = apitype.AuthorUser
 		}
 	}
 	if _, err := h.d.PutMessages(msgs); err != nil {

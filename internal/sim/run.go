@@ -17,7 +17,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
-	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/delivery"
@@ -143,15 +143,10 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 			go func() {
 				defer wg.Done()
 				run := fmt.Sprintf("%s-%03d", b.ID, mention)
-				var done daemon.Event
-				err := d.Turn(ctx, daemon.TurnRequest{
+				done, err := d.Turn(ctx, apitype.TurnRequest{
 					Channel: ChannelID, Binding: b.ID, MessageID: m.ID, RunID: run, Text: text,
-					ChannelAgents: []delivery.Agent{{Handle: AgentHandle, Reachable: true}}, MaxRecipients: 3,
-				}, func(ev daemon.Event) {
-					if ev.Event == "done" {
-						done = ev
-					}
-				})
+					ChannelAgents: []apitype.Agent{{Handle: AgentHandle, Reachable: true}}, MaxRecipients: 3,
+				}, func(apitype.Event) {})
 				if err != nil && mention != o.FailAt {
 					errs[j] = fmt.Errorf("sim: mention %d (%s) for binding %q: %w", mention, m.ID, b.ID, err)
 				}
@@ -171,8 +166,8 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 	return outs, nil
 }
 
-func toChannel(msgs []Message) []channel.Message {
-	out := make([]channel.Message, len(msgs))
+func toChannel(msgs []Message) []apitype.Message {
+	out := make([]apitype.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.ToChannel(ChannelID)
 	}

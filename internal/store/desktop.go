@@ -4,29 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/residentd/residentd/apitype"
 )
 
-// Member is one roster entry as the desktop app pushed it.
-type Member struct {
-	Handle    string `json:"handle"`
-	Kind      string `json:"kind"`
-	Reachable bool   `json:"reachable"`
-}
-
-// Activity is one project activity item as the desktop app pushed it.
-type Activity struct {
-	Kind    string    `json:"kind"`
-	Summary string    `json:"summary"`
-	Link    string    `json:"link"`
-	At      time.Time `json:"at"`
-}
+// Rosters and activity are kept as the desktop app pushed them: the
+// apitype values are their stored form.
 
 // SetRoster replaces a channel's roster, keeping the first
 // Options.MaxRoster members.
-func (s *Store) SetRoster(ch string, members []Member) error {
+func (s *Store) SetRoster(ch string, members []apitype.Member) error {
 	if ch == "" {
 		return fmt.Errorf("store: set roster: channel must be set")
 	}
@@ -34,7 +23,7 @@ func (s *Store) SetRoster(ch string, members []Member) error {
 		members = members[:s.opts.MaxRoster]
 	}
 	if members == nil {
-		members = []Member{}
+		members = []apitype.Member{}
 	}
 	v, err := json.Marshal(members)
 	if err != nil {
@@ -50,8 +39,8 @@ func (s *Store) SetRoster(ch string, members []Member) error {
 }
 
 // Roster returns a channel's roster; none pushed yet gives nil.
-func (s *Store) Roster(ch string) ([]Member, error) {
-	var out []Member
+func (s *Store) Roster(ch string) ([]apitype.Member, error) {
+	var out []apitype.Member
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if ch == "" {
 			return nil
@@ -70,7 +59,7 @@ func (s *Store) Roster(ch string) ([]Member, error) {
 
 // AddActivity appends items to a project's activity and keeps the newest
 // Options.MaxActivity by At (ties in insertion order).
-func (s *Store) AddActivity(project string, items []Activity) error {
+func (s *Store) AddActivity(project string, items []apitype.Activity) error {
 	if project == "" {
 		return fmt.Errorf("store: add activity: project must be set")
 	}
@@ -121,8 +110,8 @@ func (s *Store) AddActivity(project string, items []Activity) error {
 
 // Activity returns a project's newest n items (all kept when n <= 0),
 // newest first.
-func (s *Store) Activity(project string, n int) ([]Activity, error) {
-	var out []Activity
+func (s *Store) Activity(project string, n int) ([]apitype.Activity, error) {
+	var out []apitype.Activity
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if project == "" {
 			return nil
@@ -133,7 +122,7 @@ func (s *Store) Activity(project string, n int) ([]Activity, error) {
 		}
 		c := b.Cursor()
 		for k, v := c.Last(); k != nil && (n <= 0 || len(out) < n); k, v = c.Prev() {
-			var a Activity
+			var a apitype.Activity
 			if err := json.Unmarshal(v, &a); err != nil {
 				return fmt.Errorf("item %x: %w", k, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -13,11 +14,11 @@ func TestRoster(t *testing.T) {
 	if r, err := s.Roster("ch-a"); err != nil || r != nil {
 		t.Fatalf("unset roster = %v, %v", r, err)
 	}
-	if err := s.SetRoster("ch-a", []Member{{"ann", "user", true}, {"bot", "agent", false}, {"cy", "user", true}}); err != nil {
+	if err := s.SetRoster("ch-a", []apitype.Member{{Handle: "ann", Kind: "user", Reachable: true}, {Handle: "bot", Kind: "agent", Reachable: false}, {Handle: "cy", Kind: "user", Reachable: true}}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := s.Roster("ch-a")
-	if err != nil || len(r) != 2 || r[0] != (Member{"ann", "user", true}) || r[1] != (Member{"bot", "agent", false}) {
+	if err != nil || len(r) != 2 || r[0] != (apitype.Member{Handle: "ann", Kind: "user", Reachable: true}) || r[1] != (apitype.Member{Handle: "bot", Kind: "agent", Reachable: false}) {
 		t.Errorf("roster = %+v, %v", r, err)
 	}
 	if err := s.SetRoster("ch-a", nil); err != nil {
@@ -36,19 +37,19 @@ func TestActivity(t *testing.T) {
 	if a, err := s.Activity("p", 5); err != nil || len(a) != 0 {
 		t.Fatalf("empty activity = %v, %v", a, err)
 	}
-	item := func(sec int) Activity {
-		return Activity{Kind: "commit", Summary: fmt.Sprint(sec), At: t0.Add(time.Duration(sec) * time.Second)}
+	item := func(sec int) apitype.Activity {
+		return apitype.Activity{Kind: "commit", Summary: fmt.Sprint(sec), At: t0.Add(time.Duration(sec) * time.Second)}
 	}
-	if err := s.AddActivity("p", []Activity{item(3), item(1), item(2)}); err != nil {
+	if err := s.AddActivity("p", []apitype.Activity{item(3), item(1), item(2)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddActivity("p", []Activity{item(5), item(0)}); err != nil {
+	if err := s.AddActivity("p", []apitype.Activity{item(5), item(0)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddActivity("q", []Activity{item(9)}); err != nil {
+	if err := s.AddActivity("q", []apitype.Activity{item(9)}); err != nil {
 		t.Fatal(err)
 	}
-	summaries := func(as []Activity) string {
+	summaries := func(as []apitype.Activity) string {
 		var out []string
 		for _, a := range as {
 			out = append(out, a.Summary)
@@ -65,7 +66,7 @@ func TestActivity(t *testing.T) {
 	if a, _ := s.Activity("q", 10); summaries(a) != "[9]" {
 		t.Errorf("project q = %s", summaries(a))
 	}
-	if err := s.AddActivity("", []Activity{item(1)}); err == nil {
+	if err := s.AddActivity("", []apitype.Activity{item(1)}); err == nil {
 		t.Error("activity without project accepted")
 	}
 }

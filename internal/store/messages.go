@@ -288,6 +288,21 @@ func (cb *channelBuckets) page(thread string, bound []byte, limit int) ([]channe
 	return out, more, nil
 }
 
+// HasMessage reports whether channel ch holds message id.
+func (s *Store) HasMessage(ch, id string) (bool, error) {
+	found := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if cb := openChannel(tx, ch); cb != nil {
+			found = cb.ids.Get([]byte(id)) != nil
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: look up message %q in channel %q: %w", id, ch, err)
+	}
+	return found, nil
+}
+
 // Channels lists the channels holding messages, in byte order.
 func (s *Store) Channels() ([]string, error) {
 	var out []string

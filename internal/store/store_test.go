@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -201,10 +202,10 @@ func fill(t *testing.T, s *Store) {
 	if _, err := s.PutMessages([]channel.Message{msg("ch-backend", "m1", 1, ""), msg("ch-backend", "m2", 2, "m1")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetRoster("ch-backend", []Member{{Handle: "ann", Kind: "user", Reachable: true}}); err != nil {
+	if err := s.SetRoster("ch-backend", []apitype.Member{{Handle: "ann", Kind: "user", Reachable: true}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddActivity("proj", []Activity{{Kind: "pr", Summary: "opened", Link: "https://x/1", At: t0}}); err != nil {
+	if err := s.AddActivity("proj", []apitype.Activity{{Kind: "pr", Summary: "opened", Link: "https://x/1", At: t0}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordAgent(AgentRecord{Pid: 42, Pgid: 42, StartTicks: 7, Command: "claude", Key: k, StartedAt: t0}); err != nil {

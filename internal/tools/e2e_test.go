@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -44,9 +44,9 @@ func TestAgentFetchesTruncatedMessageThroughMCP(t *testing.T) {
 			msg(ch, "q1", 4, "@agent why is the refund spec flaky?"))
 	}
 
-	turn := func(ch, binding string) daemon.Event {
+	turn := func(ch, binding string) apitype.Event {
 		t.Helper()
-		done, err := e.c.Turn(ctx, daemon.TurnRequest{Channel: ch, Binding: binding, MessageID: "q1", Text: "@agent why is the refund spec flaky?"}, nil)
+		done, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: ch, Binding: binding, MessageID: "q1", Text: "@agent why is the refund spec flaky?"}, nil)
 		if err != nil {
 			t.Fatalf("turn %s/%s: %v", ch, binding, err)
 		}
@@ -69,10 +69,10 @@ func TestAgentFetchesTruncatedMessageThroughMCP(t *testing.T) {
 		t.Fatalf("tokens issued for %s: %d, live %d; want one process, one capability", key, len(toks), e.reg.Live())
 	}
 	// While the process lives, its capability reads its own channel only.
-	if _, err := e.c.ChannelHistory(ctx, toks[0], api.HistoryQuery{}); err != nil {
+	if _, err := e.c.ChannelHistory(ctx, toks[0], client.HistoryQuery{}); err != nil {
 		t.Fatalf("live capability: %v", err)
 	}
-	if _, err := e.c.ChannelHistory(ctx, toks[0], api.HistoryQuery{Channel: "ch-off"}); !api.IsCode(err, "out_of_scope") {
+	if _, err := e.c.ChannelHistory(ctx, toks[0], client.HistoryQuery{Channel: "ch-off"}); !client.IsCode(err, "out_of_scope") {
 		t.Fatalf("live capability, other channel: %v", err)
 	}
 
@@ -96,8 +96,8 @@ func TestAgentFetchesTruncatedMessageThroughMCP(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_, err := e.c.ChannelHistory(ctx, toks[0], api.HistoryQuery{})
-	var ae *api.Error
+	_, err := e.c.ChannelHistory(ctx, toks[0], client.HistoryQuery{})
+	var ae *client.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Message, "revoked") {
 		t.Fatalf("revoked capability after fresh: %v", err)
 	}

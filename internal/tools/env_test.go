@@ -16,9 +16,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/api"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
@@ -52,7 +53,7 @@ type env struct {
 	reg    *tools.Registry
 	st     *store.Store
 	d      *daemon.Daemon
-	c      *api.Client
+	c      *client.Client
 
 	mu     sync.Mutex
 	issued map[session.Key][]string // capability tokens handed out, per key
@@ -123,7 +124,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 	srv := api.NewServer(api.ServerOptions{Daemon: e.d, Log: log, Tools: e.reg})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	e.c = &api.Client{Socket: e.socket}
+	e.c = &client.Client{Socket: e.socket}
 	t.Cleanup(func() {
 		e.c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -155,11 +156,11 @@ func (e *env) tokens(k session.Key) []string {
 var base = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 // msg is a user message of ch posted i seconds after base.
-func msg(ch, id string, i int, body string) channel.Message {
-	return channel.Message{ID: id, Channel: ch, Author: "aiko", AuthorKind: channel.KindUser, CreatedAt: base.Add(time.Duration(i) * time.Second), Body: body}
+func msg(ch, id string, i int, body string) apitype.Message {
+	return apitype.Message{ID: id, Channel: ch, Author: "aiko", AuthorKind: apitype.AuthorUser, CreatedAt: base.Add(time.Duration(i) * time.Second), Body: body}
 }
 
-func (e *env) put(msgs ...channel.Message) {
+func (e *env) put(msgs ...apitype.Message) {
 	e.t.Helper()
 	if _, err := e.c.PutMessages(context.Background(), msgs); err != nil {
 		e.t.Fatal(err)
@@ -223,10 +224,10 @@ func structured(t *testing.T, res *mcp.CallToolResult, out any) {
 }
 
 // history calls channel_history and decodes the page.
-func history(t *testing.T, cs *mcp.ClientSession, args map[string]any) (api.HistoryPage, string) {
+func history(t *testing.T, cs *mcp.ClientSession, args map[string]any) (apitype.HistoryPage, string) {
 	t.Helper()
 	res := call(t, cs, tools.ToolHistory, args)
-	var p api.HistoryPage
+	var p apitype.HistoryPage
 	structured(t, res, &p)
 	return p, text(res)
 }

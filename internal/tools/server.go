@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 )
 
 // Tool names.
@@ -60,7 +60,7 @@ type RosterInput struct{}
 
 // backend answers the tools; the daemon's API client in production.
 type backend struct {
-	c          *api.Client
+	c          *client.Client
 	socket     string
 	capability string
 }
@@ -68,7 +68,7 @@ type backend struct {
 // NewServer returns the MCP server for cfg. It does not contact the daemon
 // until a tool is called, so initialize and tools/list always work.
 func NewServer(cfg Config) *mcp.Server {
-	b := &backend{c: &api.Client{Socket: cfg.Socket}, socket: cfg.Socket, capability: cfg.Capability}
+	b := &backend{c: &client.Client{Socket: cfg.Socket}, socket: cfg.Socket, capability: cfg.Capability}
 	version := cfg.Version
 	if version == "" {
 		version = "dev"
@@ -110,7 +110,7 @@ func (nopWriteCloser) Close() error { return nil }
 
 // explain turns a daemon error into the message the agent sees.
 func (b *backend) explain(tool string, err error) error {
-	var ae *api.Error
+	var ae *client.Error
 	if errors.As(err, &ae) {
 		return fmt.Errorf("%s refused by residentd (%d %s): %s", tool, ae.Status, ae.Code, ae.Message)
 	}
@@ -120,32 +120,32 @@ func (b *backend) explain(tool string, err error) error {
 	return fmt.Errorf("%s: %w at %s (%v); check `residentd status`", tool, ErrUnreachable, b.socket, err)
 }
 
-func (b *backend) history(ctx context.Context, _ *mcp.CallToolRequest, in HistoryInput) (*mcp.CallToolResult, api.HistoryPage, error) {
+func (b *backend) history(ctx context.Context, _ *mcp.CallToolRequest, in HistoryInput) (*mcp.CallToolResult, apitype.HistoryPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	page, err := b.c.ChannelHistory(ctx, b.capability, api.HistoryQuery{Channel: in.ChannelID, Before: in.Before, ThreadRoot: in.ThreadRootID, Limit: in.Limit})
+	page, err := b.c.ChannelHistory(ctx, b.capability, client.HistoryQuery{Channel: in.ChannelID, Before: in.Before, ThreadRoot: in.ThreadRootID, Limit: in.Limit})
 	if err != nil {
-		return nil, api.HistoryPage{}, b.explain(ToolHistory, err)
+		return nil, apitype.HistoryPage{}, b.explain(ToolHistory, err)
 	}
 	return textResult(RenderHistory(page)), page, nil
 }
 
-func (b *backend) roster(ctx context.Context, _ *mcp.CallToolRequest, _ RosterInput) (*mcp.CallToolResult, api.Roster, error) {
+func (b *backend) roster(ctx context.Context, _ *mcp.CallToolRequest, _ RosterInput) (*mcp.CallToolResult, apitype.Roster, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	r, err := b.c.ChannelRoster(ctx, b.capability)
 	if err != nil {
-		return nil, api.Roster{}, b.explain(ToolRoster, err)
+		return nil, apitype.Roster{}, b.explain(ToolRoster, err)
 	}
 	return textResult(RenderRoster(r)), r, nil
 }
 
-func (b *backend) activity(ctx context.Context, _ *mcp.CallToolRequest, in ActivityInput) (*mcp.CallToolResult, api.ProjectActivity, error) {
+func (b *backend) activity(ctx context.Context, _ *mcp.CallToolRequest, in ActivityInput) (*mcp.CallToolResult, apitype.ProjectActivity, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	a, err := b.c.ProjectActivity(ctx, b.capability, in.Limit)
 	if err != nil {
-		return nil, api.ProjectActivity{}, b.explain(ToolActivity, err)
+		return nil, apitype.ProjectActivity{}, b.explain(ToolActivity, err)
 	}
 	return textResult(RenderActivity(a)), a, nil
 }
@@ -159,7 +159,7 @@ func textResult(s string) *mcp.CallToolResult {
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
 
 // RenderHistory is channel_history's text rendering.
-func RenderHistory(p api.HistoryPage) string {
+func RenderHistory(p apitype.HistoryPage) string {
 	var b strings.Builder
 	where := "channel " + p.Channel
 	if p.Thread != "" {
@@ -188,7 +188,7 @@ func RenderHistory(p api.HistoryPage) string {
 }
 
 // RenderRoster is channel_roster's text rendering.
-func RenderRoster(r api.Roster) string {
+func RenderRoster(r apitype.Roster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Members of channel %s %s:\n", r.Channel, untrustedLabel)
 	if !r.Pushed {
@@ -212,7 +212,7 @@ func RenderRoster(r api.Roster) string {
 }
 
 // RenderActivity is project_activity's text rendering.
-func RenderActivity(a api.ProjectActivity) string {
+func RenderActivity(a apitype.ProjectActivity) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Recent activity of project %s, newest first %s:\n", a.Project, untrustedLabel)
 	if len(a.Items) == 0 {

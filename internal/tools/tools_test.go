@@ -15,9 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/residentd/residentd/internal/api"
-	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/tools"
 )
 
@@ -69,7 +68,7 @@ func TestListToolsWithSchemas(t *testing.T) {
 func TestChannelHistoryPagesThreadsClampsAndRefusesBadCursor(t *testing.T) {
 	e := newEnv(t)
 	long := strings.Repeat("0123456789", 200) // 2000 runes
-	var msgs []channel.Message
+	var msgs []apitype.Message
 	for i := 1; i <= 120; i++ {
 		body := fmt.Sprintf("line %d", i)
 		if i == 7 {
@@ -186,16 +185,16 @@ func TestRosterAndActivity(t *testing.T) {
 	ctx := context.Background()
 	cs := connect(t, tools.Config{Socket: e.socket, Capability: e.issue("ch")})
 
-	var r api.Roster
+	var r apitype.Roster
 	structured(t, call(t, cs, tools.ToolRoster, nil), &r)
 	if r.Pushed || len(r.Members) != 0 {
 		t.Fatalf("roster before any push: %+v", r)
 	}
-	members := []store.Member{{Handle: "aiko", Kind: "user", Reachable: true}, {Handle: "@claude", Kind: "agent", Reachable: false}}
+	members := []apitype.Member{{Handle: "aiko", Kind: "user", Reachable: true}, {Handle: "@claude", Kind: "agent", Reachable: false}}
 	if err := e.c.SetRoster(ctx, "ch", members); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.SetRoster(ctx, "ch-other", []store.Member{{Handle: "mallory", Kind: "user"}}); err != nil {
+	if err := e.c.SetRoster(ctx, "ch-other", []apitype.Member{{Handle: "mallory", Kind: "user"}}); err != nil {
 		t.Fatal(err)
 	}
 	res := call(t, cs, tools.ToolRoster, nil)
@@ -206,10 +205,10 @@ func TestRosterAndActivity(t *testing.T) {
 
 	// Without a mapping the project key is the channel id.
 	at := func(min int) time.Time { return base.Add(time.Duration(min) * time.Minute) }
-	if err := e.c.AddActivity(ctx, "ch", []store.Activity{{Kind: "ci", Summary: "build 41 red", At: at(1)}}); err != nil {
+	if err := e.c.AddActivity(ctx, "ch", []apitype.Activity{{Kind: "ci", Summary: "build 41 red", At: at(1)}}); err != nil {
 		t.Fatal(err)
 	}
-	var a api.ProjectActivity
+	var a apitype.ProjectActivity
 	structured(t, call(t, cs, tools.ToolActivity, nil), &a)
 	if a.Project != "ch" || len(a.Items) != 1 || a.Items[0].Summary != "build 41 red" {
 		t.Fatalf("activity keyed by channel: %+v", a)
@@ -217,7 +216,7 @@ func TestRosterAndActivity(t *testing.T) {
 	if err := e.c.SetProject(ctx, "ch", "proj-x"); err != nil {
 		t.Fatal(err)
 	}
-	items := []store.Activity{
+	items := []apitype.Activity{
 		{Kind: "pr", Summary: "PR 12 merged", Link: "https://example.test/pr/12", At: at(5)},
 		{Kind: "ci", Summary: "build 42 green", At: at(9)},
 		{Kind: "deploy", Summary: "staging deployed", At: at(7)},
@@ -239,10 +238,10 @@ func TestRosterAndActivity(t *testing.T) {
 	}
 
 	// Pushes are validated.
-	if err := e.c.AddActivity(ctx, "proj-x", []store.Activity{{Kind: "ci"}}); !api.IsCode(err, "bad_request") {
+	if err := e.c.AddActivity(ctx, "proj-x", []apitype.Activity{{Kind: "ci"}}); !client.IsCode(err, "bad_request") {
 		t.Fatalf("activity without summary: %v", err)
 	}
-	if err := e.c.SetRoster(ctx, "ch", []store.Member{{Kind: "user"}}); !api.IsCode(err, "bad_request") {
+	if err := e.c.SetRoster(ctx, "ch", []apitype.Member{{Kind: "user"}}); !client.IsCode(err, "bad_request") {
 		t.Fatalf("member without handle: %v", err)
 	}
 }
@@ -257,7 +256,7 @@ func TestScopeRefusals(t *testing.T) {
 	tokA, tokB := e.issue("ch-a"), e.issue("ch-b")
 
 	status := func(err error) (int, string) {
-		var ae *api.Error
+		var ae *client.Error
 		if !errors.As(err, &ae) {
 			t.Fatalf("want an API error, got %v", err)
 		}
@@ -265,11 +264,11 @@ func TestScopeRefusals(t *testing.T) {
 	}
 	// Another channel by name, and a thread of another channel, with a
 	// valid token of a same-uid process: 403.
-	_, err := e.c.ChannelHistory(ctx, tokA, api.HistoryQuery{Channel: "ch-b"})
+	_, err := e.c.ChannelHistory(ctx, tokA, client.HistoryQuery{Channel: "ch-b"})
 	if st, msg := status(err); st != http.StatusForbidden || !strings.Contains(msg, "out_of_scope") || !strings.Contains(msg, `"ch-a" only`) {
 		t.Fatalf("channel_id of another channel: %d %s", st, msg)
 	}
-	_, err = e.c.ChannelHistory(ctx, tokA, api.HistoryQuery{ThreadRoot: "b1"})
+	_, err = e.c.ChannelHistory(ctx, tokA, client.HistoryQuery{ThreadRoot: "b1"})
 	if st, msg := status(err); st != http.StatusForbidden || !strings.Contains(msg, "not a message of channel") {
 		t.Fatalf("thread of another channel: %d %s", st, msg)
 	}
@@ -277,23 +276,23 @@ func TestScopeRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner of the thread reads it.
-	p, err := e.c.ChannelHistory(ctx, tokB, api.HistoryQuery{ThreadRoot: "b1"})
+	p, err := e.c.ChannelHistory(ctx, tokB, client.HistoryQuery{ThreadRoot: "b1"})
 	if err != nil || len(p.Messages) != 2 {
 		t.Fatalf("own thread: %+v %v", p, err)
 	}
 	// A's own reads never return B's messages.
-	p, err = e.c.ChannelHistory(ctx, tokA, api.HistoryQuery{Channel: "ch-a", Limit: 100})
+	p, err = e.c.ChannelHistory(ctx, tokA, client.HistoryQuery{Channel: "ch-a", Limit: 100})
 	if err != nil || len(p.Messages) != 1 || p.Messages[0].ID != "a1" {
 		t.Fatalf("own channel: %+v %v", p, err)
 	}
 	// A cursor naming another channel's message is a bad cursor, not a leak.
-	_, err = e.c.ChannelHistory(ctx, tokA, api.HistoryQuery{Before: "b2"})
+	_, err = e.c.ChannelHistory(ctx, tokA, client.HistoryQuery{Before: "b2"})
 	if st, msg := status(err); st != http.StatusBadRequest || !strings.Contains(msg, "bad_cursor") {
 		t.Fatalf("cursor of another channel: %d %s", st, msg)
 	}
 
 	// No token, an unknown token, a revoked token: 401 with a reason.
-	_, err = e.c.ChannelHistory(ctx, "", api.HistoryQuery{})
+	_, err = e.c.ChannelHistory(ctx, "", client.HistoryQuery{})
 	if st, msg := status(err); st != http.StatusUnauthorized || !strings.Contains(msg, "missing_capability") {
 		t.Fatalf("no token: %d %s", st, msg)
 	}

@@ -1,0 +1,311 @@
+// Package client is the Go client of residentd's local API: a desktop app,
+// a script or the residentd CLI use it to send mentions, push channel
+// messages and manage sessions over the daemon's Unix socket.
+//
+// The zero Client works: it talks to the socket named by $RESIDENTD_SOCKET,
+// or else the daemon's default path (DefaultSocketPath). Errors the daemon
+// reports are *Error values; IsNotFound, IsBusy and IsCode classify them.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/residentd/residentd/apitype"
+)
+
+// EnvSocket names the environment variable a zero Client reads its socket
+// path from.
+const EnvSocket = "RESIDENTD_SOCKET"
+
+// DefaultSocketPath is where a daemon listens unless told otherwise:
+// $XDG_RUNTIME_DIR/residentd/residentd.sock, or
+// /tmp/residentd-<uid>/residentd.sock without a runtime directory.
+func DefaultSocketPath() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "residentd", "residentd.sock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("residentd-%d", os.Getuid()), "residentd.sock")
+}
+
+// Client talks to one daemon. The zero value is ready to use; set Socket to
+// pick the socket, or Dial to connect some other way. A Client is safe for
+// concurrent use and reuses its connections; Close releases them.
+type Client struct {
+	// Socket is the daemon's Unix socket; "" means $RESIDENTD_SOCKET, or
+	// DefaultSocketPath when that is unset.
+	Socket string
+	// Dial, when set, replaces dialing Socket.
+	Dial func(ctx context.Context) (net.Conn, error)
+
+	once sync.Once
+	hc   *http.Client
+}
+
+// SocketPath is the socket the client dials (when Dial is not set).
+func (c *Client) SocketPath() string {
+	switch {
+	case c.Socket != "":
+		return c.Socket
+	case os.Getenv(EnvSocket) != "":
+		return os.Getenv(EnvSocket)
+	}
+	return DefaultSocketPath()
+}
+
+func (c *Client) http() *http.Client {
+	c.once.Do(func() {
+		dial := c.Dial
+		if dial == nil {
+			path := c.SocketPath()
+			dial = func(ctx context.Context) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", path)
+			}
+		}
+		c.hc = &http.Client{Transport: &http.Transport{
+			DialContext:  func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+			MaxIdleConns: 8,
+		}}
+	})
+	return c.hc
+}
+
+// Close releases idle connections. The client stays usable.
+func (c *Client) Close() {
+	c.http().CloseIdleConnections()
+}
+
+// Error is an error the daemon answered with: the HTTP status, a stable code
+// (apitype.Code*) and a message that says what failed and what to do.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message + " (" + e.Code + ")" }
+
+// IsCode reports whether err is an *Error with code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// IsNotFound reports whether err says that what was named does not exist: a
+// binding, a run, a history cursor or an endpoint.
+func IsNotFound(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code {
+	case apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeNotFound:
+		return true
+	}
+	return false
+}
+
+// IsBusy reports whether err says the daemon could not take the turn now
+// and a later try may succeed: every slot stayed busy, or the binding's
+// agent is backing off after repeated failures.
+func IsBusy(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code {
+	case apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeAgentBackoff:
+		return true
+	}
+	return false
+}
+
+// do sends a JSON request and decodes a JSON response into out (nil: the
+// body is discarded).
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.send(ctx, method, path, nil, in)
+	if err != nil {
+		return err
+	}
+	defer closeBody(resp)
+	if out == nil {
+		return nil
+	}
+	return decodeJSON(resp, out)
+}
+
+func decodeJSON(resp *http.Response, out any) error {
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("client: %s %s: decode response: %w", resp.Request.Method, resp.Request.URL.Path, err)
+	}
+	return nil
+}
+
+// send issues one request; an error response becomes an *Error.
+func (c *Client) send(ctx context.Context, method, path string, header http.Header, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("client: %s %s: encode request: %w", method, path, err)
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://residentd"+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s on %s: %w (is the daemon running? start it with `residentd serve`)", method, req.URL.Path, c.where(), err)
+	}
+	if resp.StatusCode >= 300 {
+		defer closeBody(resp)
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		var env apitype.ErrorBody
+		if json.Unmarshal(data, &env) != nil || env.Error.Code == "" {
+			// Not the daemon's error envelope (a proxy, an old daemon).
+			return nil, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: string(bytes.TrimSpace(data))}
+		}
+		return nil, &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
+	}
+	return resp, nil
+}
+
+func (c *Client) where() string {
+	if c.Dial != nil {
+		return "the dialed connection"
+	}
+	return c.SocketPath()
+}
+
+// closeBody reads the rest of a body before closing it, so the connection
+// goes back to the pool instead of being torn down.
+func closeBody(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	_ = resp.Body.Close()
+}
+
+// Health returns the daemon's health.
+func (c *Client) Health(ctx context.Context) (apitype.Health, error) {
+	var h apitype.Health
+	err := c.do(ctx, http.MethodGet, "/v1/health", nil, &h)
+	return h, err
+}
+
+// Turn submits a mention and calls on (when not nil) for each event as it
+// arrives. It returns the done event, or the error the daemon reported; an
+// error that arrives as the stream's last line is an *Error too.
+func (c *Client) Turn(ctx context.Context, req apitype.TurnRequest, on func(apitype.Event)) (apitype.Event, error) {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/turns", nil, req)
+	if err != nil {
+		return apitype.Event{}, err
+	}
+	defer closeBody(resp)
+	return readStream(resp.Body, on)
+}
+
+// readStream reads NDJSON events up to the done or error line.
+func readStream(r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev apitype.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
+		}
+		if on != nil {
+			on(ev)
+		}
+		switch ev.Event {
+		case apitype.EventDone:
+			return ev, nil
+		case apitype.EventError:
+			return ev, &Error{Status: http.StatusOK, Code: ev.Code, Message: ev.Message}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return apitype.Event{}, fmt.Errorf("client: turn stream: %w", err)
+	}
+	return apitype.Event{}, errors.New("client: turn stream ended without a done or error event")
+}
+
+// Cancel cancels a running turn by its run id.
+func (c *Client) Cancel(ctx context.Context, runID string) error {
+	return c.do(ctx, http.MethodPost, "/v1/turns/"+url.PathEscape(runID)+"/cancel", nil, nil)
+}
+
+// Sessions lists the live agent processes.
+func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
+	var out apitype.Sessions
+	err := c.do(ctx, http.MethodGet, "/v1/sessions", nil, &out)
+	return out.Sessions, err
+}
+
+// Bindings lists the configured bindings.
+func (c *Client) Bindings(ctx context.Context) ([]apitype.Binding, error) {
+	var out apitype.Bindings
+	err := c.do(ctx, http.MethodGet, "/v1/bindings", nil, &out)
+	return out.Bindings, err
+}
+
+// Fresh starts the (channel, binding) session fresh: its process, saved
+// native session, conversation and watermarks go. It reports whether a
+// process was stopped (or will be, as a running turn ends).
+func (c *Client) Fresh(ctx context.Context, channelID, binding string) (bool, error) {
+	var out apitype.FreshResponse
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/fresh", apitype.FreshRequest{Channel: channelID, Binding: binding}, &out)
+	return out.StoppedProcess, err
+}
+
+// PutMessages pushes channel messages.
+func (c *Client) PutMessages(ctx context.Context, msgs []apitype.Message) (apitype.MessagesResponse, error) {
+	var out apitype.MessagesResponse
+	err := c.do(ctx, http.MethodPost, "/v1/messages", apitype.MessagesRequest{Messages: msgs}, &out)
+	return out, err
+}
+
+// SetLogLevel changes the daemon's log level (debug, info, warn or error).
+func (c *Client) SetLogLevel(ctx context.Context, level string) error {
+	return c.do(ctx, http.MethodPut, "/v1/log/level", apitype.LogLevel{Level: level}, nil)
+}
+
+// LogLevel returns the daemon's current log level.
+func (c *Client) LogLevel(ctx context.Context) (string, error) {
+	var out apitype.LogLevel
+	err := c.do(ctx, http.MethodGet, "/v1/log/level", nil, &out)
+	return out.Level, err
+}
+
+// Metrics returns the daemon's Prometheus exposition text.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/metrics", nil, nil)
+	if err != nil {
+		return "", err
+	}
+	defer closeBody(resp)
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("client: GET /metrics: %w", err)
+	}
+	return string(data), nil
+}

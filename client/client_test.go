@@ -1,0 +1,266 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
+	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// TestMain serves a real daemon with the built-in agent on a temporary
+// socket and points $RESIDENTD_SOCKET at it, so the examples use a zero
+// Client exactly as a program would. The test binary doubles as the agent.
+func TestMain(m *testing.M) {
+	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
+		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	stop, err := serve()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client test daemon:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func serve() (func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "rdc")
+	if err != nil {
+		return nil, err
+	}
+	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
+	b := config.Builtin(exe, dir)
+	b.Env = map[string]string{"RESIDENTD_TEST_AGENT": "1"}
+	cfg.Bindings = []config.Binding{b}
+	cfg.SetDefaults()
+	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("test", nil), Log: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, "s.sock")
+	ln, err := api.Listen(sock)
+	if err != nil {
+		return nil, err
+	}
+	srv := api.NewServer(api.ServerOptions{Daemon: d, Version: "test"})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(countingListener{ln}) }()
+	os.Setenv(client.EnvSocket, sock)
+	return func() {
+		srv.Shutdown(context.Background())
+		<-served
+		d.Close(5 * time.Second)
+		st.Close()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+func ExampleClient_Health() {
+	var c client.Client // $RESIDENTD_SOCKET, or the default socket
+	defer c.Close()
+	h, err := c.Health(context.Background())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(h.OK, h.MaxLive, h.Bindings)
+	// Output: true 4 1
+}
+
+func ExampleClient_Turn() {
+	var c client.Client
+	defer c.Close()
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	_, err := c.PutMessages(ctx, []apitype.Message{
+		{ID: "m1", Channel: "ch-example", Author: "aiko", AuthorKind: apitype.AuthorUser, CreatedAt: at, Body: "the refund spec failed again"},
+		{ID: "m2", Channel: "ch-example", Author: "carla", AuthorKind: apitype.AuthorUser, CreatedAt: at.Add(time.Second), Body: "@agent why is the refund spec flaky?"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, text := range []string{"@agent why is the refund spec flaky?", "@agent and now?"} {
+		done, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-example", Binding: "b-builtin", MessageID: "m2", Text: text}, func(ev apitype.Event) {
+			if ev.Event == apitype.EventStart {
+				fmt.Println("shape:", ev.Shape)
+			}
+		})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("reply:", done.Text)
+	}
+	// Output:
+	// shape: cold
+	// reply: builtin turn=1 framing=yes users=1 assistants=0 mention=m2 context=1
+	// shape: warm
+	// reply: builtin turn=2 framing=no users=0 assistants=0 mention=m2 context=0
+}
+
+func ExampleIsNotFound() {
+	var c client.Client
+	defer c.Close()
+	_, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-nope", Text: "@nobody hi"}, nil)
+	fmt.Println(client.IsNotFound(err), client.IsBusy(err), client.IsCode(err, apitype.CodeUnknownBinding))
+	// Output: true false true
+}
+
+func ExampleClient_Sessions() {
+	var c client.Client
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-sessions", Binding: "b-builtin", Text: "@agent hi"}, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ss, err := c.Sessions(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, s := range ss {
+		if s.Channel == "ch-sessions" {
+			fmt.Println(s.Binding, s.State, s.Turns["cold"])
+		}
+	}
+	// Output: b-builtin idle 1
+}
+
+func TestSocketPath(t *testing.T) {
+	t.Setenv(client.EnvSocket, "")
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	if got := (&client.Client{}).SocketPath(); got != "/run/user/1000/residentd/residentd.sock" {
+		t.Errorf("default socket %q", got)
+	}
+	t.Setenv(client.EnvSocket, "/tmp/x.sock")
+	if got := (&client.Client{}).SocketPath(); got != "/tmp/x.sock" {
+		t.Errorf("socket from the environment %q", got)
+	}
+	if got := (&client.Client{Socket: "/s"}).SocketPath(); got != "/s" {
+		t.Errorf("explicit socket %q", got)
+	}
+}
+
+func TestErrorClasses(t *testing.T) {
+	for _, tt := range []struct {
+		code           string
+		notFound, busy bool
+	}{
+		{apitype.CodeUnknownBinding, true, false},
+		{apitype.CodeUnknownRun, true, false},
+		{apitype.CodeNotFound, true, false},
+		{apitype.CodeQueueFull, false, true},
+		{apitype.CodeQueueTimeout, false, true},
+		{apitype.CodeAgentBackoff, false, true},
+		{apitype.CodeBadRequest, false, false},
+		{apitype.CodeAgentCrashed, false, false},
+	} {
+		err := fmt.Errorf("wrapped: %w", &client.Error{Status: 400, Code: tt.code, Message: "m"})
+		if client.IsNotFound(err) != tt.notFound || client.IsBusy(err) != tt.busy || !client.IsCode(err, tt.code) {
+			t.Errorf("%s: IsNotFound %v IsBusy %v", tt.code, client.IsNotFound(err), client.IsBusy(err))
+		}
+	}
+	if client.IsNotFound(errors.New("x")) || client.IsBusy(nil) {
+		t.Error("a plain error classified as a daemon error")
+	}
+}
+
+// A daemon that is not there: the error names the socket and says what to do.
+func TestNoDaemon(t *testing.T) {
+	c := &client.Client{Socket: filepath.Join(t.TempDir(), "none.sock")}
+	_, err := c.Health(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "none.sock") || !strings.Contains(err.Error(), "residentd serve") {
+		t.Fatalf("health without a daemon: %v", err)
+	}
+}
+
+// accepted counts the connections the test daemon accepted.
+var accepted atomic.Int64
+
+type countingListener struct{ net.Listener }
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		accepted.Add(1)
+	}
+	return c, err
+}
+
+// Connections are reused: every response, streamed turns included, is
+// read to its end, so sequential calls share one connection.
+func TestConnectionReuse(t *testing.T) {
+	var c client.Client
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := accepted.Load()
+	for i := range 5 {
+		if _, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-reuse", Binding: "b-builtin", Text: fmt.Sprintf("@agent %d", i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Sessions(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Cancel(ctx, "run-nope"); !client.IsNotFound(err) {
+			t.Fatalf("cancel of an unknown run: %v", err)
+		}
+	}
+	if n := accepted.Load() - before; n != 0 {
+		t.Fatalf("15 sequential calls opened %d new connections, want 0", n)
+	}
+}
+
+// The client must stay light: another module importing it gets the API's
+// types and the standard library, never the daemon, its store or its SDKs.
+func TestClientDependencies(t *testing.T) {
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(goBin, "list", "-deps", "github.com/residentd/residentd/client").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
+	}
+	var ours []string
+	for _, p := range strings.Fields(string(out)) {
+		if strings.Contains(p, "bbolt") || strings.Contains(p, "zap") || strings.Contains(p, "acp-go-sdk") || strings.Contains(p, "prometheus") {
+			t.Errorf("client depends on %s", p)
+		}
+		if strings.HasPrefix(p, "github.com/residentd/residentd/") {
+			ours = append(ours, p)
+		}
+	}
+	if want := "github.com/residentd/residentd/apitype github.com/residentd/residentd/client"; strings.Join(ours, " ") != want {
+		t.Errorf("client's own dependencies: %v, want only %s", ours, want)
+	}
+}
