@@ -41,6 +41,9 @@ var (
 	ErrBackoff = errors.New("agent is in crash-loop backoff")
 	// errCancelled is the cause of a turn cancelled by a client.
 	errCancelled = errors.New("cancelled by a client")
+	// errFresh is the cause of a turn cancelled because its session was
+	// started fresh.
+	errFresh = errors.New("cancelled: the session was started fresh")
 )
 
 // MCPServers returns the MCP servers handed to a new agent process for key
@@ -198,7 +201,7 @@ func (d *Daemon) Turn(ctx context.Context, req apitype.TurnRequest, emit func(ap
 	key := session.Key{Channel: req.Channel, Binding: b.ID}
 	log := d.log.With(zap.String("key", key.String()), zap.String("run", req.RunID))
 	start := d.now()
-	co, err := d.pool.Acquire(ctx, key)
+	co, err := d.pool.Acquire(ctx, key, req.RunID)
 	if err != nil {
 		if errors.Is(err, pool.ErrClosed) {
 			err = ErrShuttingDown
@@ -318,7 +321,7 @@ func Outcome(err error) lease.Outcome {
 		return lease.OutcomeRejected
 	case errors.Is(err, context.DeadlineExceeded):
 		return lease.OutcomeTimeout
-	case errors.Is(err, context.Canceled), errors.Is(err, errCancelled), errors.Is(err, ErrShuttingDown):
+	case errors.Is(err, context.Canceled), errors.Is(err, errCancelled), errors.Is(err, errFresh), errors.Is(err, ErrShuttingDown):
 		return lease.OutcomeCancelled
 	case errors.Is(err, acp.ErrExited):
 		return lease.OutcomeCrash
@@ -417,39 +420,49 @@ func (d *Daemon) guardFraming(binding, system string) {
 
 // Cancel cancels run runID.
 func (d *Daemon) Cancel(runID string) error {
-	d.mu.Lock()
-	cancel, ok := d.runs[runID]
-	d.mu.Unlock()
-	if !ok {
+	if !d.cancelRun(runID, errCancelled) {
 		return fmt.Errorf("%w %q: it finished or never started", ErrUnknownRun, runID)
 	}
-	cancel(errCancelled)
 	return nil
 }
 
-// Fresh drops key's process, its saved native session, conversation and
-// watermarks: its next turn is cold with a snapshot.
+// cancelRun cancels run runID with cause and reports whether it was running.
+func (d *Daemon) cancelRun(runID string, cause error) bool {
+	if runID == "" {
+		return false
+	}
+	d.mu.Lock()
+	cancel, ok := d.runs[runID]
+	d.mu.Unlock()
+	if ok {
+		cancel(cause)
+	}
+	return ok
+}
+
+// Fresh starts key k over: it cancels the turn running on k, stops k's
+// process and forgets its saved native session, conversation and
+// watermarks, so the next turn is cold with a snapshot. Turns queued behind
+// the cancelled one run after the reset, on a new process. It reports
+// whether there was a process to stop.
 func (d *Daemon) Fresh(k session.Key) (bool, error) {
 	if _, ok := d.cfg.Binding(k.Binding); !ok {
 		return false, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
-	// The pool runs the reset while no turn holds the key: now, or as the
-	// running turn lets go, after it stored its reply and watermark.
-	errc := make(chan error, 1)
-	had := d.pool.Fresh(k, func() {
-		err := d.st.Forget(k)
-		if err != nil {
-			d.log.Error("start fresh: forget the stored session", zap.String("key", k.String()), zap.Error(err))
-		}
-		errc <- err
+	release, had, err := d.pool.Exclusive(context.Background(), k, func(holder string) {
+		d.cancelRun(holder, errFresh)
 	})
-	select {
-	case err := <-errc:
-		if err != nil {
-			return had, fmt.Errorf("start fresh %q: %w", k, err)
-		}
-	default: // deferred until the running turn ends; a failure is logged then
+	if errors.Is(err, pool.ErrClosed) {
+		return false, ErrShuttingDown
 	}
+	if err != nil {
+		return false, fmt.Errorf("start fresh %q: %w", k, err)
+	}
+	defer release()
+	if err := d.st.Forget(k); err != nil {
+		return had, fmt.Errorf("start fresh %q: %w", k, err)
+	}
+	d.log.Info("started fresh", zap.String("key", k.String()), zap.Bool("stopped_process", had))
 	return had, nil
 }
 

@@ -53,7 +53,7 @@ type spawner Daemon
 
 var _ pool.Spawner[*resident] = (*spawner)(nil)
 
-func (sp *spawner) Spawn(ctx context.Context, k session.Key) (s *resident, shape lease.Shape, err error) {
+func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *resident, shape lease.Shape, err error) {
 	d := (*Daemon)(sp)
 	b, ok := d.cfg.Binding(k.Binding)
 	if !ok {
@@ -101,7 +101,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key) (s *resident, shape
 	}
 	d.m.ObserveSpawn(d.now().Sub(t0))
 	d.recordAgent(a, k, b.Command, log)
-	d.watchExit(a, k, log, release)
+	d.watchExit(a, k, log, func() { release(); exited() })
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {

@@ -14,6 +14,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -188,37 +189,49 @@ func TestStartFreshForgetsSession(t *testing.T) {
 	}
 }
 
-// "Start fresh" while a turn runs takes effect as that turn ends: what the
-// turn stored (its conversation, its watermark, its native id) is reset with
-// the rest, so the next turn starts from nothing.
+// "Start fresh" while a turn runs cancels that turn and resets the key once
+// it has let go: nothing of the old session (conversation, watermark,
+// native id) survives, and the next turn starts from nothing.
 func TestStartFreshDuringATurn(t *testing.T) {
 	h := newHarness(t)
 	k := session.Key{Channel: "ch", Binding: "b-builtin"}
 	h.say("ch", "a", 2)
 	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
 	h.post(channel.Message{ID: "q2", Channel: "ch", Author: "carla", Body: "@agent two"})
-	var had bool
-	var ferr error
-	var first result
-	first.done, first.err = h.d.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent two"}, func(ev apitype.Event) {
+	type fresh struct {
+		had bool
+		err error
+	}
+	freshed := make(chan fresh, 1)
+	var native string
+	_, err := h.d.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent two [[fault:hang-turn]]"}, func(ev apitype.Event) {
 		if ev.Event == "start" {
-			had, ferr = h.d.Fresh(k) // the turn holds the key now
+			native = ev.Native
+			go func() { // the turn holds the key now
+				had, err := h.d.Fresh(k)
+				freshed <- fresh{had, err}
+			}()
 		}
 	})
-	reply(t, first)
-	if ferr != nil || !had {
-		t.Fatalf("Fresh during a turn = %v, %v", had, ferr)
+	if !errors.Is(err, errFresh) || Outcome(err) != lease.OutcomeCancelled {
+		t.Fatalf("turn interrupted by Fresh: %v (outcome %s), want cancelled because of the fresh start", err, Outcome(err))
+	}
+	if f := <-freshed; f.err != nil || !f.had {
+		t.Fatalf("Fresh during a turn = %v, %v", f.had, f.err)
 	}
 	if conv, err := h.st.Conversation(k); err != nil || len(conv) != 0 {
-		t.Fatalf("conversation after the turn that Fresh interrupted: %d turns (%v), want none", len(conv), err)
+		t.Fatalf("conversation after Fresh: %d turns (%v), want none", len(conv), err)
 	}
 	if _, ok := h.watermark("ch", "b-builtin"); ok {
-		t.Fatal("the interrupted turn's watermark survived the reset")
+		t.Fatal("a watermark survived the reset")
+	}
+	if n := len(h.d.pool.Sessions()); n != 0 {
+		t.Fatalf("%d processes after Fresh returned", n)
 	}
 	r := h.mention("ch", "b-builtin", "q3", "@agent three")
 	got := reply(t, r)
-	if r.done.Shape != "cold" || r.done.Native == first.done.Native || got["users"] != "1" || r.done.Context.Header != "snapshot" {
-		t.Fatalf("turn after a fresh start mid-turn: shape %s native %s (was %s) reply %v context %+v", r.done.Shape, r.done.Native, first.done.Native, got, r.done.Context)
+	if r.done.Shape != "cold" || r.done.Native == native || got["users"] != "1" || r.done.Context.Header != "snapshot" {
+		t.Fatalf("turn after a fresh start mid-turn: shape %s native %s (was %s) reply %v context %+v", r.done.Shape, r.done.Native, native, got, r.done.Context)
 	}
 }
 

@@ -41,13 +41,16 @@ type Session interface {
 	Native() string        // the native ACP session id it serves
 	Pid() int              // its process id
 	Done() <-chan struct{} // closed once the process has exited and been reaped
-	Close() error          // stops the process; idempotent
+	Close() error          // stops the process and waits for the reap; idempotent
 }
 
 // Spawner starts the process for a key and returns its shape: lease.Cold for
-// a new native session, lease.Restored for a reloaded one.
+// a new native session, lease.Restored for a reloaded one. exited is the
+// pool's exit hook: the spawner arranges for it to be called once the
+// process has exited by itself or been stopped (it may run before Spawn
+// returns, and must not be called when Spawn fails).
 type Spawner[S Session] interface {
-	Spawn(ctx context.Context, k session.Key) (S, lease.Shape, error)
+	Spawn(ctx context.Context, k session.Key, exited func()) (S, lease.Shape, error)
 }
 
 // Config holds the pool's limits. Zero values take the defaults.
@@ -59,7 +62,8 @@ type Config struct {
 	QueueTimeout time.Duration // longest wait for a slot; default 2m
 	Now          func() time.Time
 	// OnEvict is called (outside the pool's lock) for every process that
-	// leaves the pool, with the reason.
+	// leaves the pool for a Reason, once it is stopped and before its slot is
+	// free again.
 	OnEvict func(k session.Key, reason Reason)
 }
 
@@ -87,19 +91,63 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// state is where a key's process is in its life.
+type state int
+
+const (
+	gone     state = iota // no process
+	starting              // a turn is spawning it
+	ready                 // alive and idle
+	busy                  // alive and in a turn
+	stopping              // being stopped; it still holds its slot until reaped
+)
+
+func (s state) String() string {
+	switch s {
+	case gone:
+		return "gone"
+	case starting:
+		return "starting"
+	case ready:
+		return "idle" // the sessions listing's word for it
+	case busy:
+		return "busy"
+	case stopping:
+		return "stopping"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// next lists the transitions each state may make; anything else is a bug.
+var next = map[state][]state{
+	gone:     {starting},
+	starting: {busy, gone, stopping},
+	ready:    {busy, stopping},
+	busy:     {ready, stopping},
+	stopping: {gone},
+}
+
 // entry is one key's state. All fields are guarded by Pool.mu.
 type entry[S Session] struct {
-	key      session.Key
-	sess     S
-	live     bool // sess is set and running
-	held     bool // a turn holds the key (at most one at a time)
-	waiters  []chan struct{}
+	key   session.Key
+	state state
+	sess  S             // set in ready, busy and stopping
+	gen   int           // counts the key's processes; an exit hook names the one it is for
+	gone  chan struct{} // closed when a stopping process is reaped
+
+	// The key's hold: at most one turn (or exclusive request) at a time.
+	held     bool
+	holder   string          // the owner Acquire was given
+	waiters  []*keyWaiter    // turns waiting for the key, FIFO
+	excl     []chan struct{} // exclusive requests, served before waiters
 	lastUsed time.Time
 	started  time.Time
-	// onFresh holds "start fresh" requests that arrived while a turn held
-	// the key: the process is dropped and each runs when it lets go.
-	onFresh []func()
-	turns   [3]int
+	turns    [3]int // by shape
+}
+
+type keyWaiter struct {
+	ch    chan struct{}
+	owner string
 }
 
 // Pool keeps the live processes. Create it with New; stop it with Close,
@@ -108,15 +156,14 @@ type Pool[S Session] struct {
 	cfg   Config
 	spawn Spawner[S]
 
-	mu       sync.Mutex // guards everything below
-	entries  map[session.Key]*entry[S]
-	slots    int             // live plus starting processes
-	starting int             // processes being spawned
-	slotQ    []chan struct{} // turns waiting for a slot, FIFO
-	closed   bool
-	closeCh  chan struct{}
+	mu      sync.Mutex // guards everything below and every entry
+	entries map[session.Key]*entry[S]
+	slots   int             // entries not gone: starting, ready, busy or stopping
+	slotQ   []chan struct{} // turns waiting for a slot, FIFO
+	closed  bool
+	closeCh chan struct{}
 
-	wg sync.WaitGroup // reaper and per-process watchers
+	wg sync.WaitGroup // the reaper, spawns in flight and stops in flight
 }
 
 // New returns a pool and starts its idle reaper; Close stops it.
@@ -126,6 +173,25 @@ func New[S Session](cfg Config, sp Spawner[S]) *Pool[S] {
 	p.wg.Add(1)
 	go p.reaper()
 	return p
+}
+
+// setLocked moves e to state to, keeping the slot count, and panics on a
+// transition the lifecycle does not have: that is a bug in this package.
+func (p *Pool[S]) setLocked(e *entry[S], to state) {
+	legal := false
+	for _, s := range next[e.state] {
+		legal = legal || s == to
+	}
+	if !legal {
+		panic(fmt.Sprintf("pool: key %s: illegal transition %s -> %s", e.key, e.state, to))
+	}
+	switch {
+	case e.state == gone:
+		p.slots++
+	case to == gone:
+		p.slots--
+	}
+	e.state = to
 }
 
 // Checkout is one turn's hold on a key's process. Call Release exactly once.
@@ -142,91 +208,133 @@ type Checkout[S Session] struct {
 
 // Acquire waits for the key (turns on one key run one at a time, in arrival
 // order) and for a slot, then returns the key's process: warm when it was
-// alive, otherwise newly spawned (cold or restored).
-func (p *Pool[S]) Acquire(ctx context.Context, k session.Key) (*Checkout[S], error) {
+// alive, otherwise newly spawned (cold or restored). owner names the turn;
+// an Exclusive request is told who holds the key.
+func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, owner string) (*Checkout[S], error) {
 	start := p.cfg.Now()
-	e, err := p.holdKey(ctx, k)
+	e, err := p.holdKey(ctx, k, owner)
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	if e.live {
-		select {
-		case <-e.sess.Done():
-			// Died while idle and its watcher has not run yet: drop it here.
-			p.dropLocked(e)
-			p.mu.Unlock()
-			p.cfg.OnEvict(k, ReasonCrash)
-			p.mu.Lock()
-		default:
-		}
+	warm, err := p.settle(ctx, e, true)
+	if err != nil {
+		p.releaseKey(e)
+		return nil, err
 	}
-	if e.live {
+	if warm {
+		p.mu.Lock()
+		p.setLocked(e, busy)
 		e.turns[lease.Warm]++
 		sess := e.sess
 		p.mu.Unlock()
 		return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(lease.Warm, sess.Native()), Waited: p.cfg.Now().Sub(start), p: p, e: e}, nil
 	}
-	p.mu.Unlock()
 
-	if err := p.takeSlot(ctx, k); err != nil {
+	if err := p.takeSlot(ctx, e); err != nil {
 		p.releaseKey(e)
 		return nil, err
 	}
-	// takeSlot counted this spawn in p.wg, so Close waits for it; on success
-	// the count passes to the process's watcher.
-	sess, shape, err := p.spawn.Spawn(ctx, k)
+	// takeSlot counted this spawn in p.wg, so Close waits for it.
+	defer p.wg.Done()
 	p.mu.Lock()
-	p.starting--
+	e.gen++
+	gen := e.gen
+	p.mu.Unlock()
+	sess, shape, err := p.spawn.Spawn(ctx, k, func() { p.exited(e, gen) })
+	p.mu.Lock()
 	if err != nil {
-		p.slots--
+		p.setLocked(e, gone)
 		p.signalSlotLocked()
 		p.mu.Unlock()
-		p.wg.Done()
 		p.releaseKey(e)
 		return nil, fmt.Errorf("pool: spawn binding %q for channel %q: %w", k.Binding, k.Channel, err)
 	}
 	now := p.cfg.Now()
-	e.sess, e.live, e.started, e.lastUsed = sess, true, now, now
-	e.turns[shape]++
+	e.sess, e.started, e.lastUsed = sess, now, now
 	if p.closed {
-		// Close ran while we spawned: this process was never counted live.
-		p.dropLocked(e)
+		// Close ran while we spawned: stop what we got.
+		done := p.stopLocked(e, ReasonShutdown)
 		p.mu.Unlock()
-		sess.Close()
-		p.cfg.OnEvict(k, ReasonShutdown)
-		p.wg.Done()
+		<-done
 		p.releaseKey(e)
 		return nil, ErrClosed
 	}
+	p.setLocked(e, busy)
+	e.turns[shape]++
 	p.mu.Unlock()
-	go p.watch(e, sess)
 	return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(shape, sess.Native()), Waited: now.Sub(start), p: p, e: e}, nil
 }
 
+// settle waits, holding e's key, until its process is either ready (true)
+// or gone (false): a process still stopping is waited for, and one found
+// dead while idle is stopped as a crash. With keep false a ready process is
+// stopped too (as fresh), so settle ends with the key's process gone.
+func (p *Pool[S]) settle(ctx context.Context, e *entry[S], keep bool) (bool, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return false, ErrClosed
+		}
+		var wait <-chan struct{}
+		switch e.state {
+		case gone:
+			p.mu.Unlock()
+			return false, nil
+		case ready:
+			if keep && !dead(e.sess) {
+				p.mu.Unlock()
+				return true, nil
+			}
+			reason := ReasonFresh
+			if dead(e.sess) {
+				reason = ReasonCrash // died while idle; its exit hook has not run yet
+			}
+			wait = p.stopLocked(e, reason)
+		case stopping:
+			wait = e.gone
+		default:
+			s := e.state
+			p.mu.Unlock()
+			panic(fmt.Sprintf("pool: key %s held by a new turn while %s", e.key, s))
+		}
+		p.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+func dead[S Session](s S) bool {
+	select {
+	case <-s.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // holdKey waits until this caller holds k.
-func (p *Pool[S]) holdKey(ctx context.Context, k session.Key) (*entry[S], error) {
+func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string) (*entry[S], error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	e := p.entries[k]
-	if e == nil {
-		e = &entry[S]{key: k}
-		p.entries[k] = e
-	}
+	e := p.entryLocked(k)
 	if !e.held {
-		e.held = true
+		e.held, e.holder = true, owner
 		p.mu.Unlock()
 		return e, nil
 	}
-	ch := make(chan struct{})
-	e.waiters = append(e.waiters, ch)
+	w := &keyWaiter{ch: make(chan struct{}), owner: owner}
+	e.waiters = append(e.waiters, w)
 	p.mu.Unlock()
 	select {
-	case <-ch:
-		// The releaser handed us the key; it also fails waiters on close.
+	case <-w.ch:
+		// The releaser handed us the key; on close it wakes every waiter.
 		p.mu.Lock()
 		closed := p.closed
 		p.mu.Unlock()
@@ -237,9 +345,10 @@ func (p *Pool[S]) holdKey(ctx context.Context, k session.Key) (*entry[S], error)
 		return e, nil
 	case <-ctx.Done():
 		p.mu.Lock()
-		for i, w := range e.waiters {
-			if w == ch {
+		for i, x := range e.waiters {
+			if x == w {
 				e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+				p.cleanupLocked(e)
 				p.mu.Unlock()
 				return nil, ctx.Err()
 			}
@@ -251,47 +360,49 @@ func (p *Pool[S]) holdKey(ctx context.Context, k session.Key) (*entry[S], error)
 	}
 }
 
-// releaseKey carries out "start fresh" requests made while the key was
-// held, then hands k to its next waiter, or frees it. Every way a turn lets
-// go of a key passes here, so no request is lost and none runs while a turn
-// could still write to what it resets.
-func (p *Pool[S]) releaseKey(e *entry[S]) {
-	p.mu.Lock()
-	pending := e.onFresh
-	e.onFresh = nil
-	var victim S
-	drop := len(pending) > 0 && e.live
-	if drop {
-		victim = e.sess
-		p.dropLocked(e)
+func (p *Pool[S]) entryLocked(k session.Key) *entry[S] {
+	e := p.entries[k]
+	if e == nil {
+		e = &entry[S]{key: k}
+		p.entries[k] = e
 	}
-	p.mu.Unlock()
-	if drop {
-		victim.Close()
-		p.cfg.OnEvict(e.key, ReasonFresh)
-	}
-	for _, f := range pending {
-		f()
-	}
-	p.mu.Lock()
-	if len(e.waiters) > 0 {
-		next := e.waiters[0]
-		e.waiters = e.waiters[1:]
-		close(next)
-		p.mu.Unlock()
-		return
-	}
-	e.held = false
-	if !e.live && p.entries[e.key] == e {
-		delete(p.entries, e.key)
-	}
-	p.signalSlotLocked()
-	p.mu.Unlock()
+	return e
 }
 
-// takeSlot reserves room for one more process, evicting the least recently
-// used idle process when every slot is taken, or waiting in FIFO order.
-func (p *Pool[S]) takeSlot(ctx context.Context, k session.Key) error {
+// cleanupLocked forgets an entry nothing refers to any more.
+func (p *Pool[S]) cleanupLocked(e *entry[S]) {
+	if e.state == gone && !e.held && len(e.waiters) == 0 && len(e.excl) == 0 && p.entries[e.key] == e {
+		delete(p.entries, e.key)
+	}
+}
+
+// releaseKey hands e's key to the next exclusive request, else to the next
+// turn in line, or frees it.
+func (p *Pool[S]) releaseKey(e *entry[S]) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case len(e.excl) > 0:
+		next := e.excl[0]
+		e.excl = e.excl[1:]
+		e.holder = ""
+		close(next)
+	case len(e.waiters) > 0:
+		next := e.waiters[0]
+		e.waiters = e.waiters[1:]
+		e.holder = next.owner
+		close(next.ch)
+	default:
+		e.held, e.holder = false, ""
+		p.cleanupLocked(e)
+	}
+	p.signalSlotLocked()
+}
+
+// takeSlot moves e from gone to starting once a slot is free, evicting the
+// least recently used idle process when every slot is taken, or waiting in
+// FIFO order. On success it has added one to p.wg for the spawn.
+func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S]) error {
 	var me chan struct{}
 	var timeout <-chan time.Time
 	for {
@@ -301,37 +412,27 @@ func (p *Pool[S]) takeSlot(ctx context.Context, k session.Key) error {
 			p.mu.Unlock()
 			return ErrClosed
 		}
-		first := len(p.slotQ) == 0 || (me != nil && p.slotQ[0] == me)
-		if first {
+		var evicted <-chan struct{}
+		if len(p.slotQ) == 0 || (me != nil && p.slotQ[0] == me) {
 			if p.slots < p.cfg.MaxLive {
-				p.slots++
-				p.starting++
+				p.setLocked(e, starting)
 				p.wg.Add(1) // Close waits for the spawn; see Acquire
 				p.removeSlotWaiterLocked(me)
 				p.signalSlotLocked()
 				p.mu.Unlock()
 				return nil
 			}
-			if v := p.lruIdleLocked(); v != nil {
-				victim := v.sess
-				p.dropLocked(v)
-				delete(p.entries, v.key)
-				p.slots++ // dropLocked freed the victim's slot; take it over
-				p.starting++
-				p.wg.Add(1) // Close waits for the spawn; see Acquire
-				p.removeSlotWaiterLocked(me)
-				p.signalSlotLocked()
-				p.mu.Unlock()
-				// The slot is ours only once the victim is gone: never more
-				// than MaxLive processes at once.
-				victim.Close()
-				<-victim.Done()
-				p.cfg.OnEvict(v.key, ReasonCapacity)
-				return nil
+			if !p.anyStoppingLocked() {
+				if v := p.lruIdleLocked(); v != nil {
+					// The slot is ours only once the victim is reaped: never
+					// more than MaxLive processes at once. Queued first, we
+					// are the one its freed slot wakes.
+					evicted = p.stopLocked(v, ReasonCapacity)
+				}
 			}
 		}
 		if me == nil {
-			if len(p.slotQ) >= p.cfg.QueueLen {
+			if len(p.slotQ) >= p.cfg.QueueLen && evicted == nil {
 				p.mu.Unlock()
 				return fmt.Errorf("%w (%d waiting); try again later or raise max_live", ErrQueueFull, p.cfg.QueueLen)
 			}
@@ -344,12 +445,13 @@ func (p *Pool[S]) takeSlot(ctx context.Context, k session.Key) error {
 		p.mu.Unlock()
 		select {
 		case <-me:
+		case <-evicted:
 		case <-timeout:
 			p.mu.Lock()
 			p.removeSlotWaiterLocked(me)
 			p.signalSlotLocked()
 			p.mu.Unlock()
-			return fmt.Errorf("%w (%s) for channel %q; try again later or raise max_live", ErrQueueTimeout, p.cfg.QueueTimeout, k.Channel)
+			return fmt.Errorf("%w (%s) for channel %q; try again later or raise max_live", ErrQueueTimeout, p.cfg.QueueTimeout, e.key.Channel)
 		case <-ctx.Done():
 			p.mu.Lock()
 			p.removeSlotWaiterLocked(me)
@@ -358,6 +460,15 @@ func (p *Pool[S]) takeSlot(ctx context.Context, k session.Key) error {
 			return ctx.Err()
 		}
 	}
+}
+
+func (p *Pool[S]) anyStoppingLocked() bool {
+	for _, e := range p.entries {
+		if e.state == stopping {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Pool[S]) removeSlotWaiterLocked(me chan struct{}) {
@@ -382,90 +493,85 @@ func (p *Pool[S]) signalSlotLocked() {
 	}
 }
 
-// lruIdleLocked returns the least recently used process no turn holds.
+// lruIdleLocked returns the least recently used idle process no turn holds.
 func (p *Pool[S]) lruIdleLocked() *entry[S] {
 	var best *entry[S]
 	for _, e := range p.entries {
-		if e.live && !e.held && (best == nil || e.lastUsed.Before(best.lastUsed)) {
+		if e.state == ready && !e.held && (best == nil || e.lastUsed.Before(best.lastUsed)) {
 			best = e
 		}
 	}
 	return best
 }
 
-// dropLocked detaches e's process from the pool and frees its slot, waking
-// the head of the slot queue: whatever happens to the key next (a waiter for
-// it may take it over), the slot itself is free now.
-func (p *Pool[S]) dropLocked(e *entry[S]) {
-	var zero S
-	e.sess, e.live = zero, false
-	p.slots--
-	p.signalSlotLocked()
+// stopLocked moves e's process to stopping and stops it in a goroutine the
+// pool owns. Once the process is reaped OnEvict hears of it (unless r is
+// ""), then the entry is gone, its slot free and the slot queue woken. The
+// returned channel is closed at that point.
+func (p *Pool[S]) stopLocked(e *entry[S], r Reason) <-chan struct{} {
+	sess := e.sess
+	p.setLocked(e, stopping)
+	reaped := make(chan struct{})
+	e.gone = reaped
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		sess.Close()
+		if r != "" {
+			p.cfg.OnEvict(e.key, r)
+		}
+		p.mu.Lock()
+		var zero S
+		e.sess, e.gone = zero, nil
+		p.setLocked(e, gone)
+		p.cleanupLocked(e)
+		p.signalSlotLocked()
+		p.mu.Unlock()
+		close(reaped)
+	}()
+	return reaped
+}
+
+// exited is a process's exit hook: an idle process that exits by itself is
+// dropped at once; a busy one is dropped when its turn lets go.
+func (p *Pool[S]) exited(e *entry[S], gen int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e.gen == gen && e.state == ready && !p.closed {
+		p.stopLocked(e, ReasonCrash)
+	}
 }
 
 // Release ends a turn. keep=false stops the process (bindings that start
 // fresh every turn); a process that died during the turn is dropped either
-// way and counted as a crash.
+// way and counted as a crash. Release returns once the process is idle
+// again or reaped, so whoever hears the turn is over sees it so.
 func (p *Pool[S]) Release(c *Checkout[S], keep bool) {
 	if c.released {
 		return
 	}
 	c.released = true
 	e := c.e
-	var victim S
-	var reason Reason
-	stop := false
+	var stopped <-chan struct{}
 	p.mu.Lock()
-	if e.live {
-		dead := false
-		select {
-		case <-e.sess.Done():
-			dead = true
-		default:
-		}
+	if e.state == busy {
 		switch {
-		case p.closed:
-			// Close already stopped it and counted it as a shutdown.
-			victim, stop = e.sess, true
-		case dead:
-			victim, reason, stop = e.sess, ReasonCrash, true
+		case dead(e.sess):
+			stopped = p.stopLocked(e, ReasonCrash)
 		case !keep:
-			victim, stop = e.sess, true
+			stopped = p.stopLocked(e, "")
 		default:
 			e.lastUsed = p.cfg.Now()
-		}
-		if stop {
-			p.dropLocked(e)
+			p.setLocked(e, ready)
 		}
 	}
 	p.mu.Unlock()
-	if stop {
-		victim.Close()
-		if reason != "" {
-			p.cfg.OnEvict(e.key, reason)
-		}
-	}
+	// The key passes on at once: its next turn waits for the reap itself.
 	p.releaseKey(e)
-}
-
-// watch drops a process that exits on its own.
-func (p *Pool[S]) watch(e *entry[S], s S) {
-	defer p.wg.Done()
-	<-s.Done()
-	p.mu.Lock()
-	mine := e.live && !e.held && p.entries[e.key] == e && sameSession(e.sess, s)
-	if mine {
-		p.dropLocked(e)
-		delete(p.entries, e.key)
-		p.signalSlotLocked()
-	}
-	p.mu.Unlock()
-	if mine {
-		p.cfg.OnEvict(e.key, ReasonCrash)
+	if stopped != nil {
+		<-stopped
 	}
 }
-
-func sameSession[S Session](a, b S) bool { return any(a) == any(b) }
 
 func (p *Pool[S]) reaper() {
 	defer p.wg.Done()
@@ -481,56 +587,76 @@ func (p *Pool[S]) reaper() {
 	}
 }
 
-// ReapIdle stops every process idle for longer than IdleTimeout and returns
-// how many it stopped. The reaper calls it; tests call it with an injected
-// clock.
+// ReapIdle stops every process idle for longer than IdleTimeout, waits for
+// them to be reaped and returns how many it stopped. The reaper calls it;
+// tests call it with an injected clock.
 func (p *Pool[S]) ReapIdle() int {
 	now := p.cfg.Now()
-	var victims []*entry[S]
-	var sessions []S
+	var stopped []<-chan struct{}
 	p.mu.Lock()
 	for _, e := range p.entries {
-		if e.live && !e.held && now.Sub(e.lastUsed) >= p.cfg.IdleTimeout {
-			victims = append(victims, e)
-			sessions = append(sessions, e.sess)
-			p.dropLocked(e)
-			delete(p.entries, e.key)
+		if e.state == ready && !e.held && now.Sub(e.lastUsed) >= p.cfg.IdleTimeout {
+			stopped = append(stopped, p.stopLocked(e, ReasonIdle))
 		}
 	}
-	if len(victims) > 0 {
-		p.signalSlotLocked()
-	}
 	p.mu.Unlock()
-	for i, e := range victims {
-		sessions[i].Close()
-		p.cfg.OnEvict(e.key, ReasonIdle)
+	for _, ch := range stopped {
+		<-ch
 	}
-	return len(victims)
+	return len(stopped)
 }
 
-// Fresh starts k over: it drops k's process and calls reset (which wipes
-// what the key's sessions have stored) while no turn can run on k. When a
-// turn holds k, both happen as that turn lets go of the key, after it has
-// written its results; otherwise Fresh takes the key itself and does them
-// now. It reports whether there was a process, or a turn starting one.
-func (p *Pool[S]) Fresh(k session.Key, reset func()) bool {
+// Exclusive gives the caller sole access to key k: it waits for the key
+// ahead of every turn queued for it, stops k's process (reason fresh) and
+// returns with the key held, so no turn runs on k until release is called.
+// queued, when not nil, runs once the request is in line, with the owner of
+// the turn holding the key ("" if none): "start fresh" cancels that turn
+// there. stopped reports whether there was a process to stop.
+func (p *Pool[S]) Exclusive(ctx context.Context, k session.Key, queued func(holder string)) (release func(), stopped bool, err error) {
 	p.mu.Lock()
-	e := p.entries[k]
-	if e != nil && e.held {
-		e.onFresh = append(e.onFresh, reset)
+	if p.closed {
 		p.mu.Unlock()
-		return true
+		return nil, false, ErrClosed
 	}
-	had := e != nil && e.live
-	if e == nil {
-		e = &entry[S]{key: k}
-		p.entries[k] = e
+	e := p.entryLocked(k)
+	var wait chan struct{}
+	holder := ""
+	if e.held {
+		wait = make(chan struct{})
+		e.excl = append(e.excl, wait)
+		holder = e.holder
+	} else {
+		e.held = true
 	}
-	e.held = true
-	e.onFresh = append(e.onFresh, reset)
+	stopped = e.state != gone
 	p.mu.Unlock()
-	p.releaseKey(e)
-	return had
+	if queued != nil {
+		queued(holder)
+	}
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			p.mu.Lock()
+			for i, x := range e.excl {
+				if x == wait {
+					e.excl = append(e.excl[:i], e.excl[i+1:]...)
+					p.cleanupLocked(e)
+					p.mu.Unlock()
+					return nil, false, ctx.Err()
+				}
+			}
+			p.mu.Unlock()
+			p.releaseKey(e)
+			return nil, false, ctx.Err()
+		}
+	}
+	if _, err := p.settle(ctx, e, false); err != nil {
+		p.releaseKey(e)
+		return nil, false, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { p.releaseKey(e) }) }, stopped, nil
 }
 
 // Info describes one key's process for the sessions listing.
@@ -538,26 +664,24 @@ type Info struct {
 	Key     session.Key
 	Pid     int
 	Native  string
-	State   string // "idle" or "busy"
+	State   string // "idle", "busy" or "stopping"
 	Idle    time.Duration
 	Started time.Time
 	Turns   map[string]int // by shape
 }
 
-// Sessions lists the live processes, sorted by key.
+// Sessions lists the processes alive now, sorted by key.
 func (p *Pool[S]) Sessions() []Info {
 	now := p.cfg.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []Info
 	for _, e := range p.entries {
-		if !e.live {
+		if e.state != ready && e.state != busy && e.state != stopping {
 			continue
 		}
-		in := Info{Key: e.key, Pid: e.sess.Pid(), Native: e.sess.Native(), State: "idle", Started: e.started, Turns: map[string]int{}}
-		if e.held {
-			in.State = "busy"
-		} else {
+		in := Info{Key: e.key, Pid: e.sess.Pid(), Native: e.sess.Native(), State: e.state.String(), Started: e.started, Turns: map[string]int{}}
+		if e.state == ready {
 			in.Idle = now.Sub(e.lastUsed)
 		}
 		for _, s := range lease.Shapes {
@@ -569,20 +693,20 @@ func (p *Pool[S]) Sessions() []Info {
 	return out
 }
 
-// Live reports processes alive or starting.
+// Live reports processes alive, starting or stopping.
 func (p *Pool[S]) Live() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.slots
 }
 
-// Busy reports processes in a turn.
+// Busy reports processes starting or in a turn.
 func (p *Pool[S]) Busy() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := p.starting
+	n := 0
 	for _, e := range p.entries {
-		if e.live && e.held {
+		if e.state == starting || e.state == busy {
 			n++
 		}
 	}
@@ -609,19 +733,16 @@ func (p *Pool[S]) Close() error {
 	}
 	p.closed = true
 	close(p.closeCh)
-	var victims []*entry[S]
-	var sessions []S
 	for _, e := range p.entries {
 		for _, w := range e.waiters {
+			close(w.ch)
+		}
+		for _, w := range e.excl {
 			close(w)
 		}
-		e.waiters = nil
-		if e.live {
-			victims = append(victims, e)
-			sessions = append(sessions, e.sess)
-			if !e.held {
-				p.dropLocked(e)
-			}
+		e.waiters, e.excl = nil, nil
+		if e.state == ready || e.state == busy {
+			p.stopLocked(e, ReasonShutdown)
 		}
 	}
 	for _, w := range p.slotQ {
@@ -631,16 +752,6 @@ func (p *Pool[S]) Close() error {
 		}
 	}
 	p.mu.Unlock()
-	var wg sync.WaitGroup
-	for i := range sessions {
-		wg.Add(1)
-		go func(s S, k session.Key) {
-			defer wg.Done()
-			s.Close()
-			p.cfg.OnEvict(k, ReasonShutdown)
-		}(sessions[i], victims[i].key)
-	}
-	wg.Wait()
 	p.wg.Wait()
 	return nil
 }

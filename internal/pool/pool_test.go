@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -48,7 +49,7 @@ type spawner struct {
 	wg                  sync.WaitGroup
 }
 
-func (s *spawner) Spawn(ctx context.Context, k session.Key) (*proc, lease.Shape, error) {
+func (s *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (*proc, lease.Shape, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, lease.Cold, err
@@ -72,6 +73,7 @@ func (s *spawner) Spawn(ctx context.Context, k session.Key) (*proc, lease.Shape,
 		s.mu.Lock()
 		s.live--
 		s.mu.Unlock()
+		exited()
 	}()
 	native, err := a.NewSession(ctx)
 	if err != nil {
@@ -132,7 +134,7 @@ func key(i int) session.Key { return session.Key{Channel: fmt.Sprintf("ch-%d", i
 
 func acquire(t *testing.T, p *Pool[*proc], k session.Key) *Checkout[*proc] {
 	t.Helper()
-	co, err := p.Acquire(context.Background(), k)
+	co, err := p.Acquire(context.Background(), k, "")
 	if err != nil {
 		t.Fatalf("Acquire %s: %v", k, err)
 	}
@@ -171,7 +173,7 @@ func TestCapOfFourUnderConcurrentTurnsOnSixKeys(t *testing.T) {
 		wg.Add(1)
 		go func(k session.Key) {
 			defer wg.Done()
-			co, err := p.Acquire(context.Background(), k)
+			co, err := p.Acquire(context.Background(), k, "")
 			if err != nil {
 				errs <- err
 				return
@@ -245,11 +247,11 @@ func TestWarmReuseAndQueueTimeout(t *testing.T) {
 	// The only slot is busy: one turn may queue, and it times out.
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(context.Background(), key(1))
+		_, err := p.Acquire(context.Background(), key(1), "")
 		errc <- err
 	}()
 	waitFor(t, "one queued turn", func() bool { return p.Queued() == 1 })
-	if _, err := p.Acquire(context.Background(), key(2)); !errors.Is(err, ErrQueueFull) {
+	if _, err := p.Acquire(context.Background(), key(2), ""); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("third key with a full queue: %v, want ErrQueueFull", err)
 	}
 	if err := <-errc; !errors.Is(err, ErrQueueTimeout) {
@@ -310,7 +312,7 @@ func TestSameKeyTurnsRunInArrivalOrder(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			co, err := p.Acquire(context.Background(), key(0))
+			co, err := p.Acquire(context.Background(), key(0), "")
 			if err != nil {
 				t.Error(err)
 				return
@@ -365,44 +367,88 @@ func TestCrashMidTurnIsDroppedOnRelease(t *testing.T) {
 	}
 }
 
-func TestFreshDropsProcessNowOrAfterTheTurn(t *testing.T) {
+func TestExclusiveDropsProcessNowOrAfterTheTurn(t *testing.T) {
 	p, _, ev := newPool(t, Config{})
 	resets := 0
-	reset := func() { resets++ } // runs on the calling or the releasing goroutine, never concurrently
+	// reset stands for the daemon's store wipe: it runs while the caller
+	// holds the key, so never while a turn does.
+	fresh := func(k session.Key) bool {
+		t.Helper()
+		release, stopped, err := p.Exclusive(context.Background(), k, nil)
+		if err != nil {
+			t.Fatalf("Exclusive %s: %v", k, err)
+		}
+		resets++
+		release()
+		release() // idempotent
+		return stopped
+	}
 	co := acquire(t, p, key(0))
 	p.Release(co, true)
-	if !p.Fresh(key(0), reset) {
-		t.Fatal("Fresh found no process")
+	if !fresh(key(0)) {
+		t.Fatal("Exclusive found no process")
 	}
 	if got := ev.wait(t); got != key(0).String()+" fresh" || resets != 1 {
 		t.Fatalf("eviction %q, %d resets; want a fresh eviction and the reset done", got, resets)
 	}
+	if p.Live() != 0 {
+		t.Fatalf("%d processes live after Exclusive returned", p.Live())
+	}
 	co = acquire(t, p, key(0))
 	if co.Lease.Shape != lease.Cold {
-		t.Fatalf("turn after Fresh: %s, want cold", co.Lease.Shape)
+		t.Fatalf("turn after Exclusive: %s, want cold", co.Lease.Shape)
 	}
-	if !p.Fresh(key(0), reset) {
-		t.Fatal("Fresh on a busy key found no process")
+	// Behind a busy key the request waits, is told who holds the key, and
+	// goes ahead of a turn that queued before it.
+	holders := make(chan string, 1)
+	done := make(chan bool, 1)
+	order := make(chan string, 2)
+	go func() {
+		co, err := p.Acquire(context.Background(), key(0), "later-turn")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		order <- "turn"
+		p.Release(co, true)
+	}()
+	waitFor(t, "a turn queued for key 0", func() bool { return p.keyWaiters(key(0)) == 1 })
+	go func() {
+		release, stopped, err := p.Exclusive(context.Background(), key(0), func(h string) { holders <- h })
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		order <- "exclusive"
+		resets++
+		release()
+		done <- stopped
+	}()
+	if h := <-holders; h != "" {
+		t.Fatalf("holder %q, want the anonymous acquire", h)
 	}
 	prompt(t, co) // still usable until the turn ends
 	if resets != 1 {
 		t.Fatal("the reset ran while a turn held the key")
 	}
 	p.Release(co, true)
+	if !<-done {
+		t.Fatal("Exclusive on a busy key found no process")
+	}
 	if got := ev.wait(t); got != key(0).String()+" fresh" || resets != 2 {
 		t.Fatalf("eviction %q, %d resets; want the process dropped and the reset done as the turn let go", got, resets)
 	}
-	if p.Fresh(key(9), reset) || resets != 3 {
-		t.Fatalf("Fresh on an unknown key: reported a process, or did not reset (%d)", resets)
+	if first, second := <-order, <-order; first != "exclusive" || second != "turn" {
+		t.Fatalf("ran %s then %s; the exclusive request must go first", first, second)
 	}
-	if p.Live() != 0 {
-		t.Fatalf("%d processes live after Fresh", p.Live())
+	if fresh(key(9)) || resets != 3 {
+		t.Fatalf("Exclusive on an unknown key: reported a process, or did not reset (%d)", resets)
 	}
 }
 
-// A "start fresh" made while a turn is still spawning its process is carried
-// out when that turn ends, even when the spawn fails.
-func TestFreshDuringSpawnRunsWhenTheTurnLetsGo(t *testing.T) {
+// An exclusive request made while a turn is still spawning its process
+// waits for that turn to end, then drops the new process.
+func TestExclusiveDuringSpawnRunsWhenTheTurnLetsGo(t *testing.T) {
 	sp := &gatedSpawner{spawner: &spawner{t: t}, entered: make(chan struct{}, 1), release: make(chan struct{}), got: make(chan *proc, 1)}
 	ev := newEvictLog()
 	p := New[*proc](Config{OnEvict: ev.record}, sp)
@@ -412,7 +458,7 @@ func TestFreshDuringSpawnRunsWhenTheTurnLetsGo(t *testing.T) {
 	})
 	acq := make(chan *Checkout[*proc], 1)
 	go func() {
-		co, err := p.Acquire(context.Background(), key(0))
+		co, err := p.Acquire(context.Background(), key(0), "spawning")
 		if err != nil {
 			t.Errorf("Acquire: %v", err)
 		}
@@ -420,8 +466,19 @@ func TestFreshDuringSpawnRunsWhenTheTurnLetsGo(t *testing.T) {
 	}()
 	<-sp.entered
 	var resets atomic.Int32
-	if !p.Fresh(key(0), func() { resets.Add(1) }) {
-		t.Error("Fresh during a spawn reported nothing to reset")
+	holder := make(chan string, 1)
+	excl := make(chan bool, 1)
+	go func() {
+		release, stopped, err := p.Exclusive(context.Background(), key(0), func(h string) { holder <- h })
+		if err != nil {
+			t.Error(err)
+		}
+		resets.Add(1)
+		release()
+		excl <- stopped
+	}()
+	if h := <-holder; h != "spawning" {
+		t.Fatalf("holder %q, want the spawning turn", h)
 	}
 	close(sp.release)
 	co := <-acq
@@ -430,9 +487,24 @@ func TestFreshDuringSpawnRunsWhenTheTurnLetsGo(t *testing.T) {
 		t.Fatal("the reset ran before the turn ended")
 	}
 	p.Release(co, true)
+	<-excl
 	if got := ev.wait(t); got != key(0).String()+" fresh" || resets.Load() != 1 {
 		t.Fatalf("eviction %q, %d resets; want the new process dropped and the reset done", got, resets.Load())
 	}
+}
+
+// The lifecycle refuses a transition it does not have.
+func TestIllegalTransitionPanics(t *testing.T) {
+	p := New[*proc](Config{}, failing{})
+	defer p.Close()
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "illegal transition gone -> busy") {
+			t.Fatalf("recovered %v, want an illegal transition panic", r)
+		}
+	}()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setLocked(&entry[*proc]{key: key(0)}, busy)
 }
 
 func TestCloseStopsEveryGroupAndGoroutine(t *testing.T) {
@@ -458,7 +530,7 @@ func TestCloseStopsEveryGroupAndGoroutine(t *testing.T) {
 			t.Fatalf("process group %d still exists after Close: kill -0 = %v", g, err)
 		}
 	}
-	if _, err := p.Acquire(context.Background(), key(0)); !errors.Is(err, ErrClosed) {
+	if _, err := p.Acquire(context.Background(), key(0), ""); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}
 	for i := 0; i < 3; i++ {
@@ -472,7 +544,7 @@ func TestCloseStopsEveryGroupAndGoroutine(t *testing.T) {
 func TestSpawnFailureFreesTheSlot(t *testing.T) {
 	p := New[*proc](Config{MaxLive: 1}, failing{})
 	defer p.Close()
-	_, err := p.Acquire(context.Background(), session.Key{Channel: "ch-backend", Binding: "b-claude"})
+	_, err := p.Acquire(context.Background(), session.Key{Channel: "ch-backend", Binding: "b-claude"}, "")
 	if err == nil || err.Error() != `pool: spawn binding "b-claude" for channel "ch-backend": no such agent` {
 		t.Fatalf("err = %v", err)
 	}
@@ -483,7 +555,7 @@ func TestSpawnFailureFreesTheSlot(t *testing.T) {
 
 type failing struct{}
 
-func (failing) Spawn(context.Context, session.Key) (*proc, lease.Shape, error) {
+func (failing) Spawn(context.Context, session.Key, func()) (*proc, lease.Shape, error) {
 	return nil, lease.Cold, errors.New("no such agent")
 }
 
@@ -499,12 +571,12 @@ func TestDroppedProcessWakesTheSlotQueue(t *testing.T) {
 	}
 	b, c := make(chan got, 1), make(chan got, 1)
 	go func() {
-		co, err := p.Acquire(context.Background(), key(1))
+		co, err := p.Acquire(context.Background(), key(1), "")
 		b <- got{co, err}
 	}()
 	waitFor(t, "a turn on key 1 queued for the slot", func() bool { return p.Queued() == 1 })
 	go func() {
-		co, err := p.Acquire(context.Background(), key(0))
+		co, err := p.Acquire(context.Background(), key(0), "")
 		c <- got{co, err}
 	}()
 	waitFor(t, "a second turn waiting for key 0", func() bool {
@@ -535,10 +607,10 @@ type gatedSpawner struct {
 	got     chan *proc
 }
 
-func (g *gatedSpawner) Spawn(ctx context.Context, k session.Key) (*proc, lease.Shape, error) {
+func (g *gatedSpawner) Spawn(ctx context.Context, k session.Key, exited func()) (*proc, lease.Shape, error) {
 	g.entered <- struct{}{}
 	<-g.release
-	pr, shape, err := g.spawner.Spawn(ctx, k)
+	pr, shape, err := g.spawner.Spawn(ctx, k, exited)
 	g.got <- pr
 	return pr, shape, err
 }
@@ -552,7 +624,7 @@ func TestCloseWaitsForSpawnInFlight(t *testing.T) {
 	t.Cleanup(sp.wg.Wait)
 	acq := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(context.Background(), key(0))
+		_, err := p.Acquire(context.Background(), key(0), "")
 		acq <- err
 	}()
 	<-sp.entered
