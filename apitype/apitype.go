@@ -27,29 +27,59 @@ type Agent struct {
 	Reachable bool   `json:"reachable"`
 }
 
-// Event kinds of a turn's NDJSON stream.
+// Event kinds of a run's NDJSON stream, in the order they can arrive.
 const (
-	EventStart  = "start"  // the turn has its process: shape, native session, pid
-	EventUpdate = "update" // one update from the agent
-	EventDone   = "done"   // the turn succeeded; always the last line
-	EventError  = "error"  // the turn failed after its stream started; always the last line
+	EventQueued             = "queued"              // the run waits: Reason and Position; sent again as it moves up
+	EventStarted            = "started"             // the run has its process: Shape, Native, Pid
+	EventUpdate             = "update"              // one update from the agent: Update
+	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
+	EventPermissionDecision = "permission_decision" // a permission request was answered: Decision
+	EventDone               = "done"                // the run succeeded; always the last event
+	EventError              = "error"               // the run failed; always the last event
+	// EventKeepalive is a stream line, not an event of the run: it carries
+	// no Seq and is never replayed. It goes out while a run waits or its
+	// agent is quiet, so a client can tell a live stream from a dead one.
+	EventKeepalive = "keepalive"
 )
 
-// Event is one line of a turn's stream.
+// Why a queued run waits.
+const (
+	QueueKeyBusy = "key_busy" // another run holds the (channel, binding) session; runs on one key go in order
+	QueueNoSlot  = "no_slot"  // every agent slot is taken by a running turn
+)
+
+// Event is one line of a run's stream. Seq numbers a run's events from 1,
+// so a client that lost its connection re-attaches with
+// GET /v1/runs/{id}/events?after=SEQ.
 type Event struct {
-	Event      string         `json:"event"`
-	RunID      string         `json:"run_id,omitempty"`
-	Shape      string         `json:"shape,omitempty"`
-	Native     string         `json:"native_session,omitempty"`
-	Pid        int            `json:"pid,omitempty"`
-	Update     *Update        `json:"update,omitempty"`
+	Event string    `json:"event"`
+	RunID string    `json:"run_id,omitempty"`
+	Seq   int64     `json:"seq,omitempty"`
+	At    time.Time `json:"at,omitzero"`
+
+	// queued
+	Reason   string `json:"reason,omitempty"`
+	Position int    `json:"position,omitempty"` // 1 is next in line
+
+	// started, done
+	Shape  string `json:"shape,omitempty"`
+	Native string `json:"native_session,omitempty"`
+	Pid    int    `json:"pid,omitempty"`
+
+	Update     *Update             `json:"update,omitempty"`
+	Permission *PermissionRequest  `json:"permission,omitempty"`
+	Decision   *PermissionDecision `json:"decision,omitempty"`
+
+	// done
 	StopReason string         `json:"stop_reason,omitempty"`
 	Text       string         `json:"text,omitempty"`
 	Watermark  string         `json:"watermark,omitempty"` // see the Watermark* constants
 	Context    *ContextReport `json:"context,omitempty"`
 	Usage      *Usage         `json:"usage,omitempty"`
-	Code       string         `json:"code,omitempty"`
-	Message    string         `json:"message,omitempty"`
+
+	// error
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // What a done event says of the turn's watermark.
@@ -59,24 +89,158 @@ const (
 	WatermarkFailed    = "failed"    // the run succeeded but the commit did not; the next turn shows those lines again
 )
 
-// Update is one session/update the agent sent during the turn (or a
-// permission decision). Raw is the agent's update as it sent it.
+// Update is one session/update the agent sent during the turn. Kind says
+// which of the typed fields is set; Raw is the agent's update as it sent it.
 type Update struct {
-	Kind string          `json:"kind"`
-	Text string          `json:"text,omitempty"`
-	Raw  json.RawMessage `json:"raw,omitempty"`
+	Kind     string          `json:"kind"`
+	Text     string          `json:"text,omitempty"` // message and thought chunks; a tool call's title
+	ToolCall *ToolCall       `json:"tool_call,omitempty"`
+	Plan     *Plan           `json:"plan,omitempty"`
+	Context  *ContextUsage   `json:"context_usage,omitempty"`
+	Raw      json.RawMessage `json:"raw,omitempty"`
 }
 
 // Update kinds.
 const (
 	UpdateMessage    = "agent_message_chunk"
 	UpdateThought    = "agent_thought_chunk"
-	UpdateToolCall   = "tool_call"
-	UpdateToolUpdate = "tool_call_update"
-	UpdatePlan       = "plan"
-	UpdateUsage      = "usage_update"
-	UpdatePermission = "permission"
-	UpdateOther      = "other"
+	UpdateToolCall   = "tool_call"        // ToolCall: a new tool call
+	UpdateToolUpdate = "tool_call_update" // ToolCall: the fields that changed
+	UpdatePlan       = "plan"             // Plan: the agent's whole current plan
+	UpdateUsage      = "usage_update"     // Context: the session's context window use
+	UpdateOther      = "other"            // anything else; see Raw
+)
+
+// ToolCall is a tool call the agent made, or the part of it that changed.
+type ToolCall struct {
+	ID        string     `json:"id"`
+	Title     string     `json:"title,omitempty"`
+	Kind      string     `json:"kind,omitempty"`   // read, edit, delete, move, search, execute, think, fetch, other
+	Status    string     `json:"status,omitempty"` // pending, in_progress, completed, failed
+	Locations []Location `json:"locations,omitempty"`
+}
+
+// Location is a file a tool call touches.
+type Location struct {
+	Path string `json:"path"`
+	Line *int   `json:"line,omitempty"`
+}
+
+// Plan is the agent's plan for the turn.
+type Plan struct {
+	Entries []PlanEntry `json:"entries"`
+}
+
+// PlanEntry is one step of a plan.
+type PlanEntry struct {
+	Content  string `json:"content"`
+	Priority string `json:"priority,omitempty"` // high, medium, low
+	Status   string `json:"status,omitempty"`   // pending, in_progress, completed
+}
+
+// ContextUsage is how much of its context window the session uses.
+type ContextUsage struct {
+	Used int64 `json:"used"`
+	Size int64 `json:"size"`
+}
+
+// PermissionRequest is the agent asking whether it may make a tool call.
+type PermissionRequest struct {
+	ID        string             `json:"id"`
+	ToolCall  ToolCall           `json:"tool_call"`
+	Options   []PermissionOption `json:"options"`
+	ExpiresAt time.Time          `json:"expires_at"` // rejected automatically when nobody answers by then
+}
+
+// PermissionOption is one of the agent's own answers to a request.
+type PermissionOption struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Kind string `json:"kind"` // allow_once, allow_always, reject_once, reject_always
+}
+
+// Who decided a permission request.
+const (
+	DecidedByPolicy  = "policy"  // the binding's permission policy answered without asking
+	DecidedByPerson  = "person"  // a client answered the permission_request
+	DecidedByTimeout = "timeout" // nobody answered within the binding's permission_timeout: rejected
+	DecidedByCancel  = "cancel"  // the run was cancelled while the request waited
+)
+
+// PermissionDecision says how a permission request was answered.
+type PermissionDecision struct {
+	RequestID string `json:"request_id,omitempty"` // set for requests that were asked
+	Tool      string `json:"tool"`                 // the tool call's title
+	OptionID  string `json:"option_id,omitempty"`  // the option chosen; empty when cancelled
+	Kind      string `json:"kind"`                 // the chosen option's kind, or "cancelled"
+	DecidedBy string `json:"decided_by"`
+}
+
+// PermissionAnswer is POST /v1/runs/{id}/permissions/{request}.
+type PermissionAnswer struct {
+	OptionID string `json:"option_id"`
+}
+
+// PermissionAnswered acknowledges an answer.
+type PermissionAnswered struct {
+	RunID     string `json:"run_id"`
+	RequestID string `json:"request_id"`
+	OptionID  string `json:"option_id"`
+}
+
+// Run states.
+const (
+	RunQueued    = "queued"    // waiting for its session or a slot
+	RunRunning   = "running"   // its agent is working on it
+	RunSucceeded = "succeeded" // ended with done
+	RunFailed    = "failed"    // ended with error
+	RunCancelled = "cancelled" // ended with error code cancelled or shutting_down
+)
+
+// Run is one run in GET /v1/runs and GET /v1/runs/{id}.
+type Run struct {
+	ID            string     `json:"run_id"`
+	State         string     `json:"state"`
+	Channel       string     `json:"channel_id"`
+	Binding       string     `json:"binding_id"`
+	MessageID     string     `json:"message_id,omitempty"`
+	Shape         string     `json:"shape,omitempty"`
+	QueueReason   string     `json:"queue_reason,omitempty"`
+	QueuePosition int        `json:"queue_position,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	EndedAt       *time.Time `json:"ended_at,omitempty"`
+	LastSeq       int64      `json:"last_seq"`
+	// Pending lists the permission requests waiting for an answer.
+	Pending []PermissionRequest `json:"pending_permissions,omitempty"`
+	// Result is the run's final done or error event once it ended.
+	Result *Event `json:"result,omitempty"`
+}
+
+// Runs is GET /v1/runs.
+type Runs struct {
+	Runs []Run `json:"runs"`
+}
+
+// EventsGone is the body of a 410 from GET /v1/runs/{id}/events when the
+// events after the requested sequence number fell out of the run's buffer.
+type EventsGone struct {
+	Error Error `json:"error"`
+	Run   Run   `json:"run"`
+}
+
+// Version is GET /v1/version.
+type Version struct {
+	Version      string   `json:"version"`     // the daemon's build
+	API          string   `json:"api_version"` // "1": see docs/API.md for what /v1 promises
+	Capabilities []string `json:"capabilities"`
+}
+
+// Capabilities a daemon may list in Version.
+const (
+	CapabilityRuns        = "runs"        // runs outlive connections; GET /v1/runs, re-attach with after=SEQ
+	CapabilityPermissions = "permissions" // permission_request events and answers
+	CapabilityKeepalive   = "keepalive"   // keepalive lines on idle streams
 )
 
 // Usage is the token usage the agent reported for a turn.
@@ -230,6 +394,11 @@ const (
 	CodeShuttingDown     = "shutting_down"
 	CodeTimeout          = "timeout"
 	CodeInternal         = "internal"
+	CodeRunEnded         = "run_ended"        // the run already ended; nothing to cancel
+	CodeEventsGone       = "events_gone"      // the events asked for fell out of the run's buffer
+	CodeUnknownRequest   = "unknown_request"  // no such permission request on the run
+	CodeBadOption        = "bad_option"       // the option id is not one the agent offered
+	CodeAlreadyAnswered  = "already_answered" // the permission request was answered already
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

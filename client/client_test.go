@@ -110,7 +110,7 @@ func ExampleClient_Turn() {
 	}
 	for _, text := range []string{"@agent why is the refund spec flaky?", "@agent and now?"} {
 		done, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-example", Binding: "b-builtin", MessageID: "m2", Text: text}, func(ev apitype.Event) {
-			if ev.Event == apitype.EventStart {
+			if ev.Event == apitype.EventStarted {
 				fmt.Println("shape:", ev.Shape)
 			}
 		})

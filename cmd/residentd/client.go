@@ -62,7 +62,7 @@ func cmdMention(ctx context.Context, args []string, stdout io.Writer) error {
 		switch {
 		case *stream:
 			json.NewEncoder(stdout).Encode(ev)
-		case ev.Event == "start":
+		case ev.Event == "started":
 			fmt.Fprintf(stdout, "run %s: %s session %s (pid %d)\n", ev.RunID, ev.Shape, ev.Native, ev.Pid)
 		case ev.Event == "update" && ev.Update != nil && ev.Update.Kind == "agent_message_chunk":
 			fmt.Fprint(stdout, ev.Update.Text)

@@ -231,7 +231,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		ln.Close()
 		return err
 	}
-	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg})
+	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg, Keepalive: time.Duration(cfg.Runs.Keepalive)})
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 

@@ -451,7 +451,7 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	c := &client.Client{Socket: sock}
 	agentPid := 0
 	_, err = c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hi"}, func(ev apitype.Event) {
-		if ev.Event == "start" {
+		if ev.Event == "started" {
 			agentPid = ev.Pid
 		}
 	})

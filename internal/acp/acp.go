@@ -20,6 +20,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/service"
 )
@@ -52,6 +53,9 @@ type Spec struct {
 
 	Dir        string            // working dir of the child; client fs methods are confined to it
 	Permission permission.Policy // how permission requests are answered; "" is permission.Deny
+	// Ask answers the requests Permission puts to a person; without it they
+	// are answered cancelled.
+	Ask        AskFunc
 	MCPServers []sdk.McpServer
 
 	Grace        time.Duration // SIGTERM -> SIGKILL on Close (default 5s)
@@ -60,12 +64,21 @@ type Spec struct {
 	StderrTail   int           // bytes of stderr kept (default 8 KiB)
 }
 
-// Update is one session/update (or permission decision) seen during a prompt.
+// Update is one session/update seen during a prompt, typed as the local
+// API reports it, or (Kind KindPermission) a permission request the
+// binding's policy answered, with Decision saying how.
 type Update struct {
-	Kind string          `json:"kind"`
-	Text string          `json:"text,omitempty"`
-	Raw  json.RawMessage `json:"raw,omitempty"`
+	apitype.Update
+	Decision *apitype.PermissionDecision `json:"decision,omitempty"`
 }
+
+// KindPermission marks an Update that reports a permission decision.
+const KindPermission = "permission"
+
+// AskFunc puts a permission request of session native to a person and
+// returns the chosen option id ("" answers cancelled). It returns when ctx
+// ends at the latest.
+type AskFunc func(ctx context.Context, native string, tc apitype.ToolCall, options []apitype.PermissionOption) (optionID string)
 
 // Usage is the token usage an agent reported for a turn.
 type Usage struct {

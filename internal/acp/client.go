@@ -13,6 +13,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/permission"
 )
 
@@ -53,38 +54,71 @@ func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) e
 	return nil
 }
 
-// toUpdate flattens an SDK session update into the daemon's Update.
+// toUpdate types an SDK session update as the local API reports it.
 func toUpdate(su sdk.SessionUpdate) Update {
 	raw, _ := json.Marshal(su)
-	u := Update{Kind: "other", Raw: raw}
+	u := apitype.Update{Kind: apitype.UpdateOther, Raw: raw}
 	switch {
 	case su.AgentMessageChunk != nil:
-		u.Kind, u.Text = "agent_message_chunk", blockText(su.AgentMessageChunk.Content)
+		u.Kind, u.Text = apitype.UpdateMessage, blockText(su.AgentMessageChunk.Content)
 	case su.AgentThoughtChunk != nil:
-		u.Kind, u.Text = "agent_thought_chunk", blockText(su.AgentThoughtChunk.Content)
+		u.Kind, u.Text = apitype.UpdateThought, blockText(su.AgentThoughtChunk.Content)
 	case su.ToolCall != nil:
-		u.Kind, u.Text = "tool_call", su.ToolCall.Title
+		tc := su.ToolCall
+		u.Kind, u.Text = apitype.UpdateToolCall, tc.Title
+		u.ToolCall = &apitype.ToolCall{ID: string(tc.ToolCallId), Title: tc.Title, Kind: string(tc.Kind), Status: string(tc.Status), Locations: locations(tc.Locations)}
 	case su.ToolCallUpdate != nil:
-		u.Kind = "tool_call_update"
-		if su.ToolCallUpdate.Title != nil {
-			u.Text = *su.ToolCallUpdate.Title
-		} else if su.ToolCallUpdate.Status != nil {
-			u.Text = string(*su.ToolCallUpdate.Status)
+		tc := su.ToolCallUpdate
+		u.Kind = apitype.UpdateToolUpdate
+		u.ToolCall = toolCall(tc.ToolCallId, tc.Title, tc.Kind, tc.Status, tc.Locations)
+		u.Text = u.ToolCall.Title
+		if u.Text == "" {
+			u.Text = u.ToolCall.Status
 		}
 	case su.Plan != nil:
-		u.Kind = "plan"
+		u.Kind = apitype.UpdatePlan
+		p := &apitype.Plan{Entries: make([]apitype.PlanEntry, 0, len(su.Plan.Entries))}
 		var b strings.Builder
 		for i, e := range su.Plan.Entries {
 			if i > 0 {
 				b.WriteString("\n")
 			}
 			b.WriteString(e.Content)
+			p.Entries = append(p.Entries, apitype.PlanEntry{Content: e.Content, Priority: string(e.Priority), Status: string(e.Status)})
 		}
-		u.Text = b.String()
+		u.Text, u.Plan = b.String(), p
 	case su.UsageUpdate != nil:
-		u.Kind, u.Text = "usage_update", fmt.Sprintf("used=%d size=%d", su.UsageUpdate.Used, su.UsageUpdate.Size)
+		u.Kind = apitype.UpdateUsage
+		u.Text = fmt.Sprintf("used=%d size=%d", su.UsageUpdate.Used, su.UsageUpdate.Size)
+		u.Context = &apitype.ContextUsage{Used: int64(su.UsageUpdate.Used), Size: int64(su.UsageUpdate.Size)}
 	}
-	return u
+	return Update{Update: u}
+}
+
+// toolCall types a tool call (or the changed part of one).
+func toolCall(id sdk.ToolCallId, title *string, kind *sdk.ToolKind, status *sdk.ToolCallStatus, locs []sdk.ToolCallLocation) *apitype.ToolCall {
+	tc := &apitype.ToolCall{ID: string(id), Locations: locations(locs)}
+	if title != nil {
+		tc.Title = *title
+	}
+	if kind != nil {
+		tc.Kind = string(*kind)
+	}
+	if status != nil {
+		tc.Status = string(*status)
+	}
+	return tc
+}
+
+func locations(ls []sdk.ToolCallLocation) []apitype.Location {
+	if len(ls) == 0 {
+		return nil
+	}
+	out := make([]apitype.Location, len(ls))
+	for i, l := range ls {
+		out[i] = apitype.Location{Path: l.Path, Line: l.Line}
+	}
+	return out
 }
 
 func blockText(b sdk.ContentBlock) string {
@@ -94,37 +128,48 @@ func blockText(b sdk.ContentBlock) string {
 	return ""
 }
 
-// RequestPermission answers by the Spec's policy; nobody is there to ask.
+// RequestPermission answers by the Spec's policy: allow, reject, or ask a
+// person through Spec.Ask. The SDK serves each request on its own
+// goroutine, so waiting for a person blocks nothing else.
 func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
 	a := c.a
-	kind := ""
-	if p.ToolCall.Kind != nil {
-		kind = string(*p.ToolCall.Kind)
+	native := string(p.SessionId)
+	tc := toolCall(p.ToolCall.ToolCallId, p.ToolCall.Title, p.ToolCall.Kind, p.ToolCall.Status, p.ToolCall.Locations)
+	if tc.Title == "" {
+		tc.Title = "(untitled tool)"
 	}
 	opts := make([]permission.Option, len(p.Options))
+	offered := make([]apitype.PermissionOption, len(p.Options))
 	for i, o := range p.Options {
 		opts[i] = permission.Option{ID: string(o.OptionId), Name: o.Name, Kind: string(o.Kind)}
-	}
-	title := "(untitled tool)"
-	if p.ToolCall.Title != nil {
-		title = *p.ToolCall.Title
+		offered[i] = apitype.PermissionOption{ID: string(o.OptionId), Name: o.Name, Kind: string(o.Kind)}
 	}
 	resp := sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}
-	decision := "cancelled"
-	if pick, ok := permission.Pick(opts, a.spec.Permission.Allows(kind)); ok {
-		resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(pick.ID))
-		decision = pick.Kind
+	decision := a.spec.Permission.Decide(tc.Kind)
+	if decision == permission.AskPerson {
+		if a.spec.Ask != nil {
+			if id := a.spec.Ask(ctx, native, *tc, offered); id != "" {
+				resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(id))
+			}
+		}
+		a.log.Debug("permission asked", zap.String("session", native), zap.String("tool", tc.Title), zap.Bool("answered", resp.Outcome.Selected != nil))
+		return resp, nil
 	}
-	a.log.Debug("permission decided", zap.String("session", string(p.SessionId)), zap.String("policy", string(a.spec.Permission)), zap.String("decision", decision), zap.String("tool", title))
+	d := &apitype.PermissionDecision{Tool: tc.Title, Kind: "cancelled", DecidedBy: apitype.DecidedByPolicy}
+	if pick, ok := permission.Pick(opts, decision == permission.Grant); ok {
+		resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(pick.ID))
+		d.OptionID, d.Kind = pick.ID, pick.Kind
+	}
+	a.log.Debug("permission decided", zap.String("session", native), zap.String("policy", string(a.spec.Permission)), zap.String("decision", d.Kind), zap.String("tool", tc.Title))
 
 	a.mu.Lock()
-	r := a.routes[string(p.SessionId)]
+	r := a.routes[native]
 	a.mu.Unlock()
 	if r != nil {
 		raw, _ := json.Marshal(p)
 		r.mu.Lock()
 		if r.on != nil {
-			r.on(Update{Kind: "permission", Text: decision + " " + title, Raw: raw})
+			r.on(Update{Update: apitype.Update{Kind: KindPermission, Text: d.Kind + " " + tc.Title, Raw: raw}, Decision: d})
 		}
 		r.mu.Unlock()
 	}

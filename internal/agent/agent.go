@@ -409,7 +409,9 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 			ToolCall:  acp.ToolCallUpdate{ToolCallId: "call-1", Title: &title, Kind: &kind},
 			Options: []acp.PermissionOption{
 				{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
+				{OptionId: "allow-always", Name: "Always allow", Kind: acp.PermissionOptionKindAllowAlways},
 				{OptionId: "reject", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
+				{OptionId: "reject-always", Name: "Never allow", Kind: acp.PermissionOptionKindRejectAlways},
 			},
 		})
 		outcome := "cancelled"

@@ -231,7 +231,7 @@ func TestClientSeesCodes(t *testing.T) {
 		done := make(chan end, 1)
 		go func() {
 			ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: runID, Text: "@agent [[fault:hang-turn]]"}, func(ev apitype.Event) {
-				if ev.Event == "start" {
+				if ev.Event == "started" {
 					once.Do(func() { started <- ev.RunID })
 				}
 			})

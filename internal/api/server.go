@@ -15,19 +15,15 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/internal/acp"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
-	"github.com/residentd/residentd/internal/store"
 )
 
 // Request body limits.
@@ -41,10 +37,12 @@ var errNotUnix = errors.New("api: not a unix socket connection")
 
 // Daemon is what the API serves; *daemon.Daemon implements it.
 type Daemon interface {
-	// Turn answers a mention, calling emit for the start and every update,
-	// and returns the done event once the session is idle again.
-	Turn(ctx context.Context, req apitype.TurnRequest, emit func(apitype.Event)) (apitype.Event, error)
+	// Submit starts a run for a mention; it goes on whoever follows it.
+	Submit(req apitype.TurnRequest) (*run.Run, error)
+	Run(runID string) (*run.Run, error)
+	Runs() []apitype.Run
 	Cancel(runID string) error
+	Answer(runID, requestID, optionID string) error
 	// Fresh starts a key over; it reports whether a process was stopped.
 	Fresh(k session.Key) (bool, error)
 
@@ -76,6 +74,8 @@ type Server struct {
 	srv     *http.Server
 	mux     *http.ServeMux
 	uid     int
+
+	keepalive time.Duration
 }
 
 // ServerOptions wires a Server.
@@ -85,6 +85,9 @@ type ServerOptions struct {
 	Level   *zap.AtomicLevel // changed by PUT /v1/log/level; nil disables it
 	Metrics http.Handler     // served at /metrics; nil disables it
 	Version string
+	// Keepalive is how often a quiet stream gets a keepalive line; 0 means
+	// 15s.
+	Keepalive time.Duration
 	// Tools checks the capabilities of agents' MCP servers on /v1/tools;
 	// nil answers those endpoints with 503.
 	Tools Capabilities
@@ -97,11 +100,20 @@ func NewServer(o ServerOptions) *Server {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	s := &Server{d: o.Daemon, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid()}
+	if o.Keepalive <= 0 {
+		o.Keepalive = 15 * time.Second
+	}
+	s := &Server{d: o.Daemon, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
+	mux.HandleFunc("GET /v1/version", s.versionInfo)
 	mux.HandleFunc("POST /v1/turns", s.turn)
 	mux.HandleFunc("POST /v1/turns/{run}/cancel", s.cancel)
+	mux.HandleFunc("GET /v1/runs", s.runs)
+	mux.HandleFunc("GET /v1/runs/{run}", s.run)
+	mux.HandleFunc("GET /v1/runs/{run}/events", s.events)
+	mux.HandleFunc("POST /v1/runs/{run}/cancel", s.cancel)
+	mux.HandleFunc("POST /v1/runs/{run}/permissions/{request}", s.answer)
 	mux.HandleFunc("GET /v1/sessions", s.sessions)
 	mux.HandleFunc("POST /v1/sessions/fresh", s.fresh)
 	mux.HandleFunc("GET /v1/bindings", s.bindings)
@@ -195,44 +207,49 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, apitype.ErrorBody{Error: apitype.Error{Code: code, Message: msg}})
 }
 
-// classify maps a domain error to an HTTP status and a stable code.
+// classify maps an error to its HTTP status and stable code: the API's own
+// errors here, the daemon's by daemon.Code.
 func classify(err error) (int, string) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, apitype.CodePayloadTooLarge
-	case errors.Is(err, errDecode), errors.Is(err, errBadRequest), errors.Is(err, daemon.ErrBadRequest):
+	case errors.Is(err, errDecode), errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, apitype.CodeBadRequest
-	case errors.Is(err, channel.ErrInvalid):
-		return http.StatusBadRequest, apitype.CodeInvalidMessage
-	case errors.Is(err, daemon.ErrUnknownBinding):
-		return http.StatusNotFound, apitype.CodeUnknownBinding
-	case errors.Is(err, daemon.ErrUnknownRun):
-		return http.StatusNotFound, apitype.CodeUnknownRun
-	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound, apitype.CodeNotFound
-	case errors.Is(err, daemon.ErrRunInUse):
-		return http.StatusConflict, apitype.CodeRunInUse
-	case errors.Is(err, pool.ErrQueueFull):
-		return http.StatusServiceUnavailable, apitype.CodeQueueFull
-	case errors.Is(err, pool.ErrQueueTimeout):
-		return http.StatusServiceUnavailable, apitype.CodeQueueTimeout
-	case errors.Is(err, daemon.ErrBackoff):
-		return http.StatusServiceUnavailable, apitype.CodeAgentBackoff
-	case errors.Is(err, daemon.ErrShuttingDown), errors.Is(err, pool.ErrClosed):
-		return http.StatusServiceUnavailable, apitype.CodeShuttingDown
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout, apitype.CodeTimeout
-	case errors.Is(err, context.Canceled):
-		return 499, apitype.CodeCancelled
-	case errors.Is(err, acp.ErrStart):
-		return http.StatusBadGateway, apitype.CodeAgentStartFailed
-	case errors.Is(err, acp.ErrExited):
-		return http.StatusBadGateway, apitype.CodeAgentCrashed
-	case errors.Is(err, daemon.ErrAgentFailed), errors.Is(err, acp.ErrProtocol):
-		return http.StatusBadGateway, apitype.CodeAgentFailed
 	}
-	return http.StatusInternalServerError, apitype.CodeInternal
+	code := daemon.Code(err)
+	return statusOf(code), code
+}
+
+// statusOf is the HTTP status that carries an error code.
+func statusOf(code string) int {
+	switch code {
+	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor:
+		return http.StatusBadRequest
+	case apitype.CodeMissingCapability, apitype.CodeBadCapability:
+		return http.StatusUnauthorized
+	case apitype.CodeForbidden, apitype.CodeForbiddenOrigin, apitype.CodeOutOfScope:
+		return http.StatusForbidden
+	case apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeNotFound, apitype.CodeUnknownRequest:
+		return http.StatusNotFound
+	case apitype.CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case apitype.CodeRunInUse, apitype.CodeRunEnded, apitype.CodeAlreadyAnswered:
+		return http.StatusConflict
+	case apitype.CodeEventsGone:
+		return http.StatusGone
+	case apitype.CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case apitype.CodeCancelled:
+		return 499
+	case apitype.CodeAgentStartFailed, apitype.CodeAgentCrashed, apitype.CodeAgentFailed:
+		return http.StatusBadGateway
+	case apitype.CodeAgentBackoff, apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeShuttingDown, apitype.CodeToolsDisabled:
+		return http.StatusServiceUnavailable
+	case apitype.CodeTimeout:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
 }
 
 var (
@@ -281,54 +298,6 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	h := s.d.Status()
 	h.OK, h.Version, h.Pid, h.UptimeS = true, s.version, os.Getpid(), int64(time.Since(s.started).Seconds())
 	writeJSON(w, http.StatusOK, h)
-}
-
-// turn streams one turn as NDJSON: a start event, update events, then one
-// done or error event, written once the daemon has released the turn's
-// process. An error before the turn starts is a plain JSON error response
-// with its status code.
-func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
-	var req apitype.TurnRequest
-	if err := decode(w, r, MaxTurnBody, &req); err != nil {
-		fail(w, err)
-		return
-	}
-	var mu sync.Mutex
-	started := false
-	runID := req.RunID // the daemon generates one when the request has none
-	flusher, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	emit := func(ev apitype.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		if ev.RunID != "" {
-			runID = ev.RunID
-		}
-		if !started {
-			started = true
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			w.WriteHeader(http.StatusOK)
-		}
-		enc.Encode(ev)
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	done, err := s.d.Turn(r.Context(), req, emit)
-	if err == nil {
-		emit(done)
-		return
-	}
-	mu.Lock()
-	wasStarted, id := started, runID
-	mu.Unlock()
-	status, code := classify(err)
-	if !wasStarted {
-		writeError(w, status, code, err.Error())
-		return
-	}
-	emit(apitype.Event{Event: apitype.EventError, RunID: id, Code: code, Message: err.Error()})
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {

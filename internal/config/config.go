@@ -17,6 +17,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/permission"
+	"github.com/residentd/residentd/internal/run"
 )
 
 // Duration is a time.Duration written as "30m" in JSON.
@@ -73,6 +74,9 @@ type Binding struct {
 	OmitOwnPosts *bool `json:"omit_own_posts,omitempty"`
 
 	TurnTimeout Duration `json:"turn_timeout,omitempty"` // default 10m
+	// PermissionTimeout is how long a permission request put to a person
+	// (policy ask or read-only+ask) waits before it is rejected; default 5m.
+	PermissionTimeout Duration `json:"permission_timeout,omitempty"`
 }
 
 // RestoreOn reports whether restore is enabled.
@@ -116,6 +120,17 @@ type Config struct {
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
 	AgentCancelGrace Duration `json:"agent_cancel_grace,omitempty"`
+
+	Runs Runs `json:"runs,omitempty"`
+}
+
+// Runs bounds what the daemon keeps of each run for clients to re-attach.
+type Runs struct {
+	Events    int      `json:"events,omitempty"`    // events kept per run; default 4096
+	Bytes     int      `json:"bytes,omitempty"`     // bytes of events kept per run; default 1 MiB
+	Retention Duration `json:"retention,omitempty"` // how long an ended run stays readable; default 15m
+	Ended     int      `json:"ended,omitempty"`     // ended runs kept at most; default 256
+	Keepalive Duration `json:"keepalive,omitempty"` // keepalive line interval on a quiet stream; default 15s
 }
 
 // Context holds the channel-context numbers of the spec.
@@ -178,8 +193,26 @@ func (c *Config) SetDefaults() {
 	if c.Context.MaxIDs <= 0 {
 		c.Context.MaxIDs = channel.MaxWatermarkIDs
 	}
+	if c.Runs.Events <= 0 {
+		c.Runs.Events = run.DefaultEvents
+	}
+	if c.Runs.Bytes <= 0 {
+		c.Runs.Bytes = run.DefaultBytes
+	}
+	if c.Runs.Retention <= 0 {
+		c.Runs.Retention = Duration(run.DefaultRetention)
+	}
+	if c.Runs.Ended <= 0 {
+		c.Runs.Ended = run.DefaultEnded
+	}
+	if c.Runs.Keepalive <= 0 {
+		c.Runs.Keepalive = Duration(15 * time.Second)
+	}
 	for i := range c.Bindings {
 		b := &c.Bindings[i]
+		if b.PermissionTimeout <= 0 {
+			b.PermissionTimeout = Duration(5 * time.Minute)
+		}
 		if b.Permission == "" {
 			b.Permission = permission.Deny
 		}

@@ -1,5 +1,6 @@
-// Package daemon owns one turn end to end: it leases the key's process from
-// the pool, shapes the prompt, streams the agent's reply, and commits or
+// Package daemon owns one turn end to end, as a run: it leases the key's
+// process from the pool, shapes the prompt, streams the agent's reply into
+// the run's log, puts permission requests to a person, and commits or
 // discards the turn's watermarks and conversation on the way out.
 package daemon
 
@@ -24,6 +25,7 @@ import (
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -33,7 +35,7 @@ var (
 	ErrBadRequest     = errors.New("bad request")
 	ErrUnknownBinding = errors.New("unknown binding")
 	ErrUnknownRun     = errors.New("unknown run")
-	ErrRunInUse       = errors.New("run id already in use")
+	ErrRunEnded       = errors.New("run already ended")
 	ErrAgentFailed    = errors.New("agent failed the turn")
 	ErrShuttingDown   = errors.New("daemon is shutting down")
 	// ErrBackoff: the binding's agents keep failing to start or crashing, so
@@ -80,12 +82,14 @@ type Daemon struct {
 	now  func() time.Time
 	pool *pool.Pool[*resident]
 
-	turns    sync.WaitGroup // turns in flight
+	runs     *run.Registry
+	turns    sync.WaitGroup // runs in flight
 	watchers sync.WaitGroup // agent exit watchers
 
-	mu       sync.Mutex // guards the fields below
-	runs     map[string]context.CancelCauseFunc
-	framing  map[string]string // binding -> framing of its last cold turn
+	mu       sync.Mutex                         // guards the fields below
+	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
+	asking   map[string]*asker                  // native session -> the run its permission requests go to
+	framing  map[string]string                  // binding -> framing of its last cold turn
 	warnedFr map[string]bool
 	loops    map[string]*crashLoop // binding -> its crash loop, while failing
 	closing  bool
@@ -104,7 +108,11 @@ func New(o Options) (*Daemon, error) {
 	}
 	d := &Daemon{
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
-		runs: map[string]context.CancelCauseFunc{}, framing: map[string]string{}, warnedFr: map[string]bool{},
+		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{}, warnedFr: map[string]bool{},
+		runs: run.NewRegistry(run.Limits{
+			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
+			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
+		}, o.Now),
 		loops:       map[string]*crashLoop{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 	}
@@ -143,155 +151,6 @@ func New(o Options) (*Daemon, error) {
 func (d *Daemon) Live() int   { return d.pool.Live() }
 func (d *Daemon) Busy() int   { return d.pool.Busy() }
 func (d *Daemon) Queued() int { return d.pool.Queued() }
-
-// validate checks a mention before anything else looks at it.
-func validate(r apitype.TurnRequest) error {
-	switch {
-	case r.Channel == "":
-		return fmt.Errorf("%w: channel_id is required", ErrBadRequest)
-	case r.Binding == "":
-		return fmt.Errorf("%w: binding_id is required", ErrBadRequest)
-	case r.Text == "":
-		return fmt.Errorf("%w: text is required (the mention's message text)", ErrBadRequest)
-	case r.ThreadRoot != nil && *r.ThreadRoot == "":
-		return fmt.Errorf("%w: thread_root_id must be null or a message id, not empty", ErrBadRequest)
-	case r.MaxRecipients < 0:
-		return fmt.Errorf("%w: max_recipients must not be negative", ErrBadRequest)
-	}
-	return nil
-}
-
-// Turn answers one mention. It calls emit for the start event and every
-// update, and returns the done event once the turn is over and its process
-// is back in the pool (idle, or stopped): a client that lists sessions
-// after done sees the session idle. The returned error says why the turn
-// failed; emit is never called for it, the caller reports it.
-func (d *Daemon) Turn(ctx context.Context, req apitype.TurnRequest, emit func(apitype.Event)) (apitype.Event, error) {
-	if err := validate(req); err != nil {
-		return apitype.Event{}, err
-	}
-	b, ok := d.cfg.Binding(req.Binding)
-	if !ok {
-		return apitype.Event{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.bindingIDs())
-	}
-	if req.RunID == "" {
-		req.RunID = newRunID()
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	d.mu.Lock()
-	if d.closing {
-		d.mu.Unlock()
-		return apitype.Event{}, ErrShuttingDown
-	}
-	if _, busy := d.runs[req.RunID]; busy {
-		d.mu.Unlock()
-		return apitype.Event{}, fmt.Errorf("%w: %q; use a new run_id", ErrRunInUse, req.RunID)
-	}
-	d.runs[req.RunID] = cancel
-	d.turns.Add(1)
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		delete(d.runs, req.RunID)
-		d.mu.Unlock()
-		d.turns.Done()
-	}()
-
-	key := session.Key{Channel: req.Channel, Binding: b.ID}
-	log := d.log.With(zap.String("key", key.String()), zap.String("run", req.RunID))
-	start := d.now()
-	co, err := d.pool.Acquire(ctx, key, req.RunID)
-	if err != nil {
-		if errors.Is(err, pool.ErrClosed) {
-			err = ErrShuttingDown
-		}
-		err = d.ctxErr(ctx, err)
-		// Every turn that passed validation is counted once, failed starts too.
-		d.m.ObserveTurn(lease.Unstarted, Outcome(err), d.now().Sub(start))
-		if !errors.Is(err, ErrShuttingDown) {
-			log.Info("turn failed before it started", zap.String("outcome", string(Outcome(err))), zap.Error(err))
-		}
-		return apitype.Event{}, err
-	}
-	d.m.ObserveQueueWait(co.Waited)
-	done, err := d.answer(ctx, b, req, co, start, log, emit)
-	// Every exit path that did not commit discards: a failed run may never
-	// have shown the agent anything. Discard after Commit is a no-op.
-	for n := co.Lease.Discard(); n > 0; n-- {
-		d.m.Watermark(false)
-	}
-	d.pool.Release(co, b.Resident || b.SavedSession != "")
-	return done, err
-}
-
-// answer runs the turn on its checked-out process: compose, prompt, and on
-// success store the exchange and commit the watermarks.
-func (d *Daemon) answer(ctx context.Context, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, log *zap.Logger, emit func(apitype.Event)) (apitype.Event, error) {
-	key, l := co.Key, co.Lease
-	shape := l.Shape.String()
-	emit(apitype.Event{Event: apitype.EventStart, RunID: req.RunID, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
-
-	text, user, rep, err := d.compose(key, b, req, l, co.Session)
-	if err != nil {
-		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
-		return apitype.Event{}, err
-	}
-	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
-
-	tctx, tcancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
-	defer tcancel()
-	first := true
-	turnStart := d.now()
-	res, err := co.Session.a.Prompt(tctx, l.Native, text, func(u acp.Update) {
-		if first {
-			first = false
-			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))
-		}
-		emit(apitype.Event{Event: apitype.EventUpdate, RunID: req.RunID, Update: &apitype.Update{Kind: u.Kind, Text: u.Text, Raw: u.Raw}})
-	})
-	var usage *apitype.Usage
-	if u := res.Usage; u != nil {
-		usage = &apitype.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens}
-		d.m.Tokens(shape, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
-	}
-	if err == nil && !successful(res.StopReason) {
-		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
-		if res.StopReason == string(sdk.StopReasonCancelled) {
-			err = context.Canceled
-		}
-	}
-	if err != nil {
-		err = d.ctxErr(ctx, err)
-		outcome := Outcome(err)
-		if outcome == lease.OutcomeCrash {
-			d.spawnFailed(b.ID, err)
-		}
-		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
-		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", string(outcome)), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
-		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", req.RunID, b.ID, req.Channel, err)
-	}
-	now := d.now()
-	if aerr := d.st.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: user, At: start}, session.Turn{Role: session.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
-		log.Error("conversation append failed", zap.Error(aerr))
-	}
-	d.spawnOK(b.ID)
-	wm := apitype.WatermarkNone
-	n, cerr := l.Commit(d.st)
-	for i := 0; i < n; i++ {
-		d.m.Watermark(true)
-	}
-	switch {
-	case cerr != nil:
-		wm = apitype.WatermarkFailed
-		log.Error("watermark commit failed", zap.Error(cerr))
-	case n > 0:
-		wm = apitype.WatermarkCommitted
-	}
-	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
-	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
-	return apitype.Event{Event: apitype.EventDone, RunID: req.RunID, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage}, nil
-}
 
 // successful reports whether a stop reason means the agent read the turn:
 // end_turn, max_tokens, max_turn_requests and refusal all answered after
@@ -418,28 +277,6 @@ func (d *Daemon) guardFraming(binding, system string) {
 	}
 }
 
-// Cancel cancels run runID.
-func (d *Daemon) Cancel(runID string) error {
-	if !d.cancelRun(runID, errCancelled) {
-		return fmt.Errorf("%w %q: it finished or never started", ErrUnknownRun, runID)
-	}
-	return nil
-}
-
-// cancelRun cancels run runID with cause and reports whether it was running.
-func (d *Daemon) cancelRun(runID string, cause error) bool {
-	if runID == "" {
-		return false
-	}
-	d.mu.Lock()
-	cancel, ok := d.runs[runID]
-	d.mu.Unlock()
-	if ok {
-		cancel(cause)
-	}
-	return ok
-}
-
 // Fresh starts key k over: it cancels the turn running on k, stops k's
 // process and forgets its saved native session, conversation and
 // watermarks, so the next turn is cold with a snapshot. Turns queued behind
@@ -481,7 +318,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	d.mu.Lock()
 	already := d.closing
 	d.closing = true
-	for _, c := range d.runs {
+	for _, c := range d.cancels {
 		c(ErrShuttingDown)
 	}
 	d.mu.Unlock()

@@ -125,6 +125,7 @@ func (h *harness) evictions() []string {
 type result struct {
 	start, done apitype.Event
 	updates     []apitype.Event
+	queued      []apitype.Event
 	err         error
 }
 
@@ -140,8 +141,10 @@ func (h *harness) turnCtx(ctx context.Context, req apitype.TurnRequest) result {
 		mu.Lock()
 		defer mu.Unlock()
 		switch ev.Event {
-		case "start":
+		case "started":
 			r.start = ev
+		case "queued":
+			r.queued = append(r.queued, ev)
 		default:
 			r.updates = append(r.updates, ev)
 		}

@@ -89,7 +89,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 		}
 	}
 	spec := acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission,
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask,
 		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
 	}
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))

@@ -205,7 +205,7 @@ func TestStartFreshDuringATurn(t *testing.T) {
 	freshed := make(chan fresh, 1)
 	var native string
 	_, err := h.d.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent two [[fault:hang-turn]]"}, func(ev apitype.Event) {
-		if ev.Event == "start" {
+		if ev.Event == "started" {
 			native = ev.Native
 			go func() { // the turn holds the key now
 				had, err := h.d.Fresh(k)

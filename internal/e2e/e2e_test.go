@@ -109,7 +109,7 @@ func (n *node) hang(ch string) (int, <-chan error) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, Text: "@agent [[fault:hang-turn]]"}, func(ev apitype.Event) {
-			if ev.Event == "start" {
+			if ev.Event == "started" {
 				pid <- ev.Pid
 			}
 		})

@@ -71,8 +71,10 @@ func exampleReply(t *testing.T, r result, shape string) {
 	var kinds []string
 	denied := false
 	for _, u := range r.updates {
-		kinds = append(kinds, u.Update.Kind)
-		if u.Update.Kind == "permission" && strings.HasPrefix(u.Update.Text, "reject_once") {
+		if u.Update != nil {
+			kinds = append(kinds, u.Update.Kind)
+		}
+		if d := u.Decision; u.Event == "permission_decision" && d.Kind == "reject_once" && d.DecidedBy == "policy" {
 			denied = true
 		}
 	}

@@ -130,6 +130,7 @@ func (h *harness) restart() {
 type result struct {
 	start, done apitype.Event
 	updates     []apitype.Event
+	queued      []apitype.Event
 	err         error
 	ready       time.Duration // Turn call -> start event (spawn + session ready when cold)
 	total       time.Duration // Turn call -> return
@@ -155,12 +156,14 @@ func (h *harness) turn(ctx context.Context, req apitype.TurnRequest, onStart fun
 		mu.Lock()
 		defer mu.Unlock()
 		switch ev.Event {
-		case "start":
+		case "started":
 			r.start = ev
 			r.ready = time.Since(t0)
 			if onStart != nil {
 				onStart(ev)
 			}
+		case "queued":
+			r.queued = append(r.queued, ev)
 		default:
 			r.updates = append(r.updates, ev)
 		}

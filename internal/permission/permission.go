@@ -13,13 +13,15 @@ type Policy string
 
 // Policies.
 const (
-	Deny     Policy = "deny"      // reject every tool permission (the default)
-	ReadOnly Policy = "read-only" // allow read, search, fetch and think; reject the rest
-	Allow    Policy = "allow"     // allow everything
+	Deny        Policy = "deny"          // reject every tool permission (the default)
+	ReadOnly    Policy = "read-only"     // allow read, search, fetch and think; reject the rest
+	Allow       Policy = "allow"         // allow everything
+	Ask         Policy = "ask"           // ask a person about everything
+	ReadOnlyAsk Policy = "read-only+ask" // allow read, search, fetch and think; ask a person about the rest
 )
 
 // Policies lists every policy, in the order the docs give them.
-var Policies = []Policy{Deny, ReadOnly, Allow}
+var Policies = []Policy{Deny, ReadOnly, Allow, Ask, ReadOnlyAsk}
 
 // ErrBadPolicy classifies a policy name that is not one of Policies.
 var ErrBadPolicy = errors.New("unknown permission policy")
@@ -43,7 +45,7 @@ func (p Policy) Check() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w %q: use deny, read-only or allow", ErrBadPolicy, string(p))
+	return fmt.Errorf("%w %q: use deny, read-only, allow, ask or read-only+ask", ErrBadPolicy, string(p))
 }
 
 // AllowsFiles reports whether the agent may write files (fs/write_text_file).
@@ -52,17 +54,29 @@ func (p Policy) AllowsFiles() bool { return p == Allow }
 // readKinds are the ACP tool kinds that only look.
 var readKinds = map[string]bool{"read": true, "search": true, "fetch": true, "think": true}
 
-// Allows reports whether the policy allows a tool call of ACP kind kind
-// ("" when the agent named none).
-func (p Policy) Allows(kind string) bool {
-	switch p {
-	case Allow:
-		return true
-	case ReadOnly:
-		return readKinds[kind]
+// Decision is what a policy does with one request.
+type Decision int
+
+const (
+	Reject Decision = iota // answer with a reject option
+	Grant                  // answer with an allow option
+	AskPerson              // put the request to a person and wait
+)
+
+// Decide says what the policy does with a tool call of ACP kind kind (""
+// when the agent named none).
+func (p Policy) Decide(kind string) Decision {
+	switch {
+	case p == Allow, (p == ReadOnly || p == ReadOnlyAsk) && readKinds[kind]:
+		return Grant
+	case p == Ask, p == ReadOnlyAsk:
+		return AskPerson
 	}
-	return false
+	return Reject
 }
+
+// Asks reports whether the policy may put a request to a person.
+func (p Policy) Asks() bool { return p == Ask || p == ReadOnlyAsk }
 
 // Option kinds, as ACP names them.
 const (

@@ -12,7 +12,8 @@ func TestParse(t *testing.T) {
 		err  bool
 	}{
 		{"", Deny, false}, {"deny", Deny, false}, {"read-only", ReadOnly, false}, {"allow", Allow, false},
-		{"yolo", "", true}, {"Allow", "", true},
+		{"ask", Ask, false}, {"read-only+ask", ReadOnlyAsk, false},
+		{"yolo", "", true}, {"Allow", "", true}, {"allow+ask", "", true},
 	} {
 		got, err := Parse(tt.in)
 		if (err != nil) != tt.err || got != tt.want {
@@ -24,20 +25,36 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestAllows(t *testing.T) {
+func TestDecide(t *testing.T) {
 	kinds := []string{"read", "search", "fetch", "think", "edit", "execute", "delete", "move", "other", ""}
+	reads := map[string]bool{"read": true, "search": true, "fetch": true, "think": true}
 	for _, tt := range []struct {
-		p     Policy
-		allow map[string]bool
+		p    Policy
+		want func(kind string) Decision
 	}{
-		{Deny, map[string]bool{}},
-		{ReadOnly, map[string]bool{"read": true, "search": true, "fetch": true, "think": true}},
-		{Allow, map[string]bool{"read": true, "search": true, "fetch": true, "think": true, "edit": true, "execute": true, "delete": true, "move": true, "other": true, "": true}},
+		{Deny, func(string) Decision { return Reject }},
+		{ReadOnly, func(k string) Decision {
+			if reads[k] {
+				return Grant
+			}
+			return Reject
+		}},
+		{Allow, func(string) Decision { return Grant }},
+		{Ask, func(string) Decision { return AskPerson }},
+		{ReadOnlyAsk, func(k string) Decision {
+			if reads[k] {
+				return Grant
+			}
+			return AskPerson
+		}},
 	} {
 		for _, k := range kinds {
-			if got := tt.p.Allows(k); got != tt.allow[k] {
-				t.Errorf("%s.Allows(%q) = %v, want %v", tt.p, k, got, tt.allow[k])
+			if got := tt.p.Decide(k); got != tt.want(k) {
+				t.Errorf("%s.Decide(%q) = %v, want %v", tt.p, k, got, tt.want(k))
 			}
+		}
+		if tt.p.Asks() != (tt.p == Ask || tt.p == ReadOnlyAsk) {
+			t.Errorf("%s.Asks() = %v", tt.p, tt.p.Asks())
 		}
 	}
 	if Deny.AllowsFiles() || ReadOnly.AllowsFiles() || !Allow.AllowsFiles() {

@@ -148,6 +148,33 @@ type entry[S Session] struct {
 type keyWaiter struct {
 	ch    chan struct{}
 	owner string
+	wait  waitReport
+}
+
+// Wait says why a turn waits and where it stands: Slot false means it
+// waits for its key (another turn holds it), true for a free slot.
+// Position 1 is next in line.
+type Wait struct {
+	Slot     bool
+	Position int
+}
+
+// waitReport tells one waiting turn where it stands, once per change.
+type waitReport struct {
+	on   func(Wait)
+	last Wait
+}
+
+func (w *waitReport) report(x Wait) {
+	if w.on != nil && w.last != x {
+		w.last = x
+		w.on(x)
+	}
+}
+
+type slotWaiter struct {
+	ch   chan struct{}
+	wait waitReport
 }
 
 // Pool keeps the live processes. Create it with New; stop it with Close,
@@ -159,7 +186,7 @@ type Pool[S Session] struct {
 	mu      sync.Mutex // guards everything below and every entry
 	entries map[session.Key]*entry[S]
 	slots   int             // entries not gone: starting, ready, busy or stopping
-	slotQ   []chan struct{} // turns waiting for a slot, FIFO
+	slotQ   []*slotWaiter // turns waiting for a slot, FIFO
 	closed  bool
 	closeCh chan struct{}
 
@@ -199,20 +226,29 @@ type Checkout[S Session] struct {
 	Key     session.Key
 	Session S
 	Lease   *lease.Lease
-	Waited  time.Duration // time spent waiting for the key and a slot
+	Waited  time.Duration // time spent waiting for the key and a slot, spawning not included
 
 	p        *Pool[S]
 	e        *entry[S]
 	released bool
 }
 
+// AcquireOptions are optional parts of an Acquire.
+type AcquireOptions struct {
+	// Owner names the turn; an Exclusive request is told who holds the key.
+	Owner string
+	// OnWait, when set, hears each time the turn starts waiting or moves up
+	// in line. It is called with the pool's lock held: it must not call the
+	// pool.
+	OnWait func(Wait)
+}
+
 // Acquire waits for the key (turns on one key run one at a time, in arrival
 // order) and for a slot, then returns the key's process: warm when it was
-// alive, otherwise newly spawned (cold or restored). owner names the turn;
-// an Exclusive request is told who holds the key.
-func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, owner string) (*Checkout[S], error) {
+// alive, otherwise newly spawned (cold or restored).
+func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, o AcquireOptions) (*Checkout[S], error) {
 	start := p.cfg.Now()
-	e, err := p.holdKey(ctx, k, owner)
+	e, err := p.holdKey(ctx, k, o.Owner, o.OnWait)
 	if err != nil {
 		return nil, err
 	}
@@ -230,10 +266,11 @@ func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, owner string) (*Ch
 		return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(lease.Warm, sess.Native()), Waited: p.cfg.Now().Sub(start), p: p, e: e}, nil
 	}
 
-	if err := p.takeSlot(ctx, e); err != nil {
+	if err := p.takeSlot(ctx, e, o.OnWait); err != nil {
 		p.releaseKey(e)
 		return nil, err
 	}
+	waited := p.cfg.Now().Sub(start) // the wait, not the spawn that follows
 	// takeSlot counted this spawn in p.wg, so Close waits for it.
 	defer p.wg.Done()
 	p.mu.Lock()
@@ -262,7 +299,7 @@ func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, owner string) (*Ch
 	p.setLocked(e, busy)
 	e.turns[shape]++
 	p.mu.Unlock()
-	return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(shape, sess.Native()), Waited: now.Sub(start), p: p, e: e}, nil
+	return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(shape, sess.Native()), Waited: waited, p: p, e: e}, nil
 }
 
 // settle waits, holding e's key, until its process is either ready (true)
@@ -317,7 +354,7 @@ func dead[S Session](s S) bool {
 }
 
 // holdKey waits until this caller holds k.
-func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string) (*entry[S], error) {
+func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string, onWait func(Wait)) (*entry[S], error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -329,8 +366,9 @@ func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string) (*en
 		p.mu.Unlock()
 		return e, nil
 	}
-	w := &keyWaiter{ch: make(chan struct{}), owner: owner}
+	w := &keyWaiter{ch: make(chan struct{}), owner: owner, wait: waitReport{on: onWait}}
 	e.waiters = append(e.waiters, w)
+	w.wait.report(Wait{Position: len(e.waiters)})
 	p.mu.Unlock()
 	select {
 	case <-w.ch:
@@ -348,6 +386,7 @@ func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string) (*en
 		for i, x := range e.waiters {
 			if x == w {
 				e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+				p.reportKeyLocked(e)
 				p.cleanupLocked(e)
 				p.mu.Unlock()
 				return nil, ctx.Err()
@@ -392,6 +431,7 @@ func (p *Pool[S]) releaseKey(e *entry[S]) {
 		e.waiters = e.waiters[1:]
 		e.holder = next.owner
 		close(next.ch)
+		p.reportKeyLocked(e)
 	default:
 		e.held, e.holder = false, ""
 		p.cleanupLocked(e)
@@ -399,11 +439,25 @@ func (p *Pool[S]) releaseKey(e *entry[S]) {
 	p.signalSlotLocked()
 }
 
+// reportKeyLocked tells the turns waiting for e's key where they stand.
+func (p *Pool[S]) reportKeyLocked(e *entry[S]) {
+	for i, w := range e.waiters {
+		w.wait.report(Wait{Position: i + 1})
+	}
+}
+
+// reportSlotsLocked tells the turns waiting for a slot where they stand.
+func (p *Pool[S]) reportSlotsLocked() {
+	for i, w := range p.slotQ {
+		w.wait.report(Wait{Slot: true, Position: i + 1})
+	}
+}
+
 // takeSlot moves e from gone to starting once a slot is free, evicting the
 // least recently used idle process when every slot is taken, or waiting in
 // FIFO order. On success it has added one to p.wg for the spawn.
-func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S]) error {
-	var me chan struct{}
+func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait)) error {
+	var me *slotWaiter
 	var timeout <-chan time.Time
 	for {
 		p.mu.Lock()
@@ -436,15 +490,16 @@ func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S]) error {
 				p.mu.Unlock()
 				return fmt.Errorf("%w (%d waiting); try again later or raise max_live", ErrQueueFull, p.cfg.QueueLen)
 			}
-			me = make(chan struct{}, 1)
+			me = &slotWaiter{ch: make(chan struct{}, 1), wait: waitReport{on: onWait}}
 			p.slotQ = append(p.slotQ, me)
+			me.wait.report(Wait{Slot: true, Position: len(p.slotQ)})
 			t := time.NewTimer(p.cfg.QueueTimeout)
 			defer t.Stop()
 			timeout = t.C
 		}
 		p.mu.Unlock()
 		select {
-		case <-me:
+		case <-me.ch:
 		case <-evicted:
 		case <-timeout:
 			p.mu.Lock()
@@ -471,13 +526,14 @@ func (p *Pool[S]) anyStoppingLocked() bool {
 	return false
 }
 
-func (p *Pool[S]) removeSlotWaiterLocked(me chan struct{}) {
+func (p *Pool[S]) removeSlotWaiterLocked(me *slotWaiter) {
 	if me == nil {
 		return
 	}
 	for i, w := range p.slotQ {
 		if w == me {
 			p.slotQ = append(p.slotQ[:i], p.slotQ[i+1:]...)
+			p.reportSlotsLocked()
 			return
 		}
 	}
@@ -487,7 +543,7 @@ func (p *Pool[S]) removeSlotWaiterLocked(me chan struct{}) {
 func (p *Pool[S]) signalSlotLocked() {
 	if len(p.slotQ) > 0 {
 		select {
-		case p.slotQ[0] <- struct{}{}:
+		case p.slotQ[0].ch <- struct{}{}:
 		default:
 		}
 	}
@@ -747,7 +803,7 @@ func (p *Pool[S]) Close() error {
 	}
 	for _, w := range p.slotQ {
 		select {
-		case w <- struct{}{}:
+		case w.ch <- struct{}{}:
 		default:
 		}
 	}

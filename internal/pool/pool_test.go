@@ -134,7 +134,7 @@ func key(i int) session.Key { return session.Key{Channel: fmt.Sprintf("ch-%d", i
 
 func acquire(t *testing.T, p *Pool[*proc], k session.Key) *Checkout[*proc] {
 	t.Helper()
-	co, err := p.Acquire(context.Background(), k, "")
+	co, err := p.Acquire(context.Background(), k, AcquireOptions{})
 	if err != nil {
 		t.Fatalf("Acquire %s: %v", k, err)
 	}
@@ -173,7 +173,7 @@ func TestCapOfFourUnderConcurrentTurnsOnSixKeys(t *testing.T) {
 		wg.Add(1)
 		go func(k session.Key) {
 			defer wg.Done()
-			co, err := p.Acquire(context.Background(), k, "")
+			co, err := p.Acquire(context.Background(), k, AcquireOptions{})
 			if err != nil {
 				errs <- err
 				return
@@ -247,11 +247,11 @@ func TestWarmReuseAndQueueTimeout(t *testing.T) {
 	// The only slot is busy: one turn may queue, and it times out.
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(context.Background(), key(1), "")
+		_, err := p.Acquire(context.Background(), key(1), AcquireOptions{})
 		errc <- err
 	}()
 	waitFor(t, "one queued turn", func() bool { return p.Queued() == 1 })
-	if _, err := p.Acquire(context.Background(), key(2), ""); !errors.Is(err, ErrQueueFull) {
+	if _, err := p.Acquire(context.Background(), key(2), AcquireOptions{}); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("third key with a full queue: %v, want ErrQueueFull", err)
 	}
 	if err := <-errc; !errors.Is(err, ErrQueueTimeout) {
@@ -312,7 +312,7 @@ func TestSameKeyTurnsRunInArrivalOrder(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			co, err := p.Acquire(context.Background(), key(0), "")
+			co, err := p.Acquire(context.Background(), key(0), AcquireOptions{})
 			if err != nil {
 				t.Error(err)
 				return
@@ -404,7 +404,7 @@ func TestExclusiveDropsProcessNowOrAfterTheTurn(t *testing.T) {
 	done := make(chan bool, 1)
 	order := make(chan string, 2)
 	go func() {
-		co, err := p.Acquire(context.Background(), key(0), "later-turn")
+		co, err := p.Acquire(context.Background(), key(0), AcquireOptions{Owner: "later-turn"})
 		if err != nil {
 			t.Error(err)
 			return
@@ -458,7 +458,7 @@ func TestExclusiveDuringSpawnRunsWhenTheTurnLetsGo(t *testing.T) {
 	})
 	acq := make(chan *Checkout[*proc], 1)
 	go func() {
-		co, err := p.Acquire(context.Background(), key(0), "spawning")
+		co, err := p.Acquire(context.Background(), key(0), AcquireOptions{Owner: "spawning"})
 		if err != nil {
 			t.Errorf("Acquire: %v", err)
 		}
@@ -530,7 +530,7 @@ func TestCloseStopsEveryGroupAndGoroutine(t *testing.T) {
 			t.Fatalf("process group %d still exists after Close: kill -0 = %v", g, err)
 		}
 	}
-	if _, err := p.Acquire(context.Background(), key(0), ""); !errors.Is(err, ErrClosed) {
+	if _, err := p.Acquire(context.Background(), key(0), AcquireOptions{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}
 	for i := 0; i < 3; i++ {
@@ -544,7 +544,7 @@ func TestCloseStopsEveryGroupAndGoroutine(t *testing.T) {
 func TestSpawnFailureFreesTheSlot(t *testing.T) {
 	p := New[*proc](Config{MaxLive: 1}, failing{})
 	defer p.Close()
-	_, err := p.Acquire(context.Background(), session.Key{Channel: "ch-backend", Binding: "b-claude"}, "")
+	_, err := p.Acquire(context.Background(), session.Key{Channel: "ch-backend", Binding: "b-claude"}, AcquireOptions{})
 	if err == nil || err.Error() != `pool: spawn binding "b-claude" for channel "ch-backend": no such agent` {
 		t.Fatalf("err = %v", err)
 	}
@@ -571,12 +571,12 @@ func TestDroppedProcessWakesTheSlotQueue(t *testing.T) {
 	}
 	b, c := make(chan got, 1), make(chan got, 1)
 	go func() {
-		co, err := p.Acquire(context.Background(), key(1), "")
+		co, err := p.Acquire(context.Background(), key(1), AcquireOptions{})
 		b <- got{co, err}
 	}()
 	waitFor(t, "a turn on key 1 queued for the slot", func() bool { return p.Queued() == 1 })
 	go func() {
-		co, err := p.Acquire(context.Background(), key(0), "")
+		co, err := p.Acquire(context.Background(), key(0), AcquireOptions{})
 		c <- got{co, err}
 	}()
 	waitFor(t, "a second turn waiting for key 0", func() bool {
@@ -624,7 +624,7 @@ func TestCloseWaitsForSpawnInFlight(t *testing.T) {
 	t.Cleanup(sp.wg.Wait)
 	acq := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(context.Background(), key(0), "")
+		_, err := p.Acquire(context.Background(), key(0), AcquireOptions{})
 		acq <- err
 	}()
 	<-sp.entered
@@ -660,4 +660,67 @@ func TestCloseWaitsForSpawnInFlight(t *testing.T) {
 	if got := ev.wait(t); got != key(0).String()+" shutdown" {
 		t.Errorf("eviction %q, want the spawned process as a shutdown", got)
 	}
+}
+
+// waits records the Wait reports of one turn.
+type waits struct {
+	mu  sync.Mutex
+	got []Wait
+}
+
+func (w *waits) on(x Wait) { w.mu.Lock(); w.got = append(w.got, x); w.mu.Unlock() }
+func (w *waits) list() []Wait {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Wait(nil), w.got...)
+}
+
+// A waiting turn hears why it waits and each move up the line; the wait it
+// reports as Waited leaves out the spawn.
+func TestWaitReports(t *testing.T) {
+	p, _, _ := newPool(t, Config{MaxLive: 1})
+	a := acquire(t, p, key(0))
+	var sameKey, slot1, slot2 waits
+	type got struct {
+		co  *Checkout[*proc]
+		err error
+	}
+	run := func(k session.Key, w *waits) chan got {
+		c := make(chan got, 1)
+		go func() {
+			co, err := p.Acquire(context.Background(), k, AcquireOptions{OnWait: w.on})
+			c <- got{co, err}
+		}()
+		return c
+	}
+	c1 := run(key(1), &slot1)
+	waitFor(t, "key 1 queued for a slot", func() bool { return p.Queued() == 1 })
+	c2 := run(key(2), &slot2)
+	waitFor(t, "key 2 queued for a slot", func() bool { return p.Queued() == 2 })
+	c0 := run(key(0), &sameKey)
+	waitFor(t, "a second turn on key 0", func() bool { return p.keyWaiters(key(0)) == 1 })
+
+	p.Release(a, false) // key 0's next turn gets the key, key 1 the slot
+	r1 := <-c1
+	if r1.err != nil {
+		t.Fatal(r1.err)
+	}
+	waitFor(t, "key 2 moved up", func() bool { return len(slot2.list()) == 2 })
+	if got := fmt.Sprint(slot1.list()); got != "[{true 1}]" {
+		t.Errorf("key 1 heard %s", got)
+	}
+	if got := fmt.Sprint(slot2.list()); got != "[{true 2} {true 1}]" {
+		t.Errorf("key 2 heard %s, want position 2 then 1", got)
+	}
+	if got := sameKey.list(); len(got) < 1 || got[0] != (Wait{Slot: false, Position: 1}) {
+		t.Errorf("key 0's second turn heard %v, want first a wait for its key", got)
+	}
+	if r1.co.Waited <= 0 {
+		t.Errorf("Waited = %v for a turn that queued", r1.co.Waited)
+	}
+	p.Release(r1.co, false)
+	r2 := <-c2
+	p.Release(r2.co, false)
+	r0 := <-c0
+	p.Release(r0.co, false)
 }

@@ -1,0 +1,169 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/run"
+)
+
+// Features lists what this daemon's /v1 offers beyond the first version's
+// turns, sessions and messages.
+var Features = []string{apitype.CapabilityRuns, apitype.CapabilityPermissions, apitype.CapabilityKeepalive}
+
+// APIVersion is the local API's version: /v1 only grows (new endpoints,
+// fields, events and codes); nothing a client relies on is removed or
+// changes meaning within it.
+const APIVersion = "1"
+
+func (s *Server) versionInfo(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, apitype.Version{Version: s.version, API: APIVersion, Capabilities: Features})
+}
+
+// turn starts a run for a mention and streams it as NDJSON until it ends.
+// The run does not depend on this connection: a client that goes away
+// stops reading, nothing else. When the run fails before its first event
+// (a spawn that fails, a full queue), the failure is a plain JSON error
+// with its status, as every other endpoint reports errors.
+func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
+	var req apitype.TurnRequest
+	if err := decode(w, r, MaxTurnBody, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	rn, err := s.d.Submit(req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.follow(w, r, rn, 0, true)
+}
+
+// events re-attaches to a run: the buffered events after ?after=SEQ, then
+// the live ones until the run ends.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	rn, err := s.d.Run(r.PathValue("run"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	var after int64
+	if v := r.URL.Query().Get("after"); v != "" {
+		after, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || after < 0 {
+			fail(w, fmt.Errorf("%w: after %q must be a sequence number (0 or more): the seq of the last event you have", errBadRequest, v))
+			return
+		}
+	}
+	s.follow(w, r, rn, after, false)
+}
+
+// follow streams rn's events after seq after until the run ends or the
+// client goes away, with a keepalive line whenever the stream has been
+// quiet for the keepalive interval.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, after int64, plainFirstError bool) {
+	flusher, _ := w.(http.Flusher)
+	started := false
+	start := func() {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+		}
+	}
+	keep := time.NewTimer(s.keepalive)
+	defer keep.Stop()
+	for {
+		b := rn.Read(after)
+		if b.Gone {
+			snap := rn.Snapshot()
+			msg := fmt.Sprintf("events after seq %d of run %q fell out of its buffer (run.events and run.bytes bound it); the run's state and result are in this response and at GET /v1/runs/%s", after, rn.ID, rn.ID)
+			if !started {
+				writeJSON(w, http.StatusGone, apitype.EventsGone{Error: apitype.Error{Code: apitype.CodeEventsGone, Message: msg}, Run: snap})
+				return
+			}
+			line, _ := json.Marshal(apitype.Event{Event: apitype.EventError, RunID: rn.ID, Code: apitype.CodeEventsGone, Message: msg})
+			w.Write(append(line, '\n'))
+			return
+		}
+		if len(b.Lines) > 0 {
+			if !started && plainFirstError && b.Ended && len(b.Lines) == 1 {
+				if ev, err, _ := rn.Result(); ev.Event == apitype.EventError {
+					writeError(w, statusOf(ev.Code), ev.Code, errText(err, ev))
+					return
+				}
+			}
+			start()
+			for _, l := range b.Lines {
+				if _, err := w.Write(l); err != nil {
+					return // the client went away; the run goes on
+				}
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			after = b.Last
+			keep.Reset(s.keepalive)
+		}
+		if b.Ended {
+			return
+		}
+		select {
+		case <-b.Changed:
+		case <-keep.C:
+			start()
+			line, _ := json.Marshal(apitype.Event{Event: apitype.EventKeepalive, RunID: rn.ID})
+			if _, err := w.Write(append(line, '\n')); err != nil {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			keep.Reset(s.keepalive)
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func errText(err error, ev apitype.Event) string {
+	if err != nil {
+		return err.Error()
+	}
+	return ev.Message
+}
+
+func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, apitype.Runs{Runs: s.d.Runs()})
+}
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	rn, err := s.d.Run(r.PathValue("run"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rn.Snapshot())
+}
+
+func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
+	var req apitype.PermissionAnswer
+	if err := decode(w, r, MaxSmallBody, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if req.OptionID == "" {
+		fail(w, fmt.Errorf("%w: option_id is required: one of the options in the permission_request event", errBadRequest))
+		return
+	}
+	id, reqID := r.PathValue("run"), r.PathValue("request")
+	if err := s.d.Answer(id, reqID, req.OptionID); err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.PermissionAnswered{RunID: id, RequestID: reqID, OptionID: req.OptionID})
+}

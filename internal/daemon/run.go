@@ -1,0 +1,324 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/run"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// validate checks a mention before anything else looks at it.
+func validate(r apitype.TurnRequest) error {
+	switch {
+	case r.Channel == "":
+		return fmt.Errorf("%w: channel_id is required", ErrBadRequest)
+	case r.Binding == "":
+		return fmt.Errorf("%w: binding_id is required", ErrBadRequest)
+	case r.Text == "":
+		return fmt.Errorf("%w: text is required (the mention's message text)", ErrBadRequest)
+	case strings.TrimSpace(r.Text) == "":
+		return fmt.Errorf("%w: text is blank; send the mention's message text", ErrBadRequest)
+	case r.ThreadRoot != nil && *r.ThreadRoot == "":
+		return fmt.Errorf("%w: thread_root_id must be null or a message id, not empty", ErrBadRequest)
+	case r.MaxRecipients < 0:
+		return fmt.Errorf("%w: max_recipients must not be negative", ErrBadRequest)
+	}
+	return nil
+}
+
+// Submit starts a run for a mention and returns it at once; the run goes
+// on, in a goroutine the daemon owns, until it ends, whoever follows it.
+// Only Cancel, the binding's turn time limit, start fresh and shutdown end
+// it early. An error means no run was created.
+func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
+	if err := validate(req); err != nil {
+		return nil, err
+	}
+	b, ok := d.cfg.Binding(req.Binding)
+	if !ok {
+		return nil, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.bindingIDs())
+	}
+	if req.RunID == "" {
+		req.RunID = newRunID()
+	}
+	key := session.Key{Channel: req.Channel, Binding: b.ID}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		cancel(nil)
+		return nil, ErrShuttingDown
+	}
+	r, err := d.runs.New(req.RunID, key, req.MessageID)
+	if err != nil {
+		d.mu.Unlock()
+		cancel(nil)
+		return nil, err
+	}
+	d.cancels[req.RunID] = cancel
+	d.turns.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.turns.Done()
+		defer func() {
+			d.mu.Lock()
+			delete(d.cancels, req.RunID)
+			d.mu.Unlock()
+			cancel(nil)
+		}()
+		done, err := d.execute(ctx, r, b, req)
+		if err != nil {
+			r.Finish(apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error()}, err)
+			return
+		}
+		r.Finish(done, nil)
+	}()
+	return r, nil
+}
+
+// Turn answers one mention and waits for it: Submit, then every event of
+// the run to emit (the started event and each update or permission event),
+// and the done event or the error once the run has ended and its process
+// is idle again. Ending ctx cancels the run; in-process callers (the sim,
+// tests) use it, the API follows runs without tying them to a connection.
+func (d *Daemon) Turn(ctx context.Context, req apitype.TurnRequest, emit func(apitype.Event)) (apitype.Event, error) {
+	r, err := d.Submit(req)
+	if err != nil {
+		return apitype.Event{}, err
+	}
+	stop := context.AfterFunc(ctx, func() { d.cancelRun(r.ID, context.Cause(ctx)) })
+	defer stop()
+	var seq int64
+	for {
+		b := r.Read(seq)
+		for _, l := range b.Lines {
+			ev, err := decodeEvent(l)
+			if err != nil {
+				return apitype.Event{}, err
+			}
+			if ev.Event != apitype.EventDone && ev.Event != apitype.EventError && emit != nil {
+				emit(ev)
+			}
+		}
+		seq = b.Last
+		if b.Ended || b.Gone {
+			break
+		}
+		<-b.Changed
+	}
+	done, err, _ := r.Result()
+	if err != nil {
+		return apitype.Event{}, err
+	}
+	return done, nil
+}
+
+// Cancel cancels run runID.
+func (d *Daemon) Cancel(runID string) error {
+	if d.cancelRun(runID, errCancelled) {
+		return nil
+	}
+	if _, ok := d.runs.Get(runID); ok {
+		return fmt.Errorf("%w: %q; there is nothing to cancel", ErrRunEnded, runID)
+	}
+	return fmt.Errorf("%w %q: it never started, or ended longer ago than the run retention", ErrUnknownRun, runID)
+}
+
+// cancelRun cancels run runID with cause and reports whether it was running.
+func (d *Daemon) cancelRun(runID string, cause error) bool {
+	if runID == "" {
+		return false
+	}
+	d.mu.Lock()
+	cancel, ok := d.cancels[runID]
+	d.mu.Unlock()
+	if ok {
+		cancel(cause)
+	}
+	return ok
+}
+
+// Run returns run runID.
+func (d *Daemon) Run(runID string) (*run.Run, error) {
+	r, ok := d.runs.Get(runID)
+	if !ok {
+		return nil, fmt.Errorf("%w %q: it never started, or ended longer ago than the run retention", ErrUnknownRun, runID)
+	}
+	return r, nil
+}
+
+// Runs lists the queued, running and recently ended runs, oldest first.
+func (d *Daemon) Runs() []apitype.Run { return d.runs.List() }
+
+// Answer answers permission request requestID of run runID with optionID.
+func (d *Daemon) Answer(runID, requestID, optionID string) error {
+	r, err := d.Run(runID)
+	if err != nil {
+		return err
+	}
+	return r.Answer(requestID, optionID)
+}
+
+// execute runs the turn for r: the key, a slot, its process, the prompt.
+func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest) (apitype.Event, error) {
+	log := d.log.With(zap.String("key", r.Key.String()), zap.String("run", r.ID))
+	start := d.now()
+	co, err := d.pool.Acquire(ctx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
+		reason := apitype.QueueKeyBusy
+		if w.Slot {
+			reason = apitype.QueueNoSlot
+		}
+		r.Emit(apitype.Event{Event: apitype.EventQueued, Reason: reason, Position: w.Position})
+	}})
+	if err != nil {
+		if errors.Is(err, pool.ErrClosed) {
+			err = ErrShuttingDown
+		}
+		err = d.ctxErr(ctx, err)
+		// Every turn that passed validation is counted once, failed starts too.
+		d.m.ObserveTurn(lease.Unstarted, Outcome(err), d.now().Sub(start))
+		if !errors.Is(err, ErrShuttingDown) {
+			log.Info("turn failed before it started", zap.String("outcome", string(Outcome(err))), zap.Error(err))
+		}
+		return apitype.Event{}, err
+	}
+	d.m.ObserveQueueWait(co.Waited)
+	done, err := d.answer(ctx, r, b, req, co, start, log)
+	// Every exit path that did not commit discards: a failed run may never
+	// have shown the agent anything. Discard after Commit is a no-op.
+	for n := co.Lease.Discard(); n > 0; n-- {
+		d.m.Watermark(false)
+	}
+	d.pool.Release(co, b.Resident || b.SavedSession != "")
+	return done, err
+}
+
+// answer runs the turn on its checked-out process: compose, prompt, and on
+// success store the exchange and commit the watermarks.
+func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, log *zap.Logger) (apitype.Event, error) {
+	key, l := co.Key, co.Lease
+	shape := l.Shape.String()
+	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
+	req.RunID = r.ID
+
+	text, user, rep, err := d.compose(key, b, req, l, co.Session)
+	if err != nil {
+		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
+		return apitype.Event{}, err
+	}
+	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
+
+	tctx, tcancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
+	defer tcancel()
+	unask := d.askThrough(l.Native, r, tctx, time.Duration(b.PermissionTimeout))
+	defer unask()
+	first := true
+	turnStart := d.now()
+	res, err := co.Session.a.Prompt(tctx, l.Native, text, func(u acp.Update) {
+		if first {
+			first = false
+			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))
+		}
+		if u.Kind == acp.KindPermission {
+			r.Emit(apitype.Event{Event: apitype.EventPermissionDecision, Decision: u.Decision})
+			return
+		}
+		up := u.Update
+		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
+	})
+	var usage *apitype.Usage
+	if u := res.Usage; u != nil {
+		usage = &apitype.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens}
+		d.m.Tokens(shape, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+	}
+	if err == nil && !successful(res.StopReason) {
+		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
+		if res.StopReason == string(sdk.StopReasonCancelled) {
+			err = context.Canceled
+		}
+	}
+	if err != nil {
+		err = d.ctxErr(ctx, err)
+		outcome := Outcome(err)
+		if outcome == lease.OutcomeCrash {
+			d.spawnFailed(b.ID, err)
+		}
+		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
+		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", string(outcome)), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
+		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
+	}
+	now := d.now()
+	if aerr := d.st.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: user, At: start}, session.Turn{Role: session.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
+		log.Error("conversation append failed", zap.Error(aerr))
+	}
+	d.spawnOK(b.ID)
+	wm := apitype.WatermarkNone
+	n, cerr := l.Commit(d.st)
+	for i := 0; i < n; i++ {
+		d.m.Watermark(true)
+	}
+	switch {
+	case cerr != nil:
+		wm = apitype.WatermarkFailed
+		log.Error("watermark commit failed", zap.Error(cerr))
+	case n > 0:
+		wm = apitype.WatermarkCommitted
+	}
+	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
+	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
+	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage}, nil
+}
+
+// asker routes a native session's permission requests to its running run.
+type asker struct {
+	r       *run.Run
+	ctx     context.Context // the turn's: a cancel answers pending requests cancelled
+	timeout time.Duration
+}
+
+// askThrough routes the permission requests of native to r while the turn
+// runs; the returned func ends that.
+func (d *Daemon) askThrough(native string, r *run.Run, ctx context.Context, timeout time.Duration) func() {
+	a := &asker{r: r, ctx: ctx, timeout: timeout}
+	d.mu.Lock()
+	d.asking[native] = a
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		if d.asking[native] == a {
+			delete(d.asking, native)
+		}
+		d.mu.Unlock()
+	}
+}
+
+// ask is every agent's acp.AskFunc: a request of a session with no running
+// turn (an agent asking out of turn) is answered cancelled.
+func (d *Daemon) ask(ctx context.Context, native string, tc apitype.ToolCall, options []apitype.PermissionOption) string {
+	d.mu.Lock()
+	a := d.asking[native]
+	d.mu.Unlock()
+	if a == nil {
+		d.log.Warn("permission request outside a turn; answered cancelled", zap.String("native", native), zap.String("tool", tc.Title))
+		return ""
+	}
+	actx, cancel := context.WithCancel(a.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel) // the agent withdrew the request
+	defer stop()
+	id, by := a.r.Ask(actx, tc, options, a.timeout)
+	d.log.Info("permission decided", zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by))
+	return id
+}

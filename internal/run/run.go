@@ -1,0 +1,456 @@
+// Package run owns a turn as clients see it: a run with an id and a state,
+// the bounded log of its events with sequence numbers that any client can
+// follow and re-attach to, and the permission requests waiting for a
+// person's answer. Runs live in memory only; they do not survive a restart.
+package run
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/permission"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// Defaults for Limits fields left zero.
+const (
+	DefaultEvents    = 4096
+	DefaultBytes     = 1 << 20
+	DefaultRetention = 15 * time.Minute
+	DefaultEnded     = 256
+)
+
+// Limits bound what runs keep in memory.
+type Limits struct {
+	Events    int           // events kept per run; the oldest go first
+	Bytes     int           // bytes of encoded events kept per run
+	Retention time.Duration // how long an ended run can still be read
+	Ended     int           // ended runs kept at most; the oldest go first
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.Events <= 0 {
+		l.Events = DefaultEvents
+	}
+	if l.Bytes <= 0 {
+		l.Bytes = DefaultBytes
+	}
+	if l.Retention <= 0 {
+		l.Retention = DefaultRetention
+	}
+	if l.Ended <= 0 {
+		l.Ended = DefaultEnded
+	}
+	return l
+}
+
+// Errors callers tell apart with errors.Is.
+var (
+	ErrInUse           = errors.New("run id already in use")
+	ErrUnknownRequest  = errors.New("no such permission request")
+	ErrBadOption       = errors.New("not one of the options the agent offered")
+	ErrAlreadyAnswered = errors.New("permission request already answered")
+)
+
+// Run is one turn's run. The daemon creates it with Registry.New, reports
+// its progress with Emit and ends it with Finish; clients read it with
+// Snapshot and Read and answer its permission requests with Answer. Safe
+// for concurrent use.
+type Run struct {
+	ID        string
+	Key       session.Key
+	MessageID string
+	Created   time.Time
+
+	limits Limits
+	now    func() time.Time
+	reg    *Registry
+
+	mu       sync.Mutex // guards everything below
+	state    string
+	shape    string
+	qReason  string
+	qPos     int
+	started  time.Time
+	ended    time.Time
+	lines    []line // buffered events, seq order
+	bytes    int
+	last     int64         // the last seq handed out
+	changed  chan struct{} // closed and replaced on every change
+	result   *apitype.Event
+	err      error
+	pending  map[string]*ask
+	answered map[string]bool
+	nextAsk  int
+}
+
+type line struct {
+	seq  int64
+	data []byte // the event's JSON and a newline
+}
+
+// ask is a permission request waiting for a person.
+type ask struct {
+	req    apitype.PermissionRequest
+	answer chan string // buffered: the chosen option id
+	done   bool        // answered, timed out or cancelled
+}
+
+// Emit appends ev to the run's log, numbered and stamped, and returns it as
+// logged. A queued event records the wait and a started event marks the
+// run running. Emit after Finish does nothing.
+func (r *Run) Emit(ev apitype.Event) apitype.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.result != nil {
+		return ev
+	}
+	switch ev.Event {
+	case apitype.EventQueued:
+		r.qReason, r.qPos = ev.Reason, ev.Position
+	case apitype.EventStarted:
+		r.state, r.shape, r.started, r.qReason, r.qPos = apitype.RunRunning, ev.Shape, r.now(), "", 0
+	}
+	return r.appendLocked(ev)
+}
+
+// Finish ends the run with its last event, done or error, and the Go error
+// behind an error event (nil for done). Later calls do nothing.
+func (r *Run) Finish(ev apitype.Event, err error) {
+	r.mu.Lock()
+	if r.result != nil {
+		r.mu.Unlock()
+		return
+	}
+	switch {
+	case ev.Event == apitype.EventDone:
+		r.state = apitype.RunSucceeded
+	case ev.Code == apitype.CodeCancelled || ev.Code == apitype.CodeShuttingDown:
+		r.state = apitype.RunCancelled
+	default:
+		r.state = apitype.RunFailed
+	}
+	if ev.Shape == "" {
+		ev.Shape = r.shape
+	}
+	logged := r.appendLocked(ev)
+	r.result, r.err, r.ended = &logged, err, r.now()
+	r.qReason, r.qPos = "", 0
+	for _, a := range r.pending {
+		a.done = true
+	}
+	r.mu.Unlock()
+	if r.reg != nil {
+		r.reg.ended(r)
+	}
+}
+
+func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
+	r.last++
+	ev.RunID, ev.Seq, ev.At = r.ID, r.last, r.now()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// Every field of an Event encodes; a Raw payload came from the agent's
+	// own valid JSON.
+	if err := enc.Encode(ev); err != nil {
+		ev = apitype.Event{Event: ev.Event, RunID: ev.RunID, Seq: ev.Seq, At: ev.At, Code: apitype.CodeInternal, Message: "event could not be encoded: " + err.Error()}
+		buf.Reset()
+		_ = enc.Encode(ev)
+	}
+	r.lines = append(r.lines, line{seq: ev.Seq, data: buf.Bytes()})
+	r.bytes += buf.Len()
+	// Keep the newest within both bounds, and always the newest one.
+	for len(r.lines) > 1 && (len(r.lines) > r.limits.Events || r.bytes > r.limits.Bytes) {
+		r.bytes -= len(r.lines[0].data)
+		r.lines[0] = line{}
+		r.lines = r.lines[1:]
+	}
+	close(r.changed)
+	r.changed = make(chan struct{})
+	return ev
+}
+
+// Batch is what Read found.
+type Batch struct {
+	Lines   [][]byte        // encoded events after the asked sequence, in order
+	Last    int64           // the seq of the last line, or the asked one when none
+	Ended   bool            // the run has ended and Lines hold everything up to its end
+	Gone    bool            // events after the asked sequence fell out of the buffer
+	Changed <-chan struct{} // closed when there is more to read
+}
+
+// Read returns the buffered events after seq after.
+func (r *Run) Read(after int64) Batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := Batch{Last: after, Changed: r.changed}
+	if len(r.lines) > 0 && after+1 < r.lines[0].seq {
+		b.Gone = true
+		return b
+	}
+	i := sort.Search(len(r.lines), func(i int) bool { return r.lines[i].seq > after })
+	for _, l := range r.lines[i:] {
+		b.Lines = append(b.Lines, l.data)
+		b.Last = l.seq
+	}
+	b.Ended = r.result != nil && b.Last == r.last
+	return b
+}
+
+// Result returns the final event and the Go error behind it, and whether
+// the run has ended.
+func (r *Run) Result() (apitype.Event, error, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.result == nil {
+		return apitype.Event{}, nil, false
+	}
+	return *r.result, r.err, true
+}
+
+// Wait returns a channel closed at the run's next change.
+func (r *Run) Wait() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+// Snapshot describes the run as GET /v1/runs/{id} does.
+func (r *Run) Snapshot() apitype.Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := apitype.Run{
+		ID: r.ID, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
+		Shape: r.shape, QueueReason: r.qReason, QueuePosition: r.qPos, CreatedAt: r.Created, LastSeq: r.last,
+	}
+	if !r.started.IsZero() {
+		t := r.started
+		out.StartedAt = &t
+	}
+	if !r.ended.IsZero() {
+		t := r.ended
+		out.EndedAt = &t
+	}
+	if r.result != nil {
+		res := *r.result
+		out.Result = &res
+	}
+	for _, a := range r.pending {
+		if !a.done {
+			out.Pending = append(out.Pending, a.req)
+		}
+	}
+	sort.Slice(out.Pending, func(i, j int) bool { return out.Pending[i].ID < out.Pending[j].ID })
+	return out
+}
+
+// Ask puts a permission request to whoever follows the run and waits for
+// the answer, at most timeout. It returns the chosen option id ("" for the
+// cancelled outcome) and who decided: a person, the timeout (which rejects,
+// when the agent offered a reject option) or a cancel, when ctx ends first.
+// The request and its decision are both events of the run.
+func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.PermissionOption, timeout time.Duration) (optionID, decidedBy string) {
+	r.mu.Lock()
+	if r.result != nil {
+		r.mu.Unlock()
+		return "", apitype.DecidedByCancel
+	}
+	r.nextAsk++
+	a := &ask{
+		req:    apitype.PermissionRequest{ID: "perm-" + strconv.Itoa(r.nextAsk), ToolCall: tc, Options: options, ExpiresAt: r.now().Add(timeout)},
+		answer: make(chan string, 1),
+	}
+	r.pending[a.req.ID] = a
+	req := a.req
+	r.appendLocked(apitype.Event{Event: apitype.EventPermissionRequest, Permission: &req})
+	r.mu.Unlock()
+
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case optionID = <-a.answer:
+		decidedBy = apitype.DecidedByPerson
+	case <-t.C:
+		decidedBy = apitype.DecidedByTimeout
+	case <-ctx.Done():
+		decidedBy = apitype.DecidedByCancel
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if decidedBy != apitype.DecidedByPerson {
+		if a.done && len(a.answer) > 0 {
+			// An answer got in first; it was accepted, so it stands.
+			optionID, decidedBy = <-a.answer, apitype.DecidedByPerson
+		} else if decidedBy == apitype.DecidedByTimeout {
+			if o, ok := permission.Pick(toPolicyOptions(options), false); ok {
+				optionID = o.ID
+			}
+		}
+	}
+	a.done = true
+	delete(r.pending, a.req.ID)
+	r.answered[a.req.ID] = true
+	d := &apitype.PermissionDecision{RequestID: a.req.ID, Tool: tc.Title, OptionID: optionID, Kind: "cancelled", DecidedBy: decidedBy}
+	for _, o := range options {
+		if o.ID == optionID {
+			d.Kind = o.Kind
+		}
+	}
+	if r.result == nil {
+		r.appendLocked(apitype.Event{Event: apitype.EventPermissionDecision, Decision: d})
+	}
+	return optionID, decidedBy
+}
+
+func toPolicyOptions(options []apitype.PermissionOption) []permission.Option {
+	out := make([]permission.Option, len(options))
+	for i, o := range options {
+		out[i] = permission.Option{ID: o.ID, Name: o.Name, Kind: o.Kind}
+	}
+	return out
+}
+
+// Answer chooses optionID for permission request requestID. The first
+// answer wins; a second, or one after the request timed out or was
+// cancelled, gets ErrAlreadyAnswered.
+func (r *Run) Answer(requestID, optionID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.pending[requestID]
+	switch {
+	case a == nil && r.answered[requestID]:
+		return fmt.Errorf("%w: %q of run %q", ErrAlreadyAnswered, requestID, r.ID)
+	case a == nil:
+		return fmt.Errorf("%w %q on run %q", ErrUnknownRequest, requestID, r.ID)
+	case a.done:
+		return fmt.Errorf("%w: %q of run %q", ErrAlreadyAnswered, requestID, r.ID)
+	}
+	ids := make([]string, len(a.req.Options))
+	for i, o := range a.req.Options {
+		ids[i] = o.ID
+		if o.ID == optionID {
+			a.done = true
+			a.answer <- optionID
+			return nil
+		}
+	}
+	return fmt.Errorf("option %q for request %q: %w: %q", optionID, requestID, ErrBadOption, ids)
+}
+
+// Registry holds the runs of one daemon: every run until it ends, and ended
+// runs for Limits.Retention (at most Limits.Ended of them). Ended runs are
+// pruned as the registry is used; nothing runs in the background.
+type Registry struct {
+	limits Limits
+	now    func() time.Time
+
+	mu    sync.Mutex // guards runs and ended
+	runs  map[string]*Run
+	order []*Run // ended runs, oldest end first
+}
+
+// NewRegistry returns an empty registry; now is the clock (nil: time.Now).
+func NewRegistry(l Limits, now func() time.Time) *Registry {
+	if now == nil {
+		now = time.Now
+	}
+	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}}
+}
+
+// New registers a queued run. An id still held by a run, running or ended
+// and retained, is refused with ErrInUse.
+func (g *Registry) New(id string, k session.Key, messageID string) (*Run, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pruneLocked()
+	if _, ok := g.runs[id]; ok {
+		return nil, fmt.Errorf("%w: %q; use a new run_id", ErrInUse, id)
+	}
+	r := &Run{
+		ID: id, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g,
+		state: apitype.RunQueued, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
+	}
+	g.runs[id] = r
+	return r, nil
+}
+
+// Get returns run id.
+func (g *Registry) Get(id string) (*Run, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pruneLocked()
+	r, ok := g.runs[id]
+	return r, ok
+}
+
+// List describes every run, oldest first.
+func (g *Registry) List() []apitype.Run {
+	g.mu.Lock()
+	g.pruneLocked()
+	runs := make([]*Run, 0, len(g.runs))
+	for _, r := range g.runs {
+		runs = append(runs, r)
+	}
+	g.mu.Unlock()
+	out := make([]apitype.Run, len(runs))
+	for i, r := range runs {
+		out[i] = r.Snapshot()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Bytes reports the encoded event bytes all runs hold.
+func (g *Registry) Bytes() int {
+	g.mu.Lock()
+	runs := make([]*Run, 0, len(g.runs))
+	for _, r := range g.runs {
+		runs = append(runs, r)
+	}
+	g.mu.Unlock()
+	n := 0
+	for _, r := range runs {
+		r.mu.Lock()
+		n += r.bytes
+		r.mu.Unlock()
+	}
+	return n
+}
+
+func (g *Registry) ended(r *Run) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.order = append(g.order, r)
+	g.pruneLocked()
+}
+
+func (g *Registry) pruneLocked() {
+	cut := g.now().Add(-g.limits.Retention)
+	for len(g.order) > 0 && (len(g.order) > g.limits.Ended || g.order[0].endedAt().Before(cut)) {
+		if g.runs[g.order[0].ID] == g.order[0] {
+			delete(g.runs, g.order[0].ID)
+		}
+		g.order[0] = nil
+		g.order = g.order[1:]
+	}
+}
+
+func (r *Run) endedAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
+}
