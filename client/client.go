@@ -212,9 +212,11 @@ func (c *Client) Health(ctx context.Context) (apitype.Health, error) {
 	return h, err
 }
 
-// Turn submits a mention and calls on (when not nil) for each event as it
-// arrives. It returns the done event, or the error the daemon reported; an
-// error that arrives as the stream's last line is an *Error too.
+// Turn submits a mention and follows its run: on (when not nil) gets each
+// event as it arrives, keepalives left out. It returns the done event, or
+// the error the daemon reported; an error that arrives as the stream's last
+// line is an *Error too. Ending ctx stops following; the run goes on (see
+// Cancel), and Follow picks it up again.
 func (c *Client) Turn(ctx context.Context, req apitype.TurnRequest, on func(apitype.Event)) (apitype.Event, error) {
 	resp, err := c.send(ctx, http.MethodPost, "/v1/turns", nil, req)
 	if err != nil {
@@ -222,6 +224,55 @@ func (c *Client) Turn(ctx context.Context, req apitype.TurnRequest, on func(apit
 	}
 	defer closeBody(resp)
 	return readStream(resp.Body, on)
+}
+
+// Submit starts a run for a mention without following it and returns the
+// run as it stands (queued, usually).
+func (c *Client) Submit(ctx context.Context, req apitype.TurnRequest) (apitype.Run, error) {
+	var out apitype.Run
+	err := c.do(ctx, http.MethodPost, "/v1/turns?stream=false", req, &out)
+	return out, err
+}
+
+// Follow re-attaches to run runID: on gets the events after sequence
+// number after (0: all the run still holds), then the live ones, and Follow
+// returns the final event as Turn does. When the events asked for fell out
+// of the run's buffer the error has code apitype.CodeEventsGone; Run still
+// has the final result.
+func (c *Client) Follow(ctx context.Context, runID string, after int64, on func(apitype.Event)) (apitype.Event, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/events?after="+strconv.FormatInt(after, 10), nil, nil)
+	if err != nil {
+		return apitype.Event{}, err
+	}
+	defer closeBody(resp)
+	return readStream(resp.Body, on)
+}
+
+// Run returns one run: its state and, once it ended, its result.
+func (c *Client) Run(ctx context.Context, runID string) (apitype.Run, error) {
+	var out apitype.Run
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID), nil, &out)
+	return out, err
+}
+
+// Runs lists the queued, running and recently ended runs, oldest first.
+func (c *Client) Runs(ctx context.Context) ([]apitype.Run, error) {
+	var out apitype.Runs
+	err := c.do(ctx, http.MethodGet, "/v1/runs", nil, &out)
+	return out.Runs, err
+}
+
+// Answer answers permission request requestID of run runID with one of the
+// options its permission_request event listed.
+func (c *Client) Answer(ctx context.Context, runID, requestID, optionID string) error {
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/permissions/"+url.PathEscape(requestID), apitype.PermissionAnswer{OptionID: optionID}, nil)
+}
+
+// Version returns the daemon's version, API version and capabilities.
+func (c *Client) Version(ctx context.Context) (apitype.Version, error) {
+	var out apitype.Version
+	err := c.do(ctx, http.MethodGet, "/v1/version", nil, &out)
+	return out, err
 }
 
 // readStream reads NDJSON events up to the done or error line.
@@ -232,6 +283,9 @@ func readStream(r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 		var ev apitype.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
+		}
+		if ev.Event == apitype.EventKeepalive {
+			continue
 		}
 		if on != nil {
 			on(ev)
@@ -249,9 +303,9 @@ func readStream(r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 	return apitype.Event{}, errors.New("client: turn stream ended without a done or error event")
 }
 
-// Cancel cancels a running turn by its run id.
+// Cancel cancels a run by its id.
 func (c *Client) Cancel(ctx context.Context, runID string) error {
-	return c.do(ctx, http.MethodPost, "/v1/turns/"+url.PathEscape(runID)+"/cancel", nil, nil)
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/cancel", nil, nil)
 }
 
 // Sessions lists the live agent processes.

@@ -76,7 +76,7 @@ func unixHTTP(sock string) *http.Client {
 	}}}
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -87,6 +87,9 @@ func newEnv(t *testing.T) *env {
 	builtin := config.Builtin(exe, dir)
 	builtin.Env = map[string]string{"RESIDENTD_TEST_AGENT": "1"}
 	cfg.Bindings = []config.Binding{builtin, {ID: "b-missing", Handle: "@missing", Command: "/nonexistent/residentd-agent-xyz"}}
+	for _, f := range tweak {
+		f(cfg)
+	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -110,7 +113,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	level := zap.NewAtomicLevel()
-	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Version: "test"})
+	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e := &env{d: d, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
@@ -439,4 +442,20 @@ func TestSessionsListing(t *testing.T) {
 	if _, err := os.Stat("/proc/self/statm"); err == nil && s.RSSBytes <= 0 {
 		t.Errorf("rss_bytes %d for a live agent", s.RSSBytes)
 	}
+}
+
+// rawBody sends body as-is and returns the status and the whole body.
+func (e *env) rawBody(t *testing.T, method, path, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://residentd"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
 }

@@ -35,9 +35,22 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	detach := false
+	switch v := r.URL.Query().Get("stream"); v {
+	case "", "true":
+	case "false":
+		detach = true
+	default:
+		fail(w, fmt.Errorf("%w: stream=%q: use true (the default) or false", errBadRequest, v))
+		return
+	}
 	rn, err := s.d.Submit(req)
 	if err != nil {
 		fail(w, err)
+		return
+	}
+	if detach {
+		writeJSON(w, http.StatusAccepted, rn.Snapshot())
 		return
 	}
 	s.follow(w, r, rn, 0, true)
