@@ -201,9 +201,23 @@ func TestRunOutlivesItsConnection(t *testing.T) {
 func TestEventsGone(t *testing.T) {
 	e := newEnv(t, func(c *config.Config) { c.Runs.Events = 3 })
 	ctx := context.Background()
-	done, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: "run-gone", Text: "@agent hi"}, nil)
+	// Submitted, not followed: a live reader could itself fall behind a
+	// buffer this small.
+	if _, err := e.c.Submit(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: "run-gone", Text: "@agent hi"}); err != nil {
+		t.Fatal(err)
+	}
+	rn, err := e.d.Run("run-gone")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var done apitype.Event
+	for {
+		ch := rn.Wait()
+		if ev, _, ended := rn.Result(); ended {
+			done = ev
+			break
+		}
+		<-ch
 	}
 	if done.Seq <= 3 {
 		t.Fatalf("the turn had only %d events; the test needs more than the buffer's 3", done.Seq)
