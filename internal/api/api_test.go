@@ -166,11 +166,16 @@ func TestBadInput(t *testing.T) {
 		msg                      string
 	}{
 		{"malformed turn", "POST", "/v1/turns", `{"channel_id":`, 400, "bad_request", "malformed request"},
-		{"not an object", "POST", "/v1/turns", `[1,2]`, 400, "bad_request", "cannot unmarshal array"},
+		{"not an object", "POST", "/v1/turns", `[1,2]`, 400, "bad_request", "must be a JSON object, got array"},
+		{"field case", "POST", "/v1/turns", `{"Channel_ID":"ch","binding_id":"b-builtin","text":"x"}`, 400, "bad_request", `field names are case-sensitive: did you mean "channel_id"?`},
+		{"duplicate key", "POST", "/v1/turns", `{"channel_id":"ch","channel_id":"ch2","binding_id":"b-builtin","text":"x"}`, 400, "bad_request", `field "channel_id" is given twice`},
+		{"invalid utf-8", "POST", "/v1/turns", "{\"channel_id\":\"ch\",\"binding_id\":\"b-builtin\",\"text\":\"\xff\xfe\"}", 400, "bad_request", `field "text" is not valid UTF-8`},
+		{"blank text", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":" \n "}`, 400, "bad_request", "text is blank"},
 		{"unknown field", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":"x","colour":"red"}`, 400, "bad_request", `unknown field "colour"`},
 		{"wrong type", "POST", "/v1/turns", `{"channel_id":7,"binding_id":"b-builtin","text":"x"}`, 400, "bad_request", "channel_id"},
 		{"trailing data", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":"x"} {}`, 400, "bad_request", "trailing data"},
-		{"empty body", "POST", "/v1/turns", ``, 400, "bad_request", "EOF"},
+		{"empty body", "POST", "/v1/turns", ``, 400, "bad_request", "body is empty"},
+		{"cut short", "POST", "/v1/turns", `{"channel_id":"ch"`, 400, "bad_request", "EOF"},
 		{"oversized turn", "POST", "/v1/turns", big, 413, "payload_too_large", fmt.Sprintf("%d-byte limit", MaxTurnBody)},
 		{"missing channel", "POST", "/v1/turns", `{"binding_id":"b-builtin","text":"x"}`, 400, "bad_request", "channel_id is required"},
 		{"missing binding", "POST", "/v1/turns", `{"channel_id":"ch","text":"x"}`, 400, "bad_request", "binding_id is required"},
@@ -187,7 +192,11 @@ func TestBadInput(t *testing.T) {
 		{"messages empty", "POST", "/v1/messages", `{"messages":[]}`, 400, "bad_request", "at least one"},
 		{"messages wrong type", "POST", "/v1/messages", `{"messages":{}}`, 400, "bad_request", "messages"},
 		{"message invalid", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","author":"a","author_kind":"robot","created_at":"2026-01-01T00:00:00Z","body":"x"}]}`, 400, "invalid_message", "author_kind"},
-		{"message bad time", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","created_at":"yesterday"}]}`, 400, "bad_request", "yesterday"},
+		{"message bad time", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","author":"a","author_kind":"user","created_at":"yesterday"}]}`, 400, "invalid_message", `"m1" (message 0 of 1): created_at "yesterday"`},
+		{"message without author", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","author_kind":"user","created_at":"2026-01-01T00:00:00Z","body":"x"}]}`, 400, "invalid_message", `"m1": missing author`},
+		{"message body invalid utf-8", "POST", "/v1/messages", "{\"messages\":[{\"id\":\"m1\",\"channel_id\":\"ch\",\"author\":\"a\",\"author_kind\":\"user\",\"created_at\":\"2026-01-01T00:00:00Z\",\"body\":\"a\x80b\"}]}", 400, "bad_request", `field "messages[0].body" is not valid UTF-8`},
+		{"message wrong type", "POST", "/v1/messages", `{"messages":[{"id":7}]}`, 400, "bad_request", `field "messages.id" must be a JSON string, got number`},
+		{"roster unknown kind", "PUT", "/v1/channels/ch/roster", `{"members":[{"handle":"ann","kind":"robot","reachable":true}]}`, 400, "bad_request", `kind "robot" must be "user" or "agent"`},
 		{"log level bad", "PUT", "/v1/log/level", `{"level":"loud"}`, 400, "bad_request", "loud"},
 		{"GET on turns", "GET", "/v1/turns", ``, 405, "method_not_allowed", "POST"},
 		{"GET on messages", "GET", "/v1/messages", ``, 405, "method_not_allowed", "POST"},
@@ -201,6 +210,11 @@ func TestBadInput(t *testing.T) {
 			status, er := e.raw(t, tt.method, tt.path, tt.body, "Content-Type", "application/json")
 			if status != tt.status || er.Code != tt.code || !strings.Contains(er.Message, tt.msg) {
 				t.Fatalf("%s %s: got %d %s %q, want %d %s containing %q", tt.method, tt.path, status, er.Code, er.Message, tt.status, tt.code, tt.msg)
+			}
+			for _, goism := range []string{"Go value", "Go struct", "apitype.", "api.", "daemon.", "[]", "json: "} {
+				if strings.Contains(er.Message, goism) {
+					t.Errorf("message %q shows Go internals (%q)", er.Message, goism)
+				}
 			}
 		})
 	}

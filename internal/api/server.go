@@ -5,7 +5,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
@@ -272,23 +272,6 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	return decodeBytes(data, v)
 }
 
-// decodeBytes is decode's pure half, fuzzed on its own.
-func decodeBytes(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", errDecode, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: trailing data after the JSON body", errDecode)
-	}
-	var rest json.RawMessage
-	if err := dec.Decode(&rest); err != io.EOF {
-		return fmt.Errorf("%w: trailing data after the JSON body", errDecode)
-	}
-	return nil
-}
-
 func fail(w http.ResponseWriter, err error) {
 	status, code := classify(err)
 	writeError(w, status, code, err.Error())
@@ -334,8 +317,24 @@ func (s *Server) bindings(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.Bindings{Bindings: s.d.Bindings()})
 }
 
+// wireMessages is POST /v1/messages as it arrives: created_at is read as
+// text so that a bad one is refused naming its message, as invalid_message.
+type wireMessages struct {
+	Messages []wireMessage `json:"messages"`
+}
+
+type wireMessage struct {
+	ID         string `json:"id"`
+	Channel    string `json:"channel_id"`
+	ThreadRoot string `json:"thread_root_id,omitempty"`
+	Author     string `json:"author"`
+	AuthorKind string `json:"author_kind"`
+	CreatedAt  string `json:"created_at"`
+	Body       string `json:"body"`
+}
+
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	var req apitype.MessagesRequest
+	var req wireMessages
 	if err := decode(w, r, MaxMessagesBody, &req); err != nil {
 		fail(w, err)
 		return
@@ -344,7 +343,16 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: messages must hold at least one message", errBadRequest))
 		return
 	}
-	res, err := s.d.PutMessages(req.Messages)
+	msgs := make([]apitype.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		at, err := time.Parse(time.RFC3339Nano, m.CreatedAt)
+		if err != nil {
+			fail(w, fmt.Errorf("%w %q (message %d of %d): created_at %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z; nothing of the batch was stored", channel.ErrInvalid, m.ID, i, len(req.Messages), m.CreatedAt))
+			return
+		}
+		msgs[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: at, Body: m.Body}
+	}
+	res, err := s.d.PutMessages(msgs)
 	if err != nil {
 		fail(w, err)
 		return

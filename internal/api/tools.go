@@ -50,6 +50,10 @@ func (t *toolsAPI) putRoster(w http.ResponseWriter, r *http.Request) {
 			fail(w, fmt.Errorf("%w: member %d has no handle", errBadRequest, i))
 			return
 		}
+		if m.Kind != apitype.AuthorUser && m.Kind != apitype.AuthorAgent {
+			fail(w, fmt.Errorf("%w: member %d (%q): kind %q must be %q or %q", errBadRequest, i, m.Handle, m.Kind, apitype.AuthorUser, apitype.AuthorAgent))
+			return
+		}
 	}
 	ch := r.PathValue("channel")
 	if err := t.d.SetRoster(ch, req.Members); err != nil {

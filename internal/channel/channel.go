@@ -41,6 +41,8 @@ func (m Message) Validate() error {
 		return fmt.Errorf("%w: missing id", ErrInvalid)
 	case m.Channel == "":
 		return fmt.Errorf("%w %q: missing channel_id", ErrInvalid, m.ID)
+	case m.Author == "":
+		return fmt.Errorf("%w %q: missing author (the poster's handle or name)", ErrInvalid, m.ID)
 	case m.CreatedAt.IsZero():
 		return fmt.Errorf("%w %q: missing or zero created_at (RFC 3339 expected)", ErrInvalid, m.ID)
 	case m.AuthorKind != KindUser && m.AuthorKind != KindAgent:
