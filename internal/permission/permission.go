@@ -58,9 +58,9 @@ var readKinds = map[string]bool{"read": true, "search": true, "fetch": true, "th
 type Decision int
 
 const (
-	Reject Decision = iota // answer with a reject option
-	Grant                  // answer with an allow option
-	AskPerson              // put the request to a person and wait
+	Reject    Decision = iota // answer with a reject option
+	Grant                     // answer with an allow option
+	AskPerson                 // put the request to a person and wait
 )
 
 // Decide says what the policy does with a tool call of ACP kind kind (""

@@ -185,7 +185,7 @@ type Pool[S Session] struct {
 
 	mu      sync.Mutex // guards everything below and every entry
 	entries map[session.Key]*entry[S]
-	slots   int             // entries not gone: starting, ready, busy or stopping
+	slots   int           // entries not gone: starting, ready, busy or stopping
 	slotQ   []*slotWaiter // turns waiting for a slot, FIFO
 	closed  bool
 	closeCh chan struct{}
