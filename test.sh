@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs the pinned real ACP agents the interop tests
 # drive, runs every test with the race detector, then bounded fuzz runs of
-# the request decoder and render.
+# the request decoder and render. Every response the suite's daemons write is
+# checked against the API's OpenAPI description.
 #
 # Real agents need node and npm. Without them (a machine with only Go) the
 # interop tests are skipped with a notice; in CI (CI=true) they are required.
@@ -19,7 +20,12 @@ if [ "${RESIDENTD_SKIP_REAL_AGENTS:-}" != 1 ]; then
     export RESIDENTD_SKIP_REAL_AGENTS=1
   fi
 fi
-go test -race -count=1 -timeout 30m ./...
+# Every response any test's daemon writes is recorded, then checked against
+# docs/openapi.json (RESIDENTD_API_TRACE; see internal/api/trace.go).
+trace=$(mktemp -d)
+trap 'rm -rf "$trace"' EXIT
+RESIDENTD_API_TRACE="$trace" go test -race -count=1 -timeout 30m ./...
+RESIDENTD_API_TRACE_CHECK="$trace" go test -count=1 -run '^TestSuiteTraffic$' -v ./internal/api/
 # Bounded fuzzing: the API's request decoder and the channel-context render.
 go test -run='^$' -fuzz=FuzzDecodeTurn -fuzztime=15s ./internal/api/
 go test -run='^$' -fuzz=FuzzRender -fuzztime=15s ./internal/delivery/

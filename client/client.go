@@ -176,6 +176,14 @@ func (c *Client) send(ctx context.Context, method, path string, header http.Head
 	}
 	resp, err := c.http().Do(req)
 	if err != nil {
+		// *url.Error repeats the method and URL; say them once.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("client: %s %s on %s: %w", method, req.URL.Path, c.where(), err)
+		}
 		return nil, fmt.Errorf("client: %s %s on %s: %w (is the daemon running? start it with `residentd serve`)", method, req.URL.Path, c.where(), err)
 	}
 	if resp.StatusCode >= 300 {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -55,7 +57,9 @@ func serve() (func(), error) {
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
 	b := config.Builtin(exe, dir)
 	b.Env = map[string]string{"RESIDENTD_TEST_AGENT": "1"}
-	cfg.Bindings = []config.Binding{b}
+	ask := b
+	ask.ID, ask.Handle, ask.Permission = "b-ask", "@asker", permission.Ask
+	cfg.Bindings = []config.Binding{b, ask}
 	cfg.SetDefaults()
 	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
 	if err != nil {
@@ -92,7 +96,7 @@ func ExampleClient_Health() {
 		return
 	}
 	fmt.Println(h.OK, h.MaxLive, h.Bindings)
-	// Output: true 4 1
+	// Output: true 4 2
 }
 
 func ExampleClient_Turn() {
@@ -154,6 +158,112 @@ func ExampleClient_Sessions() {
 		}
 	}
 	// Output: b-builtin idle 1
+}
+
+func ExampleClient_Submit() {
+	var c client.Client
+	defer c.Close()
+	ctx := context.Background()
+	// A detached run: it goes on whether or not anyone follows it.
+	r, err := c.Submit(ctx, apitype.TurnRequest{Channel: "ch-submit", Binding: "b-builtin", Text: "@agent summarise the thread"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	done, err := c.Follow(ctx, r.ID, 0, func(ev apitype.Event) {
+		if ev.Event == apitype.EventStarted {
+			fmt.Println(ev.Seq, ev.Event, ev.Shape)
+		}
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(done.Event, done.Shape)
+	got, err := c.Run(ctx, r.ID)
+	fmt.Println(got.State, got.Result.Event, err)
+	// Output:
+	// 1 started cold
+	// done cold
+	// succeeded done <nil>
+}
+
+func ExampleClient_Follow() {
+	var c client.Client
+	defer c.Close()
+	ctx := context.Background()
+	r, err := c.Submit(ctx, apitype.TurnRequest{Channel: "ch-follow", Binding: "b-builtin", Text: "@agent hello"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var all []int64
+	if _, err := c.Follow(ctx, r.ID, 0, func(ev apitype.Event) { all = append(all, ev.Seq) }); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A client that had seen up to the first event re-attaches after it and
+	// gets exactly the rest, in order.
+	var again []int64
+	done, err := c.Follow(ctx, r.ID, all[0], func(ev apitype.Event) { again = append(again, ev.Seq) })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(slices.Equal(again, all[1:]), done.Event)
+	// Output: true done
+}
+
+func ExampleClient_Answer() {
+	var c client.Client
+	defer c.Close()
+	ctx := context.Background()
+	// b-ask's permission policy is ask: the agent's request reaches the
+	// stream and waits for a person.
+	done, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-answer", Binding: "b-ask", Text: "@asker [[permission:edit]] fix it"}, func(ev apitype.Event) {
+		switch ev.Event {
+		case apitype.EventPermissionRequest:
+			p := ev.Permission
+			for _, o := range p.Options {
+				fmt.Println("option", o.ID, o.Kind)
+			}
+			if err := c.Answer(ctx, ev.RunID, p.ID, p.Options[0].ID); err != nil {
+				fmt.Println(err)
+			}
+		case apitype.EventPermissionDecision:
+			fmt.Println("decided", ev.Decision.Kind, "by", ev.Decision.DecidedBy)
+		}
+	})
+	fmt.Println(done.Event, err)
+	// Output:
+	// option allow allow_once
+	// option allow-always allow_always
+	// option reject reject_once
+	// option reject-always reject_always
+	// decided allow_once by person
+	// done <nil>
+}
+
+func ExampleClient_Cancel() {
+	var c client.Client
+	defer c.Close()
+	ctx := context.Background()
+	_, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-cancel", Binding: "b-builtin", Text: "@agent [[fault:hang-turn]] take forever"}, func(ev apitype.Event) {
+		if ev.Event == apitype.EventStarted {
+			fmt.Println("cancel:", c.Cancel(ctx, ev.RunID))
+		}
+	})
+	fmt.Println(client.IsCode(err, apitype.CodeCancelled))
+	runs, _ := c.Runs(ctx)
+	for _, r := range runs {
+		if r.Channel == "ch-cancel" {
+			fmt.Println(r.State)
+		}
+	}
+	// Output:
+	// cancel: <nil>
+	// true
+	// cancelled
 }
 
 func TestSocketPath(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,13 +24,6 @@ func clientFlags(name string) (*flag.FlagSet, *string) {
 	return fs, sock
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	return nil
-}
-
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -37,7 +31,7 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func cmdMention(ctx context.Context, args []string, stdout io.Writer) error {
+func cmdMention(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs, sock := clientFlags("mention")
 	ch := fs.String("channel", "", "channel id (required)")
 	binding := fs.String("binding", "b-builtin", "binding id")
@@ -45,12 +39,17 @@ func cmdMention(ctx context.Context, args []string, stdout io.Writer) error {
 	thread := fs.String("thread", "", "thread root id, if the mention is in a thread")
 	run := fs.String("run", "", "run id (default: generated)")
 	stream := fs.Bool("json", false, "print every event as a JSON line")
+	ask := fs.String("ask", "auto", "answer the agent's permission requests from stdin: auto (when stdin is a terminal), yes or no")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	text := strings.Join(fs.Args(), " ")
 	if *ch == "" || text == "" {
-		return fmt.Errorf("%w: mention --channel ID [--binding ID] TEXT", errUsage)
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["mention"])
+	}
+	asking, err := askMode(*ask, stdin)
+	if err != nil {
+		return err
 	}
 	req := apitype.TurnRequest{Channel: *ch, Binding: *binding, MessageID: *msg, RunID: *run, Text: text}
 	if *thread != "" {
@@ -58,28 +57,233 @@ func cmdMention(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
-	done, err := c.Turn(ctx, req, func(ev apitype.Event) {
-		switch {
-		case *stream:
-			json.NewEncoder(stdout).Encode(ev)
-		case ev.Event == "started":
-			fmt.Fprintf(stdout, "run %s: %s session %s (pid %d)\n", ev.RunID, ev.Shape, ev.Native, ev.Pid)
-		case ev.Event == "update" && ev.Update != nil && ev.Update.Kind == "agent_message_chunk":
-			fmt.Fprint(stdout, ev.Update.Text)
-		}
-	})
+	p := &printer{ctx: ctx, c: c, out: stdout, json: *stream}
+	if asking {
+		p.in = bufio.NewReader(stdin)
+	}
+	done, err := c.Turn(ctx, req, p.event)
 	if err != nil {
 		return err
 	}
-	if !*stream {
-		fmt.Fprintf(stdout, "\n[%s, stop %s, watermark %s]\n", done.Shape, done.StopReason, done.Watermark)
+	p.done(done)
+	return nil
+}
+
+// askMode says whether mention asks the person at the terminal.
+func askMode(mode string, stdin io.Reader) (bool, error) {
+	switch mode {
+	case "yes":
+		return true, nil
+	case "no":
+		return false, nil
+	case "auto":
+		f, ok := stdin.(*os.File)
+		if !ok {
+			return false, nil
+		}
+		fi, err := f.Stat()
+		return err == nil && fi.Mode()&os.ModeCharDevice != 0, nil
 	}
+	return false, fmt.Errorf("%w: --ask %q: use auto, yes or no", errUsage, mode)
+}
+
+// printer shows a run's events on a terminal, and with in set asks the
+// person there to answer the agent's permission requests.
+type printer struct {
+	ctx  context.Context
+	c    *client.Client
+	out  io.Writer
+	json bool
+	in   *bufio.Reader
+}
+
+func (p *printer) event(ev apitype.Event) {
+	if p.json {
+		json.NewEncoder(p.out).Encode(ev)
+	}
+	switch ev.Event {
+	case apitype.EventQueued:
+		if !p.json {
+			fmt.Fprintf(p.out, "run %s: queued (%s, position %d)\n", ev.RunID, ev.Reason, ev.Position)
+		}
+	case apitype.EventStarted:
+		if !p.json {
+			fmt.Fprintf(p.out, "run %s: %s session %s (pid %d)\n", ev.RunID, ev.Shape, ev.Native, ev.Pid)
+		}
+	case apitype.EventUpdate:
+		if !p.json && ev.Update != nil && ev.Update.Kind == apitype.UpdateMessage {
+			fmt.Fprint(p.out, ev.Update.Text)
+		}
+	case apitype.EventPermissionRequest:
+		if ev.Permission != nil {
+			p.permission(ev.RunID, *ev.Permission)
+		}
+	case apitype.EventPermissionDecision:
+		if !p.json && ev.Decision != nil {
+			fmt.Fprintf(p.out, "[permission %s: %s, by %s]\n", ev.Decision.Tool, ev.Decision.Kind, ev.Decision.DecidedBy)
+		}
+	}
+}
+
+// permission asks the person, or says how to answer from elsewhere.
+func (p *printer) permission(runID string, pr apitype.PermissionRequest) {
+	out := p.out
+	if p.json {
+		out = io.Discard
+		if p.in != nil {
+			out = os.Stderr // keep stdout JSON lines only
+		}
+	}
+	fmt.Fprintf(out, "\nthe agent asks to %s (%s)", pr.ToolCall.Title, pr.ToolCall.Kind)
+	for _, l := range pr.ToolCall.Locations {
+		fmt.Fprintf(out, " %s", l.Path)
+	}
+	fmt.Fprintln(out)
+	for i, o := range pr.Options {
+		fmt.Fprintf(out, "  %d) %s [%s]\n", i+1, o.Name, o.Kind)
+	}
+	if p.in == nil {
+		fmt.Fprintf(out, "answer with: residentd answer %s %s OPTION_ID (rejected at %s without an answer)\n", runID, pr.ID, pr.ExpiresAt.Local().Format(time.Kitchen))
+		return
+	}
+	for {
+		fmt.Fprintf(out, "answer 1-%d: ", len(pr.Options))
+		line, err := p.in.ReadString('\n')
+		if err != nil && line == "" {
+			fmt.Fprintf(out, "\nno answer read; answer with: residentd answer %s %s OPTION_ID\n", runID, pr.ID)
+			return
+		}
+		id, ok := pickOption(pr.Options, strings.TrimSpace(line))
+		if !ok {
+			fmt.Fprintf(out, "%q is not one of the options\n", strings.TrimSpace(line))
+			continue
+		}
+		if err := p.c.Answer(p.ctx, runID, pr.ID, id); err != nil {
+			// Another client may have answered first; the stream says how.
+			fmt.Fprintln(out, err)
+		}
+		return
+	}
+}
+
+// pickOption reads an answer: an option's number, id or kind.
+func pickOption(opts []apitype.PermissionOption, answer string) (string, bool) {
+	if n, err := strconv.Atoi(answer); err == nil && n >= 1 && n <= len(opts) {
+		return opts[n-1].ID, true
+	}
+	for _, o := range opts {
+		if answer == o.ID || answer == o.Kind {
+			return o.ID, true
+		}
+	}
+	return "", false
+}
+
+func (p *printer) done(ev apitype.Event) {
+	if !p.json {
+		fmt.Fprintf(p.out, "\n[%s, stop %s, watermark %s]\n", ev.Shape, ev.StopReason, ev.Watermark)
+	}
+}
+
+func cmdAttach(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs, sock := clientFlags("attach")
+	after := fs.Int64("after", 0, "replay only the events after this sequence number")
+	stream := fs.Bool("json", false, "print every event as a JSON line")
+	ask := fs.String("ask", "auto", "answer permission requests from stdin: auto, yes or no")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["attach"])
+	}
+	asking, err := askMode(*ask, stdin)
+	if err != nil {
+		return err
+	}
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	p := &printer{ctx: ctx, c: c, out: stdout, json: *stream}
+	if asking {
+		p.in = bufio.NewReader(stdin)
+	}
+	done, err := c.Follow(ctx, fs.Arg(0), *after, p.event)
+	if err != nil {
+		return err
+	}
+	p.done(done)
+	return nil
+}
+
+func cmdAnswer(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, sock := clientFlags("answer")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 3 {
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["answer"])
+	}
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	if err := c.Answer(ctx, fs.Arg(0), fs.Arg(1), fs.Arg(2)); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "answered %s of run %s with %s\n", fs.Arg(1), fs.Arg(0), fs.Arg(2))
+	return nil
+}
+
+func cmdRuns(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, sock := clientFlags("runs")
+	asJSON := fs.Bool("json", false, "print the runs as JSON")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	runs, err := c.Runs(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, runs)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATE\tKEY\tSHAPE\tQUEUE\tCREATED\tPENDING")
+	for _, r := range runs {
+		queue := "-"
+		if r.QueueReason != "" {
+			queue = fmt.Sprintf("%s #%d", r.QueueReason, r.QueuePosition)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%d\n", r.ID, r.State, r.Channel, r.Binding, orDash(r.Shape), queue, r.CreatedAt.Local().Format(time.TimeOnly), len(r.Pending))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func cmdVersion(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, sock := clientFlags("version")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "residentd %s\n", version)
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	v, err := c.Version(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "daemon %s, API v%s, capabilities %s\n", v.Version, v.API, strings.Join(v.Capabilities, ", "))
 	return nil
 }
 
 func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs, sock := clientFlags("push")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	var msgs []apitype.Message
@@ -111,7 +315,7 @@ func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 
 func cmdSessions(ctx context.Context, args []string, stdout io.Writer) error {
 	fs, sock := clientFlags("sessions")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	c := &client.Client{Socket: *sock}
@@ -125,7 +329,7 @@ func cmdSessions(ctx context.Context, args []string, stdout io.Writer) error {
 
 func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	fs, sock := clientFlags("status")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	c := &client.Client{Socket: *sock}
@@ -165,11 +369,11 @@ func cmdFresh(ctx context.Context, args []string, stdout io.Writer) error {
 	fs, sock := clientFlags("fresh")
 	ch := fs.String("channel", "", "channel id (required)")
 	binding := fs.String("binding", "b-builtin", "binding id")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *ch == "" {
-		return fmt.Errorf("%w: fresh --channel ID [--binding ID]", errUsage)
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["fresh"])
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
@@ -187,7 +391,7 @@ func cmdCancel(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: cancel RUN_ID", errUsage)
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["cancel"])
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
@@ -200,7 +404,7 @@ func cmdCancel(ctx context.Context, args []string, stdout io.Writer) error {
 
 func cmdHealth(ctx context.Context, args []string, stdout io.Writer) error {
 	fs, sock := clientFlags("health")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	c := &client.Client{Socket: *sock}
@@ -220,7 +424,7 @@ func cmdLogLevel(ctx context.Context, args []string, stdout io.Writer) error {
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	if fs.NArg() > 1 {
-		return fmt.Errorf("%w: log-level [debug|info|warn|error]", errUsage)
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["log-level"])
 	}
 	if fs.NArg() == 1 {
 		if err := c.SetLogLevel(ctx, fs.Arg(0)); err != nil {

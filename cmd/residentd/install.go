@@ -37,8 +37,8 @@ func cmdInstall(args []string, stdout io.Writer, remove bool) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: %s takes no arguments, got %q", errUsage, name, fs.Args())
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 	if !*user {
 		return fmt.Errorf("%w: only per-user services are supported (--user)", errUsage)

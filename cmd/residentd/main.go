@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/residentd/residentd/internal/agent"
@@ -40,7 +41,11 @@ Daemon:
   uninstall   remove them
 
 Client (talks to the daemon's socket):
-  mention     send a mention and stream the reply
+  mention     send a mention and stream the reply (asks you the agent's
+              permission requests when the binding's policy is ask)
+  runs        list queued, running and recently ended runs
+  attach      follow a run again, from the start or after a sequence number
+  answer      answer a permission request of a run
   push        push channel messages (JSON lines on stdin)
   sessions    list live sessions (JSON)
   status      show live sessions as a table
@@ -48,8 +53,10 @@ Client (talks to the daemon's socket):
   cancel      cancel a running turn
   health      print the daemon's health
   log-level   show or set the daemon's log level
+  version     print this binary's and the daemon's versions
 
-Run "residentd <command> -h" for a command's flags.
+Run "residentd <command> --help" for a command's arguments and flags;
+"residentd --version" prints the version.
 `
 
 func main() {
@@ -84,7 +91,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "uninstall":
 		err = cmdInstall(rest, stdout, true)
 	case "mention":
-		err = cmdMention(ctx, rest, stdout)
+		err = cmdMention(ctx, rest, stdin, stdout)
+	case "attach":
+		err = cmdAttach(ctx, rest, stdin, stdout)
+	case "answer":
+		err = cmdAnswer(ctx, rest, stdout)
+	case "runs":
+		err = cmdRuns(ctx, rest, stdout)
+	case "version":
+		err = cmdVersion(ctx, rest, stdout)
 	case "push":
 		err = cmdPush(ctx, rest, stdin, stdout)
 	case "sessions":
@@ -102,21 +117,28 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case "--version", "-version":
+		fmt.Fprintf(stdout, "residentd %s\n", version)
+		return exitOK
 	default:
 		fmt.Fprintf(stderr, "residentd: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
-	switch {
-	case err == nil:
+	var h *helpError
+	if errors.As(err, &h) {
+		fmt.Fprint(stdout, h.text)
 		return exitOK
+	}
+	if err == nil {
+		return exitOK
+	}
+	// Errors are printed once, here, with one prefix.
+	fmt.Fprintln(stderr, "residentd: "+strings.TrimPrefix(err.Error(), "residentd: "))
+	switch {
 	case errors.Is(err, errUsage):
-		fmt.Fprintln(stderr, "residentd:", err)
 		return exitUsage
 	case errors.Is(err, errLockedState):
-		fmt.Fprintln(stderr, "residentd:", err)
 		return exitLocked
-	default:
-		fmt.Fprintln(stderr, "residentd:", err)
-		return exitError
 	}
+	return exitError
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
+
 	"io"
 	"os"
 
@@ -19,11 +19,11 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "daemon socket (env "+tools.EnvSocket+")")
 	fs.StringVar(&cfg.Capability, "capability", cfg.Capability, "capability token (env "+tools.EnvCapability+")")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parse(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: mcp takes no arguments, got %q", errUsage, fs.Args())
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 	cfg.Version = version
 	// An unset socket or capability is not fatal: initialize and tools/list

@@ -59,13 +59,10 @@ func parseServe(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop an agent idle this long (default 30m)")
 	fs.BoolVar(&f.withClaude, "with-claude", false, "also bind claude-agent-acp (on PATH) as b-claude, with a one-hour provider cache")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long turns in flight may finish on SIGTERM")
-	if err := fs.Parse(args); err != nil {
-		return f, fmt.Errorf("%w: %v", errUsage, err)
+	if err := parse(fs, args); err != nil {
+		return f, err
 	}
-	if fs.NArg() > 0 {
-		return f, fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fs.Args())
-	}
-	return f, nil
+	return f, noArgs(fs)
 }
 
 func envOr(k, def string) string {

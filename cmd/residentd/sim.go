@@ -40,8 +40,8 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: sim takes no arguments, got %q", errUsage, fs.Args())
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 
 	var msgs []sim.Message

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	if sock := os.Getenv("RESIDENTD_TEST_PEER"); sock != "" {
 		os.Exit(peerMain(sock))
 	}
-	os.Exit(m.Run())
+	os.Exit(runRecorded(m))
 }
 
 // peerMain GETs /v1/health over sock and prints "<status> <body>", or

@@ -143,8 +143,14 @@ func NewServer(o ServerOptions) *Server {
 		writeError(w, http.StatusNotFound, apitype.CodeNotFound, fmt.Sprintf("no endpoint %s %s; see docs/API.md", r.Method, r.URL.Path))
 	})
 	s.mux = mux
+	handler := s.guard(mux)
+	if t, err := openTracer(os.Getenv(TraceEnv)); err != nil {
+		s.log.Warn("no response trace", zap.Error(err))
+	} else if t != nil {
+		handler = t.wrap(handler)
+	}
 	s.srv = &http.Server{
-		Handler:           s.guard(mux),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)

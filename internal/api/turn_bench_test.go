@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/run"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -113,5 +117,36 @@ func BenchmarkWarmTurnDirectACP(b *testing.B) {
 		if _, err := a.Prompt(context.Background(), native, text, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkRunMachinery is what the run machinery adds to one warm turn:
+// a registered run, its started event, the four update chunks and the done
+// event of a built-in warm turn numbered, encoded once and buffered, read by
+// one follower, and the run listed. Compare it with BenchmarkWarmTurnSocket
+// in the same run for the share of a warm turn it costs.
+func BenchmarkRunMachinery(b *testing.B) {
+	g := run.NewRegistry(run.Limits{}, nil)
+	k := session.Key{Channel: "ch", Binding: "b-builtin"}
+	chunk := &apitype.Update{Kind: apitype.UpdateMessage, Text: "builtin turn=2 ",
+		Raw: json.RawMessage(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"builtin turn=2 "}}`)}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		r, err := g.New("run-"+strconv.Itoa(i), k, "q")
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: "warm", Native: "nat-1", Pid: 4242})
+		for range 4 {
+			r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: chunk})
+		}
+		r.Finish(apitype.Event{Event: apitype.EventDone, Shape: "warm", StopReason: "end_turn", Text: "builtin turn=2 framing=no", Watermark: apitype.WatermarkCommitted,
+			Context: &apitype.ContextReport{Header: "none"}, Usage: &apitype.Usage{InputTokens: 812, OutputTokens: 95}}, nil)
+		if batch := r.Read(0); len(batch.Lines) != 6 || !batch.Ended {
+			b.Fatalf("read %d lines", len(batch.Lines))
+		}
+		r.Snapshot()
 	}
 }

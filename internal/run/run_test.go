@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -304,5 +306,62 @@ func BenchmarkEmit(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: u})
+	}
+}
+
+// fillEnded ends n runs in g, each with events update events of chunk
+// bytes of text between started and done.
+func fillEnded(g *Registry, n, events, chunk int) {
+	text := strings.Repeat("x", chunk)
+	for i := range n {
+		r, _ := g.New(fmt.Sprintf("run-%d", i), key, "")
+		r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: "warm", Native: "nat-1", Pid: 4242})
+		for range events {
+			r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &apitype.Update{Kind: apitype.UpdateMessage, Text: text,
+				Raw: json.RawMessage(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + text + `"}}`)}})
+		}
+		r.Finish(apitype.Event{Event: apitype.EventDone, Shape: "warm", Text: text}, nil)
+	}
+}
+
+// Ended runs hold at most the per-run byte bound each, however long the
+// agent talked.
+func TestEndedRunsBounded(t *testing.T) {
+	g := NewRegistry(Limits{}, nil)
+	fillEnded(g, 64, 2000, 300) // about 1.4 MiB per run before the bound
+	if got, limit := g.Bytes(), 64*DefaultBytes; got > limit || got < limit/2 {
+		t.Fatalf("64 full ended runs hold %d bytes of events; the bound is %d", got, limit)
+	}
+	if n := len(g.List()); n != 64 {
+		t.Fatalf("%d runs listed, want 64", n)
+	}
+}
+
+// BenchmarkEndedRuns64 reports the memory 64 ended runs hold at the default
+// bounds: a typical warm turn (a started, 4 chunks, done) and runs whose
+// agents talked past the bounds. buffer-B is the encoded events, heap-B the
+// Go heap the registry holds.
+func BenchmarkEndedRuns64(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		events, chunk int
+	}{{"typical", 4, 200}, {"full", 2000, 300}} {
+		b.Run(c.name, func(b *testing.B) {
+			var buffer, heap float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				g := NewRegistry(Limits{}, nil)
+				fillEnded(g, 64, c.events, c.chunk)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				buffer = float64(g.Bytes())
+				heap = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+				runtime.KeepAlive(g)
+			}
+			b.ReportMetric(buffer, "buffer-B")
+			b.ReportMetric(heap, "heap-B")
+		})
 	}
 }

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHelpVersionAndErrors(t *testing.T) {
+	for name, synopsis := range synopses {
+		var out, errOut bytes.Buffer
+		if code := run([]string{name, "--help"}, strings.NewReader(""), &out, &errOut); code != exitOK {
+			t.Errorf("%s --help: exit %d, stderr %q", name, code, errOut.String())
+		}
+		if !strings.HasPrefix(out.String(), "Usage: residentd "+synopsis+"\n") || !strings.Contains(out.String(), "-socket") && !strings.Contains(out.String(), "Flags:") {
+			t.Errorf("%s --help printed %q", name, out.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"--version"}, nil, &out, &errOut); code != exitOK || out.String() != "residentd "+version+"\n" {
+		t.Errorf("--version: exit %d, %q", code, out.String())
+	}
+
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"cancel", "--socket", missing, "run-1"}, exitError, "is the daemon running?"},
+		{[]string{"mention", "--bogus"}, exitUsage, "see residentd mention --help"},
+		{[]string{"mention", "--channel", "ch"}, exitUsage, "usage: residentd mention --channel ID"},
+		{[]string{"serve", "extra"}, exitUsage, `serve takes no arguments, got "extra"`},
+		{[]string{"answer", "run-1"}, exitUsage, "RUN_ID REQUEST_ID OPTION_ID"},
+		{[]string{"mention", "--ask", "maybe", "--channel", "ch", "hi"}, exitUsage, `--ask "maybe"`},
+	}
+	for _, c := range cases {
+		out.Reset()
+		errOut.Reset()
+		code := run(c.args, strings.NewReader(""), &out, &errOut)
+		msg := errOut.String()
+		if code != c.code || !strings.Contains(msg, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, code, msg, c.code, c.want)
+		}
+		if n := strings.Count(msg, "residentd:"); n != 1 || strings.Count(msg, "\n") != 1 {
+			t.Errorf("%q: the error should be one line with one prefix: %q", c.args, msg)
+		}
+	}
+}
+
+// A binding whose policy is ask puts the agent's permission request to the
+// person at the terminal; their answer reaches the agent through the
+// daemon. Flags after the text work.
+func TestMentionAsksThePerson(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := sockDir(t)
+	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(cfg, []byte(`{"bindings":[{"id":"b-ask","handle":"@asker","command":"`+exe+`","args":["agent"],"permission":"ask","supervised":true,"resident":true}]}`), 0o600)
+	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
+	waitHealthy(t, d, sock)
+
+	for _, tc := range []struct{ answer, kind string }{{"x\n1\n", "allow_once"}, {"reject_once\n", "reject_once"}} {
+		cmd := exec.Command(exe, "mention", "--binding", "b-ask", "[[permission:edit]] fix the spec", "--channel", "ch-ask", "--ask", "yes", "--socket", sock)
+		cmd.Env = childEnv()
+		cmd.Stdin = strings.NewReader(tc.answer)
+		done := make(chan struct{})
+		var out []byte
+		go func() {
+			out, err = cmd.CombinedOutput()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("mention did not finish. Output:\n%s", out)
+		}
+		got := string(out)
+		t.Logf("answer %q:\n%s", tc.answer, got)
+		if err != nil {
+			t.Fatalf("mention: %v\n%s", err, got)
+		}
+		for _, want := range []string{"the agent asks to", "1) ", "[allow_once]", "[permission ", tc.kind + ", by person]", "watermark"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("answer %q: output lacks %q:\n%s", tc.answer, want, got)
+			}
+		}
+		if strings.HasPrefix(tc.answer, "x") && !strings.Contains(got, `"x" is not one of the options`) {
+			t.Errorf("a wrong answer was not asked again:\n%s", got)
+		}
+	}
+}

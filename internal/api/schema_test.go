@@ -1,0 +1,297 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/residentd/residentd/apitype"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// openAPIPath is the machine-readable description of the local API that
+// every response the tests produce is checked against.
+const openAPIPath = "../../docs/openapi.json"
+
+// apiSchema is docs/openapi.json compiled with a JSON Schema library; the
+// schema of a response is found by its route, status and content type.
+type apiSchema struct {
+	doc      map[string]any
+	compiler *jsonschema.Compiler
+
+	mu       sync.Mutex
+	compiled map[string]*jsonschema.Schema
+}
+
+func loadSchema() (*apiSchema, error) {
+	raw, err := os.ReadFile(openAPIPath)
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", openAPIPath, err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	if err := c.AddResource("openapi.json", inst); err != nil {
+		return nil, err
+	}
+	return &apiSchema{doc: doc, compiler: c, compiled: map[string]*jsonschema.Schema{}}, nil
+}
+
+// schema compiles the schema at a JSON pointer into the document.
+func (a *apiSchema) schema(pointer string) (*jsonschema.Schema, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.compiled[pointer]; s != nil {
+		return s, nil
+	}
+	s, err := a.compiler.Compile("openapi.json#" + pointer)
+	if err != nil {
+		return nil, err
+	}
+	a.compiled[pointer] = s
+	return s, nil
+}
+
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+var pathParam = regexp.MustCompile(`\{[^}]*\}`)
+
+// pathItem finds the documented path for a mux pattern such as
+// "GET /v1/runs/{run}"; parameter names need not agree.
+func (a *apiSchema) pathItem(pattern string) (string, map[string]any, bool) {
+	_, path, _ := strings.Cut(pattern, " ")
+	paths, _ := a.doc["paths"].(map[string]any)
+	want := pathParam.ReplaceAllString(path, "{}")
+	for p, item := range paths {
+		if pathParam.ReplaceAllString(p, "{}") == want {
+			m, _ := item.(map[string]any)
+			return p, m, true
+		}
+	}
+	return "", nil, false
+}
+
+// check validates one recorded response against the document.
+func (a *apiSchema) check(rec TraceRecord) error {
+	if rec.Truncated {
+		return nil
+	}
+	ct, _, _ := strings.Cut(rec.ContentType, ";")
+	ct = strings.TrimSpace(ct)
+	var pointer string
+	if rec.Pattern == "" || rec.Pattern == "/" {
+		// The peer guard and the catch-all answer only with errors.
+		if rec.Status < 400 {
+			return fmt.Errorf("%s %s: status %d from the catch-all", rec.Method, rec.Path, rec.Status)
+		}
+		pointer = "/components/schemas/ErrorBody"
+	} else {
+		path, item, ok := a.pathItem(rec.Pattern)
+		if !ok {
+			return fmt.Errorf("route %q is not in %s", rec.Pattern, openAPIPath)
+		}
+		op, _ := item[strings.ToLower(rec.Method)].(map[string]any)
+		if op == nil {
+			return fmt.Errorf("%s %s is not documented", rec.Method, path)
+		}
+		responses, _ := op["responses"].(map[string]any)
+		status := strconv.Itoa(rec.Status)
+		resp, _ := responses[status].(map[string]any)
+		if resp == nil {
+			status = "default"
+			if resp, _ = responses[status].(map[string]any); resp == nil {
+				return fmt.Errorf("%s %s: status %d is not documented", rec.Method, path, rec.Status)
+			}
+		}
+		content, _ := resp["content"].(map[string]any)
+		if _, ok := content[ct]; !ok {
+			return fmt.Errorf("%s %s: status %d: content type %q is not documented", rec.Method, path, rec.Status, rec.ContentType)
+		}
+		if ct != "application/json" && ct != "application/x-ndjson" {
+			return nil // the Prometheus exposition is not JSON
+		}
+		pointer = "/paths/" + escapePointer(path) + "/" + strings.ToLower(rec.Method) + "/responses/" + status + "/content/" + escapePointer(ct) + "/schema"
+	}
+	s, err := a.schema(pointer)
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", pointer, err)
+	}
+	values := []string{rec.Body}
+	if ct == "application/x-ndjson" {
+		values = strings.Split(strings.TrimSuffix(rec.Body, "\n"), "\n")
+	}
+	for i, v := range values {
+		if v == "" && len(values) == 1 {
+			continue // a stream the client left before any line
+		}
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(v))
+		if err != nil {
+			return fmt.Errorf("%s %s: line %d is not JSON: %w", rec.Method, rec.Path, i+1, err)
+		}
+		if err := s.Validate(inst); err != nil {
+			return fmt.Errorf("%s %s (status %d): %s\ndoes not match %s: %v", rec.Method, rec.Path, rec.Status, v, pointer, err)
+		}
+	}
+	return nil
+}
+
+// traffic is what one trace file holds, checked.
+type traffic struct {
+	records int
+	events  map[string]int // stream event kinds seen
+	updates map[string]int // update kinds seen
+	routes  map[string]int
+}
+
+// checkTrace validates every record of the trace files matching glob.
+func checkTrace(a *apiSchema, glob string) (traffic, error) {
+	tr := traffic{events: map[string]int{}, updates: map[string]int{}, routes: map[string]int{}}
+	files, err := filepath.Glob(glob)
+	if err != nil {
+		return tr, err
+	}
+	var errs []error
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return tr, err
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(nil, 2*maxTraceBody)
+		for sc.Scan() {
+			var rec TraceRecord
+			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", f, err))
+				continue
+			}
+			tr.records++
+			tr.routes[rec.Pattern]++
+			if err := a.check(rec); err != nil && len(errs) < 20 {
+				errs = append(errs, err)
+			}
+			if strings.HasPrefix(rec.ContentType, "application/x-ndjson") {
+				for _, l := range strings.Split(rec.Body, "\n") {
+					var ev struct {
+						Event  string `json:"event"`
+						Update *struct {
+							Kind string `json:"kind"`
+						} `json:"update"`
+					}
+					if json.Unmarshal([]byte(l), &ev) == nil && ev.Event != "" {
+						tr.events[ev.Event]++
+						if ev.Update != nil {
+							tr.updates[ev.Update.Kind]++
+						}
+					}
+				}
+			}
+		}
+		fh.Close()
+		if err := sc.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+		}
+	}
+	return tr, errors.Join(errs...)
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// runRecorded runs the package's tests with every response recorded, then
+// checks the recording against docs/openapi.json. When the whole package
+// ran, every kind of stream event must have been seen, so the check cannot
+// pass by seeing nothing.
+func runRecorded(m *testing.M) int {
+	dir := os.Getenv(TraceEnv)
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "residentd-trace-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		os.Setenv(TraceEnv, dir)
+	}
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	a, err := loadSchema()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "schema:", err)
+		return 1
+	}
+	tr, err := checkTrace(a, filepath.Join(dir, fmt.Sprintf("trace-%d.ndjson", os.Getpid())))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "responses that do not match %s:\n%v\n", openAPIPath, err)
+		return 1
+	}
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
+		if missing := missingKinds(tr); len(missing) > 0 {
+			fmt.Fprintf(os.Stderr, "the api tests produced no %v; the schema check saw %d responses\n", missing, tr.records)
+			return 1
+		}
+	}
+	return 0
+}
+
+// missingKinds lists the event kinds a full run must produce but did not.
+func missingKinds(tr traffic) []string {
+	var missing []string
+	for _, k := range []string{apitype.EventQueued, apitype.EventStarted, apitype.EventUpdate, apitype.EventPermissionRequest, apitype.EventPermissionDecision, apitype.EventDone, apitype.EventError, apitype.EventKeepalive} {
+		if tr.events[k] == 0 {
+			missing = append(missing, k)
+		}
+	}
+	return missing
+}
+
+// TestSuiteTraffic checks what the whole suite recorded (test.sh sets
+// RESIDENTD_API_TRACE for every package, then runs this with
+// RESIDENTD_API_TRACE_CHECK naming the same directory).
+func TestSuiteTraffic(t *testing.T) {
+	dir := os.Getenv("RESIDENTD_API_TRACE_CHECK")
+	if dir == "" {
+		t.Skip("RESIDENTD_API_TRACE_CHECK is unset; test.sh runs this after the whole suite")
+	}
+	a, err := loadSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := checkTrace(a, filepath.Join(dir, "trace-*.ndjson"))
+	if err != nil {
+		t.Fatalf("responses that do not match %s:\n%v", openAPIPath, err)
+	}
+	if missing := missingKinds(tr); len(missing) > 0 {
+		t.Errorf("the suite produced no %v events", missing)
+	}
+	t.Logf("%d responses on %d routes valid; events %v; updates %v", tr.records, len(tr.routes), tr.events, tr.updates)
+}
