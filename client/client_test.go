@@ -19,22 +19,20 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
-	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestMain serves a real daemon with the built-in agent on a temporary
 // socket and points $RESIDENTD_SOCKET at it, so the examples use a zero
 // Client exactly as a program would. The test binary doubles as the agent.
 func TestMain(m *testing.M) {
-	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
-		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
+	testkit.Dispatch()
 	stop, err := serve()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client test daemon:", err)

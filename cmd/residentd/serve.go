@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/server"
 	"github.com/residentd/residentd/internal/service"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -58,7 +58,7 @@ func parseServe(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.IntVar(&f.maxLive, "max-live", 0, "live agent processes at once (default 4)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop an agent idle this long (default 30m)")
 	fs.BoolVar(&f.withClaude, "with-claude", false, "also bind claude-agent-acp (on PATH) as b-claude, with a one-hour provider cache")
-	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "how long turns in flight may finish on SIGTERM")
+	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "on SIGTERM, how long runs in flight may finish with their normal result; the rest are cancelled (shutting_down)")
 	if err := parse(fs, args); err != nil {
 		return f, err
 	}
@@ -229,72 +229,21 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		return err
 	}
 	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg, Keepalive: time.Duration(cfg.Runs.Keepalive)})
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-
-	var metricsSrv *http.Server
+	var mln net.Listener
 	if deps.metricsAddr != "" {
-		mln, err := listenLoopback(deps.metricsAddr)
-		if err != nil {
-			srv.Shutdown(context.Background())
+		if mln, err = listenLoopback(deps.metricsAddr); err != nil {
+			ln.Close()
 			d.Close(0)
 			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", m.Handler())
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("metrics listener: %w", err)
-			}
-		}()
-		log.Info("serving metrics", zap.String("addr", mln.Addr().String()))
 	}
 	log.Info("serving", zap.String("socket", ln.Addr().String()), zap.String("state", st.Path()),
 		zap.Int("max_live", cfg.MaxLive), zap.Int("bindings", len(cfg.Bindings)), zap.String("version", version))
-	service.Ready()
+	run := &server.Server{Daemon: d, API: srv, Listener: ln, Metrics: m.Handler(), MetricsListener: mln, Grace: deps.grace, Log: log}
 	if deps.ready != nil {
-		deps.ready(srv, d)
+		run.Ready = func() { deps.ready(srv, d) }
 	}
-
-	// The supervisor loop: watchdog pings and status for systemd.
-	var tick <-chan time.Time
-	if iv, ok := service.WatchdogInterval(); ok {
-		t := time.NewTicker(iv / 2)
-		defer t.Stop()
-		tick = t.C
-	} else {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		tick = t.C
-	}
-	var runErr error
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			runErr = err
-			break loop
-		case <-tick:
-			service.Watchdog()
-			service.Status(fmt.Sprintf("%d live, %d busy, %d queued", d.Live(), d.Busy(), d.Queued()))
-		}
-	}
-	service.Stopping()
-	log.Info("stopping")
-	sctx, cancel := context.WithTimeout(context.Background(), deps.grace)
-	defer cancel()
-	// Turns in flight get the grace to finish; then their agents stop.
-	go srv.Shutdown(sctx)
-	d.Close(deps.grace)
-	srv.Shutdown(sctx)
-	if metricsSrv != nil {
-		metricsSrv.Shutdown(sctx)
-	}
-	log.Info("stopped")
-	return runErr
+	return run.Run(ctx)
 }
 
 // listenLoopback refuses non-loopback metrics addresses: the daemon's API is

@@ -24,6 +24,7 @@ import (
 	procfs "github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/service"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestMain lets the test binary double as the residentd binary: with
@@ -31,16 +32,15 @@ import (
 // drive a real `residentd serve` child (whose built-in agent is this binary
 // again, as `residentd agent`) without a separate build.
 func TestMain(m *testing.M) {
-	if os.Getenv("RESIDENTD_TEST_MAIN") == "1" {
+	testkit.Main(m, testkit.Role{Env: "RESIDENTD_TEST_MAIN", Main: func() int {
 		// Socket activation needs LISTEN_PID to be the daemon's own pid,
 		// which the test cannot know before the fork.
 		if os.Getenv("RESIDENTD_TEST_LISTEN_PID") == "1" {
 			os.Unsetenv("RESIDENTD_TEST_LISTEN_PID")
 			os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
 		}
-		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
+		return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	}})
 }
 
 // syncBuffer collects a child's output while the test reads it.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/residentd/residentd/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,11 +78,5 @@ func waitPipeFull(t *testing.T, a *Agent) {
 // waitUntil polls an external condition for up to 20s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 20*time.Second, cond, testkit.Waiting("%s", what))
 }

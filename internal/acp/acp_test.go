@@ -20,15 +20,11 @@ import (
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/proc"
+	"github.com/residentd/residentd/internal/testkit"
 	"go.uber.org/zap"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
-		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // builtinSpec runs this test binary as the built-in agent.
 func builtinSpec(t *testing.T, args ...string) Spec {

@@ -22,22 +22,17 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
-	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestMain lets the test binary double as the built-in agent and as a
 // client running under another uid (see TestPeerUIDRefused).
 func TestMain(m *testing.M) {
-	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
-		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	if sock := os.Getenv("RESIDENTD_TEST_PEER"); sock != "" {
-		os.Exit(peerMain(sock))
-	}
+	testkit.Dispatch(testkit.Role{Env: "RESIDENTD_TEST_PEER", Main: func() int { return peerMain(os.Getenv("RESIDENTD_TEST_PEER")) }})
 	os.Exit(runRecorded(m))
 }
 

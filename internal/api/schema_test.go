@@ -295,3 +295,33 @@ func TestSuiteTraffic(t *testing.T) {
 	}
 	t.Logf("%d responses on %d routes valid; events %v; updates %v", tr.records, len(tr.routes), tr.events, tr.updates)
 }
+
+// The check can fail: responses that break the description are caught.
+func TestSchemaCheckRejects(t *testing.T) {
+	a, err := loadSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := TraceRecord{Method: "GET", Pattern: "GET /v1/health", Path: "/v1/health", Status: 200, ContentType: "application/json",
+		Body: `{"ok":true,"version":"v","pid":1,"uptime_seconds":0,"live":0,"busy":0,"queued":0,"max_live":4,"bindings":1}`}
+	if err := a.check(ok); err != nil {
+		t.Fatalf("a valid health response: %v", err)
+	}
+	stream := func(lines ...string) TraceRecord {
+		return TraceRecord{Method: "POST", Pattern: "POST /v1/turns", Path: "/v1/turns", Status: 200, ContentType: "application/x-ndjson", Body: strings.Join(lines, "\n") + "\n"}
+	}
+	for name, rec := range map[string]TraceRecord{
+		"unknown field":      {Method: "GET", Pattern: "GET /v1/health", Path: "/v1/health", Status: 200, ContentType: "application/json", Body: strings.Replace(ok.Body, `"ok":true`, `"ok":true,"extra":1`, 1)},
+		"wrong type":         {Method: "GET", Pattern: "GET /v1/health", Path: "/v1/health", Status: 200, ContentType: "application/json", Body: strings.Replace(ok.Body, `"pid":1`, `"pid":"1"`, 1)},
+		"unknown error code": {Method: "GET", Pattern: "GET /v1/runs/{run}", Path: "/v1/runs/x", Status: 404, ContentType: "application/json", Body: `{"error":{"code":"no_such_code","message":"m"}}`},
+		"undocumented route": {Method: "GET", Pattern: "GET /v1/nope", Path: "/v1/nope", Status: 200, ContentType: "application/json", Body: `{}`},
+		"wrong content type": {Method: "GET", Pattern: "GET /v1/health", Path: "/v1/health", Status: 200, ContentType: "text/html", Body: ok.Body},
+		"unknown event":      stream(`{"event":"started","run_id":"r","seq":1,"at":"2026-12-01T09:00:00Z","shape":"warm","native_session":"n","pid":1}`, `{"event":"exploded","run_id":"r","seq":2}`),
+		"bad queue reason":   stream(`{"event":"queued","run_id":"r","seq":1,"at":"2026-12-01T09:00:00Z","reason":"bored","position":1}`),
+		"bad time":           stream(`{"event":"queued","run_id":"r","seq":1,"at":"yesterday","reason":"no_slot","position":1}`),
+	} {
+		if err := a.check(rec); err == nil {
+			t.Errorf("%s: accepted %s", name, rec.Body)
+		}
+	}
+}

@@ -76,6 +76,10 @@ type Server struct {
 	uid     int
 
 	keepalive time.Duration
+	// base is every request's parent context; Close cancels it, so streams
+	// still open at a hard stop end.
+	base       context.Context
+	cancelBase context.CancelFunc
 }
 
 // ServerOptions wires a Server.
@@ -149,8 +153,10 @@ func NewServer(o ServerOptions) *Server {
 	} else if t != nil {
 		handler = t.wrap(handler)
 	}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.srv = &http.Server{
 		Handler:           handler,
+		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ReadHeaderTimeout: 10 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
@@ -173,8 +179,15 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Shutdown stops accepting and waits for open requests up to ctx.
+// Shutdown stops accepting and waits for open requests up to ctx. A run's
+// stream stays open until the run ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Close ends every open request and connection now. Idempotent.
+func (s *Server) Close() error {
+	s.cancelBase()
+	return s.srv.Close()
+}
 
 // guard refuses browsers and other users before any handler runs.
 func (s *Server) guard(next http.Handler) http.Handler {

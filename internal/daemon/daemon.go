@@ -312,24 +312,37 @@ func (d *Daemon) bindingIDs() []string {
 	return ids
 }
 
-// Close cancels turns in flight (their watermarks are discarded), waits up to
-// grace for them to end, then stops every agent. Idempotent.
+// Close stops the daemon: new runs are refused and queued ones end at once
+// (shutting_down); runs in flight get grace to finish with their normal
+// result, and those still going then are cancelled (shutting_down, their
+// watermarks discarded); then every agent stops. Idempotent.
 func (d *Daemon) Close(grace time.Duration) error {
 	d.mu.Lock()
 	already := d.closing
 	d.closing = true
-	for _, c := range d.cancels {
-		c(ErrShuttingDown)
+	// Runs still waiting for their session or a slot have not started:
+	// they end now. Running ones get the grace to finish normally.
+	for id, c := range d.cancels {
+		if r, ok := d.runs.Get(id); ok && r.Snapshot().State == apitype.RunQueued {
+			c(ErrShuttingDown)
+		}
 	}
 	d.mu.Unlock()
 	if !already {
 		done := make(chan struct{})
 		go func() { d.turns.Wait(); close(done) }()
+		timer := time.NewTimer(grace)
 		select {
 		case <-done:
-		case <-time.After(grace):
-			d.log.Warn("turns still running after the shutdown grace; stopping their agents")
+		case <-timer.C:
+			d.mu.Lock()
+			d.log.Warn("runs still going after the shutdown grace; cancelling them", zap.Int("runs", len(d.cancels)), zap.Duration("grace", grace))
+			for _, c := range d.cancels {
+				c(ErrShuttingDown)
+			}
+			d.mu.Unlock()
 		}
+		timer.Stop()
 	}
 	err := d.pool.Close()
 	// With their agents stopped the remaining turns end promptly; wait for

@@ -24,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // markEnv tags every process a fault test starts (the agent and anything it
@@ -84,13 +85,7 @@ func zombieChildren() []int {
 // to 10s and fails with what() when it never holds.
 func waitFor(t *testing.T, cond func() bool, what func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, cond, what)
 }
 
 // assertGone waits until pid's process group has no member and pid is

@@ -14,23 +14,18 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestMain lets the test binary double as the built-in agent, so every
 // daemon test drives real child processes over ACP.
-func TestMain(m *testing.M) {
-	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
-		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // harness is a daemon on a real bbolt file with the built-in agent bound as
 // "b-builtin" (and whatever bindings a test adds).

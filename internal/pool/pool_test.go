@@ -16,19 +16,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/internal/acp"
-	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // The test binary doubles as the built-in agent: every pool test supervises
 // real child processes.
-func TestMain(m *testing.M) {
-	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
-		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 type proc struct {
 	a      *acp.Agent
@@ -154,13 +149,7 @@ func prompt(t *testing.T, co *Checkout[*proc]) string {
 // waitFor polls an external condition (a queue length, a process state).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 20*time.Second, cond, testkit.Waiting("%s", what))
 }
 
 func TestCapOfFourUnderConcurrentTurnsOnSixKeys(t *testing.T) {

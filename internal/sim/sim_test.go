@@ -9,17 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestMain lets the test binary double as the built-in agent, so the sim
 // drives real agent processes through the real daemon.
-func TestMain(m *testing.M) {
-	if os.Getenv("RESIDENTD_TEST_AGENT") == "1" {
-		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func shortParams() ChannelParams {
 	return ChannelParams{Seed: 7, Messages: 70, People: 5, Mentions: 8, Long: 2, GapMin: 1, GapMax: 14, GapMedian: 4, MaxChars: 600}

@@ -18,24 +18,25 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestMain doubles as a lock holder: a child started with
 // STORE_TEST_HOLD=<path> opens the store, says "ready", and keeps it open
 // until its stdin closes.
+// TestMain lets the test binary hold a store open in a child process.
 func TestMain(m *testing.M) {
-	if path := os.Getenv("STORE_TEST_HOLD"); path != "" {
-		s, err := Open(path, Options{})
+	testkit.Main(m, testkit.Role{Env: "STORE_TEST_HOLD", Main: func() int {
+		s, err := Open(os.Getenv("STORE_TEST_HOLD"), Options{})
 		if err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
-			os.Exit(2)
+			return 2
 		}
 		os.Stdout.WriteString("ready\n")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		_ = s.Close()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return 0
+	}})
 }
 
 func openTest(t testing.TB, opts Options) *Store {

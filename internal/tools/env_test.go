@@ -18,13 +18,13 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
-	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 	"github.com/residentd/residentd/internal/tools"
 )
 
@@ -33,17 +33,13 @@ import (
 // processes. The MCP switch comes first: the agent's children inherit
 // RESIDENTD_TEST_AGENT.
 func TestMain(m *testing.M) {
-	switch {
-	case os.Getenv("RESIDENTD_TEST_MCP") == "1":
+	testkit.Main(m, testkit.Role{Env: "RESIDENTD_TEST_MCP", Main: func() int {
 		if err := tools.ServeIO(context.Background(), tools.ConfigFromEnv(os.Getenv), os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "mcp:", err)
-			os.Exit(1)
+			return 1
 		}
-		os.Exit(0)
-	case os.Getenv("RESIDENTD_TEST_AGENT") == "1":
-		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
+		return 0
+	}})
 }
 
 // env is a daemon with the tool registry on a real socket and bbolt file.

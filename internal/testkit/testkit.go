@@ -1,0 +1,80 @@
+// Package testkit is what the tests of every package share: a TestMain
+// that lets the test binary double as the built-in ACP agent (and as any
+// other child a package's tests need), the path of that binary, and one
+// bounded poll for conditions outside the process. Only tests import it.
+package testkit
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/residentd/residentd/internal/agent"
+)
+
+// AgentEnv, set to 1 in a child's environment, makes the test binary run
+// as the built-in ACP agent on stdio instead of running tests.
+const AgentEnv = "RESIDENTD_TEST_AGENT"
+
+// Role is another child the test binary can be: when Env is set in its
+// environment, Main runs instead of the tests and its result is the exit
+// code.
+type Role struct {
+	Env  string
+	Main func() int
+}
+
+// Main is a package's TestMain: the agent, one of roles, or the tests.
+func Main(m *testing.M, roles ...Role) {
+	Dispatch(roles...)
+	os.Exit(m.Run())
+}
+
+// Dispatch runs the role the environment asks for and exits; it returns
+// when the binary is to run tests. For a TestMain that wraps m.Run.
+// Roles come first: a child of the agent (its MCP server) inherits the
+// agent's environment too.
+func Dispatch(roles ...Role) {
+	for _, r := range roles {
+		if os.Getenv(r.Env) != "" {
+			os.Exit(r.Main())
+		}
+	}
+	if os.Getenv(AgentEnv) == "1" {
+		os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+}
+
+// Exe is the test binary, which Main lets run as the agent.
+func Exe(t testing.TB) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// AgentEnviron is the environment entry that makes Exe the agent.
+func AgentEnviron() string { return AgentEnv + "=1" }
+
+// WaitFor polls cond for up to d and fails the test with what() when it
+// never holds. It is for conditions outside the process (a process
+// disappearing, a file appearing) that send no signal; anything in the
+// process has a channel to wait on instead.
+func WaitFor(t testing.TB, d time.Duration, cond func() bool, what func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", d, what())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Waiting is a what() for WaitFor that names the condition.
+func Waiting(format string, args ...any) func() string {
+	return func() string { return "timed out waiting for " + fmt.Sprintf(format, args...) }
+}
