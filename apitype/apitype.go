@@ -287,7 +287,7 @@ type Session struct {
 	Binding  string         `json:"binding_id"`
 	Pid      int            `json:"pid"`
 	Native   string         `json:"native_session"`
-	State    string         `json:"state"` // idle, busy
+	State    string         `json:"state"` // idle, busy, stopping
 	IdleS    float64        `json:"idle_seconds"`
 	Started  time.Time      `json:"started_at"`
 	Turns    map[string]int `json:"turns"` // by shape

@@ -99,7 +99,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 				writeJSON(w, http.StatusGone, apitype.EventsGone{Error: apitype.Error{Code: apitype.CodeEventsGone, Message: msg}, Run: snap})
 				return
 			}
-			line, _ := json.Marshal(apitype.Event{Event: apitype.EventError, RunID: rn.ID, Code: apitype.CodeEventsGone, Message: msg})
+			line, _ := json.Marshal(apitype.Event{Event: apitype.EventError, RunID: rn.ID, At: time.Now(), Code: apitype.CodeEventsGone, Message: msg})
 			w.Write(append(line, '\n'))
 			return
 		}
@@ -129,7 +129,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 		case <-b.Changed:
 		case <-keep.C:
 			start()
-			line, _ := json.Marshal(apitype.Event{Event: apitype.EventKeepalive, RunID: rn.ID})
+			line, _ := json.Marshal(apitype.Event{Event: apitype.EventKeepalive, RunID: rn.ID, At: time.Now()})
 			if _, err := w.Write(append(line, '\n')); err != nil {
 				return
 			}

@@ -3,6 +3,8 @@ package interop
 import (
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -321,5 +324,83 @@ func TestClaudeStopLeavesNoChildren(t *testing.T) {
 		for _, p := range left {
 			t.Errorf("pid %d still running after stop: %s", p, cmdline(p))
 		}
+	}
+}
+
+// TestClaudePermissionAsked: the fake model asks claude-agent-acp to run a
+// shell command; with the binding's policy ask, the CLI's own permission
+// request reaches the run's stream with claude-agent-acp's real options,
+// and the person's answer reaches the agent: allowed, the command runs and
+// its output goes back to the model; rejected, it does not run.
+func TestClaudePermissionAsked(t *testing.T) {
+	t.Parallel()
+	const reply = "The tests pass."
+	for _, answer := range []string{"allow_once", "reject_once"} {
+		t.Run(answer, func(t *testing.T) {
+			api := newFakeAPI(t, reply)
+			workdir := t.TempDir()
+			marker := filepath.Join(workdir, "ran-"+answer)
+			api.tool = &toolUse{marker: "TOOL-PLEASE", name: "Bash", input: map[string]any{
+				"command": "echo residentd-interop-ok > " + marker + " && echo residentd-interop-ok", "description": "Write a marker file"}}
+			b := claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+			b.Permission = permission.Ask
+			b.Dir = workdir
+			h := newHarness(t, b)
+			ctx := testCtx(t)
+			var asked *apitype.PermissionRequest
+			var decided *apitype.PermissionDecision
+			done, err := h.d.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-claude", Text: "@claude run the tests TOOL-PLEASE"}, func(ev apitype.Event) {
+				switch ev.Event {
+				case apitype.EventPermissionRequest:
+					asked = ev.Permission
+					for _, o := range ev.Permission.Options {
+						if o.Kind == answer {
+							if err := h.d.Answer(ev.RunID, ev.Permission.ID, o.ID); err != nil {
+								t.Errorf("answer %s: %v", o.ID, err)
+							}
+							return
+						}
+					}
+					t.Errorf("claude-agent-acp offered no %s option: %+v", answer, ev.Permission.Options)
+				case apitype.EventPermissionDecision:
+					decided = ev.Decision
+				}
+			})
+			if err != nil {
+				t.Fatalf("turn: %v", err)
+			}
+			if asked == nil {
+				t.Fatal("no permission_request reached the stream")
+			}
+			t.Logf("claude-agent-acp asked: %+v", *asked)
+			kinds := map[string]bool{}
+			for _, o := range asked.Options {
+				kinds[o.Kind] = true
+			}
+			if !kinds["allow_once"] || !kinds["reject_once"] || asked.ToolCall.Title == "" {
+				t.Fatalf("request lacks the agent's options or tool call: %+v", *asked)
+			}
+			if decided == nil || decided.Kind != answer || decided.DecidedBy != apitype.DecidedByPerson {
+				t.Fatalf("decision %+v, want %s by person", decided, answer)
+			}
+			_, statErr := os.Stat(marker)
+			var results []string
+			for _, call := range api.modelCalls(t, "TOOL-PLEASE") {
+				for _, m := range call.Messages {
+					results = append(results, m.toolResults()...)
+				}
+			}
+			t.Logf("tool results the model saw: %q; done %q", results, done.Text)
+			switch answer {
+			case "allow_once":
+				if statErr != nil || !strings.Contains(strings.Join(results, "\n"), "residentd-interop-ok") {
+					t.Fatalf("allowed, yet the command did not run (%v) or its output did not reach the model: %q", statErr, results)
+				}
+			case "reject_once":
+				if statErr == nil || strings.Contains(strings.Join(results, "\n"), "residentd-interop-ok") || !strings.Contains(strings.Join(results, "\n"), "is_error=true") {
+					t.Fatalf("rejected, yet the command ran (%v): %q", statErr, results)
+				}
+			}
+		})
 	}
 }

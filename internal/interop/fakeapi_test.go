@@ -24,6 +24,17 @@ type fakeAPI struct {
 	stalled chan struct{}
 	// aborted is signalled (non-blocking) when a stalled call's client hangs up.
 	aborted chan struct{}
+	// tool, when set, makes the model ask for one tool call in the turn
+	// whose user message holds tool.marker; the model's next call (carrying
+	// the tool's result) gets the reply.
+	tool *toolUse
+}
+
+// toolUse is the tool call the fake model asks for.
+type toolUse struct {
+	marker string
+	name   string
+	input  map[string]any
 }
 
 // apiRequest is one recorded request.
@@ -47,6 +58,25 @@ type apiMessage struct {
 
 // text flattens a message's content (a string or an array of blocks) into
 // its text blocks joined by newlines.
+// toolResults returns the content of the message's tool_result blocks.
+func (m apiMessage) toolResults() []string {
+	var blocks []struct {
+		Type    string          `json:"type"`
+		Content json.RawMessage `json:"content"`
+		IsError bool            `json:"is_error"`
+	}
+	if json.Unmarshal(m.Content, &blocks) != nil {
+		return nil
+	}
+	var out []string
+	for _, b := range blocks {
+		if b.Type == "tool_result" {
+			out = append(out, fmt.Sprintf("is_error=%v %s", b.IsError, b.Content))
+		}
+	}
+	return out
+}
+
 func (m apiMessage) text() string {
 	var s string
 	if json.Unmarshal(m.Content, &s) == nil {
@@ -184,6 +214,17 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest) {
 	if model == "" {
 		model = "claude-fake"
 	}
+	if f.tool != nil && req.Stream {
+		asked, answered := false, false
+		for _, m := range req.Messages {
+			asked = asked || m.Role == "user" && strings.Contains(m.text(), f.tool.marker)
+			answered = answered || len(m.toolResults()) > 0
+		}
+		if asked && !answered {
+			f.toolCall(w, model)
+			return
+		}
+	}
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{
@@ -217,5 +258,29 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest) {
 	}
 	send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 7}})
+	send("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// toolCall streams a reply that is one tool_use block.
+func (f *fakeAPI) toolCall(w http.ResponseWriter, model string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	send := func(event string, data any) {
+		b, _ := json.Marshal(data)
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	input, _ := json.Marshal(f.tool.input)
+	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+		"id": "msg_fake_tool", "type": "message", "role": "assistant", "model": model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+	}})
+	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "tool_use", "id": "toolu_fake_1", "name": f.tool.name, "input": map[string]any{}}})
+	send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "input_json_delta", "partial_json": string(input)}})
+	send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "tool_use", "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 9}})
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
