@@ -27,24 +27,30 @@ func TestHelpVersionAndErrors(t *testing.T) {
 
 	missing := filepath.Join(t.TempDir(), "none.sock")
 	cases := []struct {
-		args []string
-		code int
-		want string
+		args  []string
+		code  int
+		want  string
+		stdin string
 	}{
-		{[]string{"cancel", "--socket", missing, "run-1"}, exitError, "is the daemon running?"},
-		{[]string{"mention", "--bogus"}, exitUsage, "see residentd mention --help"},
-		{[]string{"mention", "--channel", "ch"}, exitUsage, "usage: residentd mention --channel ID"},
-		{[]string{"serve", "extra"}, exitUsage, `serve takes no arguments, got "extra"`},
-		{[]string{"answer", "run-1"}, exitUsage, "RUN_ID REQUEST_ID OPTION_ID"},
-		{[]string{"mention", "--ask", "maybe", "--channel", "ch", "hi"}, exitUsage, `--ask "maybe"`},
+		{[]string{"push", "--socket", missing}, exitError, `stdin line 2 is not a channel message (one JSON object per line, fields as in POST /v1/messages): created_at "monday" is not an RFC 3339 time`, "\n{\"id\":\"m1\",\"created_at\":\"monday\"}\n"},
+		{[]string{"push", "--socket", missing}, exitError, `field "author" has the wrong type`, `{"id":"m1","author":7}`},
+		{[]string{"cancel", "--socket", missing, "run-1"}, exitError, "is the daemon running?", ""},
+		{[]string{"mention", "--bogus"}, exitUsage, "see residentd mention --help", ""},
+		{[]string{"mention", "--channel", "ch"}, exitUsage, "usage: residentd mention --channel ID", ""},
+		{[]string{"serve", "extra"}, exitUsage, `serve takes no arguments, got "extra"`, ""},
+		{[]string{"answer", "run-1"}, exitUsage, "RUN_ID REQUEST_ID OPTION_ID", ""},
+		{[]string{"mention", "--ask", "maybe", "--channel", "ch", "hi"}, exitUsage, `--ask "maybe"`, ""},
 	}
 	for _, c := range cases {
 		out.Reset()
 		errOut.Reset()
-		code := run(c.args, strings.NewReader(""), &out, &errOut)
+		code := run(c.args, strings.NewReader(c.stdin), &out, &errOut)
 		msg := errOut.String()
 		if code != c.code || !strings.Contains(msg, c.want) {
 			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, code, msg, c.code, c.want)
+		}
+		if strings.Contains(msg, "Go struct") || strings.Contains(msg, "time.Time") {
+			t.Errorf("%q: Go type names in %q", c.args, msg)
 		}
 		if n := strings.Count(msg, "residentd:"); n != 1 || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%q: the error should be one line with one prefix: %q", c.args, msg)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -296,7 +297,7 @@ func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		}
 		var m apitype.Message
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			return fmt.Errorf("stdin line %d: %w", n, err)
+			return fmt.Errorf("stdin line %d is not a channel message (one JSON object per line, fields as in POST /v1/messages): %s", n, jsonProblem(err))
 		}
 		msgs = append(msgs, m)
 	}
@@ -437,4 +438,22 @@ func cmdLogLevel(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout, level)
 	return nil
+}
+
+// jsonProblem says what is wrong with a JSON line without Go type names.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	var pe *time.ParseError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Sprintf("created_at %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z", pe.Value)
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Sprintf("field %q has the wrong type (got a JSON %s)", te.Field, te.Value)
+	case errors.As(err, &te):
+		return fmt.Sprintf("want a JSON object, got a JSON %s", te.Value)
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
 }
