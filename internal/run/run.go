@@ -162,7 +162,9 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	// Every field of an Event encodes; a Raw payload came from the agent's
 	// own valid JSON.
 	if err := enc.Encode(ev); err != nil {
-		ev = apitype.Event{Event: ev.Event, RunID: ev.RunID, Seq: ev.Seq, At: ev.At, Code: apitype.CodeInternal, Message: "event could not be encoded: " + err.Error()}
+		// Keep the event's place in the log as an update that says so.
+		ev = apitype.Event{Event: apitype.EventUpdate, RunID: ev.RunID, Seq: ev.Seq, At: ev.At,
+			Update: &apitype.Update{Kind: apitype.UpdateOther, Text: "an update could not be encoded: " + err.Error()}}
 		buf.Reset()
 		_ = enc.Encode(ev)
 	}
