@@ -20,9 +20,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
-	"github.com/residentd/residentd/internal/acp"
-	procfs "github.com/residentd/residentd/internal/proc"
-	"github.com/residentd/residentd/internal/service"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -98,7 +96,7 @@ func sockDir(t *testing.T) string {
 // childEnv is the test's environment without anything a service manager
 // may have addressed to the test process itself.
 func childEnv(extra ...string) []string {
-	env := service.CleanAgentEnv(os.Environ())
+	env := child.CleanEnv(os.Environ())
 	return append(append(env, "RESIDENTD_TEST_MAIN=1", "RESIDENTD_SOCKET=", "RESIDENTD_CONFIG="), extra...)
 }
 
@@ -421,7 +419,7 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 
 // running reports whether pid is a live, non-zombie process with ticks.
 func running(pid int, ticks uint64) bool {
-	st, err := procfs.Read(pid)
+	st, err := child.Read(pid)
 	return err == nil && st.Start == ticks && !st.Zombie()
 }
 
@@ -461,7 +459,7 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	}
 	// The grandchild shares the agent's process group.
 	grand := 0
-	members, err := procfs.Group(agentPid)
+	members, err := child.Group(agentPid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +471,7 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	if grand == 0 {
 		t.Fatalf("no grandchild in agent %d's group", agentPid)
 	}
-	grandTicks, err := acp.StartTicks(grand)
+	grandTicks, err := child.StartTicks(grand)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +493,7 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stranger.Process.Kill(); stranger.Wait() })
-	sTicks, err := acp.StartTicks(stranger.Process.Pid)
+	sTicks, err := child.StartTicks(stranger.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
-// Package acp owns the client side of the Agent Client Protocol: it spawns and
-// supervises one agent child process and runs initialize/new/load/prompt on it.
+// Package acp owns the client side of the Agent Client Protocol: it runs
+// initialize/new/load/prompt over the pipes of one agent process that
+// internal/child spawns and supervises.
 package acp
 
 import (
@@ -8,21 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/permission"
-	"github.com/residentd/residentd/internal/service"
 )
 
 // Sentinel error classes; match with errors.Is.
@@ -34,16 +32,6 @@ var (
 	// ErrProtocol: the agent answered a request with a JSON-RPC error.
 	ErrProtocol = errors.New("agent returned an error")
 )
-
-// Exit kinds reported by ExitKind.
-const (
-	ExitClean  = "clean"
-	ExitSignal = "signal"
-	ExitError  = "error"
-)
-
-// ExitKinds lists every exit kind, for metrics that pre-create series.
-var ExitKinds = []string{ExitClean, ExitSignal, ExitError}
 
 // Spec describes how to run one agent process.
 type Spec struct {
@@ -101,24 +89,11 @@ type Agent struct {
 	root string // Spec.Dir with symlinks resolved: the fs confinement root
 	log  *zap.Logger
 
-	cmd     *exec.Cmd
+	proc    *child.Process
 	pid     int
-	stdin   *os.File // our write end of the child's stdin
-	stdout  *os.File // our read end of the child's stdout
-	stderr  *os.File
+	done    <-chan struct{} // proc.Done()
 	conn    *sdk.ClientSideConnection
 	canLoad bool
-	tail    *ring
-
-	sigMu  sync.Mutex // serialises group signals with the reap
-	reaped bool
-
-	done     chan struct{}
-	exitErr  error
-	exitKind string
-
-	closeOnce sync.Once
-	stopping  atomic.Bool // Close was called: a signal exit is expected
 
 	mu     sync.Mutex
 	routes map[string]*route // native session id -> its update route
@@ -186,8 +161,6 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		spec:   spec,
 		root:   root,
 		log:    log.With(zap.String("command", spec.Command)),
-		tail:   newRing(spec.StderrTail),
-		done:   make(chan struct{}),
 		routes: make(map[string]*route),
 	}
 	if err := a.spawn(path); err != nil {
@@ -216,50 +189,29 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	return a, nil
 }
 
-// spawn starts the process and its two owned goroutines (stderr, reaper).
+// spawn starts the process and the connection over its pipes.
 func (a *Agent) spawn(path string) error {
-	inR, inW, err := os.Pipe()
+	p, err := child.Start(child.Spec{
+		Path:       path,
+		Args:       a.spec.Args,
+		Env:        a.spec.Env,
+		Dir:        a.spec.Dir,
+		Grace:      a.spec.Grace,
+		StderrTail: a.spec.StderrTail,
+		Log:        a.log,
+	})
 	if err != nil {
-		return fmt.Errorf("acp: start %q: stdin pipe: %v: %w", a.spec.Command, err, ErrStart)
+		return fmt.Errorf("acp: %v: %w", err, ErrStart)
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		closeAll(inR, inW)
-		return fmt.Errorf("acp: start %q: stdout pipe: %v: %w", a.spec.Command, err, ErrStart)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(inR, inW, outR, outW)
-		return fmt.Errorf("acp: start %q: stderr pipe: %v: %w", a.spec.Command, err, ErrStart)
-	}
-	cmd := exec.Command(path, a.spec.Args...)
-	cmd.Dir = a.spec.Dir
-	cmd.Env = append(service.CleanAgentEnv(os.Environ()), a.spec.Env...)
-	// *os.File stdio is passed straight to the child: no copy goroutines, so
-	// Wait never blocks on a grandchild that keeps a pipe open.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	if err := startCmd(cmd); err != nil {
-		closeAll(inR, inW, outR, outW, errR, errW)
-		return fmt.Errorf("acp: start %q: %v; check that the path is an executable file: %w", path, err, ErrStart)
-	}
-	closeAll(inR, outW, errW)
-	a.cmd, a.pid = cmd, cmd.Process.Pid
-	a.log = a.log.With(zap.Int("pid", a.pid)) // before anything reads it
-	a.stdin, a.stdout, a.stderr = inW, outR, errR
-
-	stderrDone := make(chan struct{})
-	go func() {
-		defer close(stderrDone)
-		a.tail.readFrom(errR)
-	}()
+	a.proc, a.pid, a.done = p, p.Pid(), p.Done()
+	a.log = p.Log() // before anything reads it
 	// The SDK's connection reads from the moment it exists, before its own
 	// fields and our logger are set; hold its first read until they are, so
 	// an agent that writes at once cannot race the setup.
-	in := &gatedReader{r: outR, open: make(chan struct{})}
-	a.conn = sdk.NewClientSideConnection(&client{a: a}, inW, in)
+	in := &gatedReader{r: p.Stdout(), open: make(chan struct{})}
+	a.conn = sdk.NewClientSideConnection(&client{a: a}, p.Stdin(), in)
 	a.conn.SetLogger(newSlog(a.log))
 	close(in.open)
-	go a.reap(stderrDone)
 	return nil
 }
 
@@ -274,105 +226,9 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 	return g.r.Read(p)
 }
 
-// reap is the one goroutine that waits for the process; it closes done.
-func (a *Agent) reap(stderrDone <-chan struct{}) {
-	var err error
-	if waitExited(a.pid) == nil {
-		a.sigMu.Lock()
-		// The leader is a zombie: its pid, and so the group id, cannot be reused yet.
-		a.killGroup(syscall.SIGKILL)
-		err = a.cmd.Wait()
-		a.reaped = true
-		a.sigMu.Unlock()
-	} else {
-		err = a.cmd.Wait()
-		a.sigMu.Lock()
-		a.killGroup(syscall.SIGKILL)
-		a.reaped = true
-		a.sigMu.Unlock()
-	}
-	a.exitErr, a.exitKind = err, exitKind(a.cmd.ProcessState)
-
-	_ = a.stdin.Close()
-	// The group is dead, so EOF arrives once buffered output is read; the
-	// bound only matters for a descendant that escaped the group.
-	// One deadline for both waits: a timer's channel fires only once.
-	drain, stop := context.WithTimeout(context.Background(), 2*time.Second)
-	for _, ch := range []<-chan struct{}{a.conn.Done(), stderrDone} {
-		select {
-		case <-ch:
-		case <-drain.Done():
-		}
-	}
-	stop()
-	_ = a.stdout.Close()
-	_ = a.stderr.Close()
-	<-stderrDone
-
-	fields := []zap.Field{zap.String("exit_kind", a.exitKind), zap.String("stderr_tail", a.tail.String())}
-	if err != nil {
-		fields = append(fields, zap.Error(err))
-	}
-	switch {
-	case a.exitKind == ExitClean:
-		a.log.Debug("agent exited", fields...)
-	case a.stopping.Load():
-		// We asked it to stop; a signal exit is the expected outcome.
-		a.log.Info("agent stopped", fields...)
-	default:
-		a.log.Warn("agent exited", fields...)
-	}
-	close(a.done)
-}
-
-func exitKind(ps *os.ProcessState) string {
-	if ps == nil {
-		return ExitError
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return ExitSignal
-	}
-	if ps.Success() {
-		return ExitClean
-	}
-	return ExitError
-}
-
-// killGroup signals the whole process group; callers hold sigMu.
-func (a *Agent) killGroup(sig syscall.Signal) {
-	if a.reaped {
-		return
-	}
-	if err := syscall.Kill(-a.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		a.log.Warn("signal agent process group", zap.Stringer("signal", sig), zap.Error(err))
-	}
-}
-
-func (a *Agent) signal(sig syscall.Signal) {
-	a.sigMu.Lock()
-	defer a.sigMu.Unlock()
-	a.killGroup(sig)
-}
-
 // Close stops the agent: close stdin, SIGTERM the group, wait Grace, SIGKILL
 // the group, and wait for the reap. Idempotent and safe concurrently.
-func (a *Agent) Close() error {
-	a.closeOnce.Do(func() {
-		a.stopping.Store(true)
-		_ = a.stdin.Close()
-		a.signal(syscall.SIGTERM)
-		t := time.NewTimer(a.spec.Grace)
-		defer t.Stop()
-		select {
-		case <-a.done:
-		case <-t.C:
-			a.log.Warn("agent ignored SIGTERM; killing its process group", zap.Duration("grace", a.spec.Grace))
-			a.signal(syscall.SIGKILL)
-		}
-	})
-	<-a.done
-	return nil
-}
+func (a *Agent) Close() error { return a.proc.Close() }
 
 // Pid is the agent's process id (and its process group id).
 func (a *Agent) Pid() int { return a.pid }
@@ -381,27 +237,13 @@ func (a *Agent) Pid() int { return a.pid }
 func (a *Agent) Done() <-chan struct{} { return a.done }
 
 // ExitErr is why the process exited; valid after Done.
-func (a *Agent) ExitErr() error {
-	select {
-	case <-a.done:
-		return a.exitErr
-	default:
-		return nil
-	}
-}
+func (a *Agent) ExitErr() error { return a.proc.ExitErr() }
 
-// ExitKind is ExitClean, ExitSignal or ExitError after Done, "" before.
-func (a *Agent) ExitKind() string {
-	select {
-	case <-a.done:
-		return a.exitKind
-	default:
-		return ""
-	}
-}
+// ExitKind is child.ExitClean, ExitSignal or ExitError after Done, "" before.
+func (a *Agent) ExitKind() string { return a.proc.ExitKind() }
 
 // StderrTail is the last bytes the agent wrote to stderr.
-func (a *Agent) StderrTail() string { return a.tail.String() }
+func (a *Agent) StderrTail() string { return a.proc.StderrTail() }
 
 // CanLoad reports the agent's loadSession capability.
 func (a *Agent) CanLoad() bool { return a.canLoad }
@@ -598,10 +440,10 @@ func (a *Agent) callErr(ctx context.Context, op string, err error) error {
 func (a *Agent) exitedErr() error {
 	<-a.done
 	why := "exit status 0"
-	if a.exitErr != nil {
-		why = a.exitErr.Error()
+	if err := a.proc.ExitErr(); err != nil {
+		why = err.Error()
 	}
-	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.tail.String(), 512))
+	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.proc.StderrTail(), 512))
 }
 
 // summarize keeps the last max bytes of the tail, from a line start if possible.
@@ -615,10 +457,4 @@ func summarize(s string, max int) string {
 		s = s[i+1:]
 	}
 	return "…" + s
-}
-
-func closeAll(fs ...*os.File) {
-	for _, f := range fs {
-		_ = f.Close()
-	}
 }

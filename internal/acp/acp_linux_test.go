@@ -68,7 +68,7 @@ func TestCancelWhileAgentStopsReading(t *testing.T) {
 // holds a full pipe buffer (64 KiB on Linux).
 func waitPipeFull(t *testing.T, a *Agent) {
 	t.Helper()
-	fd := int(a.stdin.Fd())
+	fd := int(a.proc.Stdin().(interface{ Fd() uintptr }).Fd())
 	waitUntil(t, "the agent's stdin pipe to fill", func() bool {
 		n, err := unix.IoctlGetInt(fd, unix.TIOCINQ)
 		return err == nil && n >= 64<<10

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/permission"
-	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/testkit"
 	"go.uber.org/zap"
 )
@@ -295,7 +295,7 @@ func TestCrashMidTurn(t *testing.T) {
 	if !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "fault exit-turn") {
 		t.Fatalf("error lacks exit status / stderr tail: %v", err)
 	}
-	if a.ExitKind() != ExitError || a.ExitErr() == nil {
+	if a.ExitKind() != child.ExitError || a.ExitErr() == nil {
 		t.Fatalf("exit kind %q err %v, want error", a.ExitKind(), a.ExitErr())
 	}
 	if n := count(c.kinds(), "agent_message_chunk"); n > 1 {
@@ -390,7 +390,7 @@ func assertGroupGone(t *testing.T, pgid int) {
 		if errors.Is(err, syscall.ESRCH) {
 			return
 		}
-		live, perr := proc.Group(pgid)
+		live, perr := child.Group(pgid)
 		if perr != nil {
 			t.Skipf("no /proc to inspect process groups: %v", perr)
 		}
@@ -617,21 +617,5 @@ func TestAgentEnvironment(t *testing.T) {
 		if strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "LISTEN_FDS=") {
 			t.Errorf("agent inherited the daemon's %s", kv)
 		}
-	}
-}
-
-func TestRing(t *testing.T) {
-	r := newRing(8)
-	for _, w := range []string{"abc", "defgh", "ij", "0123456789xyz"} {
-		_, _ = r.Write([]byte(w))
-	}
-	if got := r.String(); got != "6789xyz" && got != "56789xyz" {
-		t.Fatalf("ring = %q", got)
-	}
-	r2 := newRing(4)
-	_, _ = r2.Write([]byte("ab"))
-	_, _ = r2.Write([]byte("cde"))
-	if got := r2.String(); got != "bcde" {
-		t.Fatalf("ring = %q, want bcde", got)
 	}
 }

@@ -19,10 +19,10 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
-	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -62,7 +62,7 @@ func marked(mark string) []int {
 
 // procState is the state letter of pid ("Z" for a zombie), "" when gone.
 func procState(pid int) string {
-	st, err := proc.Read(pid)
+	st, err := child.Read(pid)
 	if err != nil {
 		return ""
 	}
@@ -71,7 +71,7 @@ func procState(pid int) string {
 
 // zombieChildren lists this process's children that nobody reaped.
 func zombieChildren() []int {
-	all, _ := proc.All()
+	all, _ := child.All()
 	var out []int
 	for _, st := range all {
 		if st.Zombie() && st.Ppid == os.Getpid() {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/session"
@@ -150,7 +151,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 // after a crash can find and stop the process group this one leaves behind.
 func (d *Daemon) recordAgent(a *acp.Agent, k session.Key, command string, log *zap.Logger) {
 	pid := a.Pid()
-	ticks, err := acp.StartTicks(pid)
+	ticks, err := child.StartTicks(pid)
 	if err != nil {
 		// Already gone, or not identifiable: a record nobody can verify is useless.
 		log.Warn("agent start time unknown; not recorded for the startup sweep", zap.Int("pid", pid), zap.Error(err))

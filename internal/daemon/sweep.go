@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -27,12 +27,12 @@ func sweepLeftovers(st *store.Store, log *zap.Logger) {
 	if len(recs) == 0 {
 		return
 	}
-	left := make([]acp.Leftover, len(recs))
+	left := make([]child.Leftover, len(recs))
 	for i, r := range recs {
-		left[i] = acp.Leftover{Pid: r.Pid, Pgid: r.Pgid, StartTicks: r.StartTicks, StartedAt: r.StartedAt}
+		left[i] = child.Leftover{Pid: r.Pid, Pgid: r.Pgid, StartTicks: r.StartTicks, StartedAt: r.StartedAt}
 	}
 	var killed, spared int
-	for i, res := range acp.Sweep(left, sweepGrace) {
+	for i, res := range child.Sweep(left, sweepGrace) {
 		r := recs[i]
 		fields := []zap.Field{
 			zap.Int("pid", r.Pid), zap.Int("pgid", r.Pgid), zap.String("command", r.Command),
@@ -40,12 +40,12 @@ func sweepLeftovers(st *store.Store, log *zap.Logger) {
 			zap.String("outcome", res.Outcome),
 		}
 		switch res.Outcome {
-		case acp.SweepKilled:
+		case child.SweepKilled:
 			killed++
 			log.Info("startup sweep: stopped a leftover agent group", append(fields, zap.Int("members", res.Members), zap.Bool("sigkill", res.Forced))...)
-		case acp.SweepGone:
+		case child.SweepGone:
 			log.Debug("startup sweep: leftover agent already gone", fields...)
-		case acp.SweepReused:
+		case child.SweepReused:
 			spared++
 			log.Info("startup sweep: pid now belongs to another process; spared", fields...)
 		default:

@@ -5,7 +5,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/proc"
+	"github.com/residentd/residentd/internal/child"
 )
 
 // Status reports the pool's counts and the configuration's size: the part
@@ -23,7 +23,7 @@ func (d *Daemon) Sessions() []apitype.Session {
 	infos := d.pool.Sessions()
 	out := make([]apitype.Session, 0, len(infos))
 	for _, in := range infos {
-		rss, _ := proc.RSS(in.Pid)
+		rss, _ := child.RSS(in.Pid)
 		out = append(out, apitype.Session{
 			Channel: in.Key.Channel, Binding: in.Key.Binding, Pid: in.Pid, Native: in.Native, State: in.State,
 			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns, RSSBytes: rss,

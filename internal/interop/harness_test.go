@@ -15,10 +15,10 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
-	"github.com/residentd/residentd/internal/proc"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -210,7 +210,7 @@ func (h *harness) post(msgs ...apitype.Message) {
 
 // descendants returns pid and every process below it, by parent links.
 func descendants(pid int) []int {
-	all, _ := proc.All()
+	all, _ := child.All()
 	children := map[int][]int{}
 	for _, st := range all {
 		children[st.Ppid] = append(children[st.Ppid], st.Pid)
@@ -225,7 +225,7 @@ func descendants(pid int) []int {
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
-	st, err := proc.Read(pid)
+	st, err := child.Read(pid)
 	return err == nil && !st.Zombie()
 }
 

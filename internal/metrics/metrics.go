@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/pool"
@@ -27,7 +27,7 @@ var (
 	Shapes          = append(labels(lease.Shapes), lease.Unstarted)
 	Outcomes        = labels(lease.Outcomes)
 	EvictReasons    = labels(pool.Reasons)
-	ExitKinds       = acp.ExitKinds
+	ExitKinds       = child.ExitKinds
 	ReadyMethods    = []string{"new", "load"}
 	RestoreResults  = []string{"ok", "failed"}
 	LineFates       = []string{"sent", "seen", "bound", "own"}

@@ -77,29 +77,3 @@ func activatedListeners(getenv func(string) string, pid, firstFD int) ([]net.Lis
 	}
 	return ls, names, nil
 }
-
-// agentEnvDrop names the variables addressed to the daemon by its service
-// manager; an agent inheriting them could ping the watchdog or claim the
-// daemon's sockets.
-var agentEnvDrop = map[string]bool{
-	"NOTIFY_SOCKET":  true,
-	"LISTEN_PID":     true,
-	"LISTEN_FDS":     true,
-	"LISTEN_FDNAMES": true,
-	"WATCHDOG_USEC":  true,
-	"WATCHDOG_PID":   true,
-}
-
-// CleanAgentEnv returns env without the service-manager variables meant for
-// the daemon alone. The input is not modified.
-func CleanAgentEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if agentEnvDrop[k] {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
-}

@@ -1,4 +1,4 @@
-package acp
+package child
 
 import (
 	"bufio"
@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/residentd/residentd/internal/proc"
 )
 
 // group is a real process group started by a shell script: the shell leads
@@ -90,7 +88,7 @@ func (g *group) exited() bool {
 // given start ticks.
 func alive(pid int, ticks uint64) bool {
 	if runtime.GOOS == "linux" {
-		st, err := proc.Read(pid)
+		st, err := Read(pid)
 		return err == nil && st.Start == ticks && !st.Zombie()
 	}
 	got, err := StartTicks(pid)

@@ -1,20 +1,12 @@
-package acp
+package child
 
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
-
-	"github.com/residentd/residentd/internal/proc"
 )
-
-// ErrNoProcess means no process has the pid asked about.
-var ErrNoProcess = proc.ErrNoProcess
 
 // Sweep outcomes, one per leftover.
 const (
@@ -46,17 +38,14 @@ type SweepResult struct {
 // StartTicks returns an identity stamp for pid that survives as long as the
 // process does and differs for a later process reusing the pid: on Linux the
 // start time in clock ticks since boot (/proc/<pid>/stat field 22), elsewhere
-// the start time in Unix seconds from ps(1). Only compare it with itself.
+// the start time in microseconds from the kernel's process info. Only
+// compare it with itself.
 // A pid with no process gives an error wrapping ErrNoProcess.
 func StartTicks(pid int) (uint64, error) {
 	if pid <= 0 {
 		return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
 	}
-	if runtime.GOOS == "linux" {
-		st, err := proc.Read(pid)
-		return st.Start, err
-	}
-	return psStart(pid)
+	return startStamp(pid)
 }
 
 // Sweep stops the leftover groups that are verifiably still ours: SIGTERM to
@@ -90,7 +79,7 @@ func Sweep(recs []Leftover, grace time.Duration) []SweepResult {
 	for _, i := range waitGroups(out, left, 2*time.Second) {
 		if out[i].Outcome == SweepKilled {
 			out[i].Outcome = SweepFailed
-			out[i].Err = fmt.Errorf("acp: sweep: group %d still alive after SIGKILL", out[i].Pgid)
+			out[i].Err = fmt.Errorf("child: sweep: group %d still alive after SIGKILL", out[i].Pgid)
 		}
 	}
 	return out
@@ -102,7 +91,7 @@ func judge(r Leftover) SweepResult {
 	res := SweepResult{Leftover: r}
 	// kill(-1) and kill(0) would hit far more than one group.
 	if r.Pid <= 1 || r.Pgid <= 1 {
-		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("acp: sweep: implausible pid %d / pgid %d", r.Pid, r.Pgid)
+		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("child: sweep: implausible pid %d / pgid %d", r.Pid, r.Pgid)
 		return res
 	}
 	if runtime.GOOS == "linux" {
@@ -115,18 +104,18 @@ func judgeLinux(res SweepResult) SweepResult {
 	r := res.Leftover
 	// Start ticks count from boot: a record from before a reboot can match a
 	// stranger by accident, and nothing it named can still run.
-	if bt, err := proc.BootTime(); err == nil && !r.StartedAt.IsZero() && r.StartedAt.Before(bt) {
+	if bt, err := BootTime(); err == nil && !r.StartedAt.IsZero() && r.StartedAt.Before(bt) {
 		res.Outcome = SweepGone
 		return res
 	}
-	leader, err := proc.Read(r.Pid)
+	leader, err := Read(r.Pid)
 	switch {
 	case errors.Is(err, ErrNoProcess):
 		// The leader died (the parent-death signal kills it with the daemon)
 		// but its children may live on in the group. The kernel does not hand
 		// out a pid that is still some group's id, so members of the group
 		// that started after our leader are its children.
-		members, err := proc.Group(r.Pgid)
+		members, err := Group(r.Pgid)
 		if err != nil {
 			res.Outcome, res.Err = SweepUnverified, err
 			return res
@@ -151,10 +140,10 @@ func judgeLinux(res SweepResult) SweepResult {
 		return res
 	case leader.Pgrp != r.Pgid:
 		res.Outcome = SweepUnverified
-		res.Err = fmt.Errorf("acp: sweep: pid %d moved from group %d to %d", r.Pid, r.Pgid, leader.Pgrp)
+		res.Err = fmt.Errorf("child: sweep: pid %d moved from group %d to %d", r.Pid, r.Pgid, leader.Pgrp)
 		return res
 	}
-	members, err := proc.Group(r.Pgid)
+	members, err := Group(r.Pgid)
 	if err != nil {
 		res.Outcome, res.Err = SweepUnverified, err
 		return res
@@ -163,18 +152,18 @@ func judgeLinux(res SweepResult) SweepResult {
 	return res
 }
 
-// judgePortable checks the leader with ps(1) and getpgid(2); without /proc
+// judgePortable checks the leader with its start time and getpgid(2); without /proc
 // an orphaned group cannot be tied to the record, so it is spared.
 func judgePortable(res SweepResult) SweepResult {
 	r := res.Leftover
-	start, err := psStart(r.Pid)
+	start, err := startStamp(r.Pid)
 	switch {
 	case errors.Is(err, ErrNoProcess):
 		if syscall.Kill(-r.Pgid, 0) == syscall.ESRCH {
 			res.Outcome = SweepGone
 			return res
 		}
-		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("acp: sweep: leader %d is gone but group %d lives; not verifiable here", r.Pid, r.Pgid)
+		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("child: sweep: leader %d is gone but group %d lives; not verifiable here", r.Pid, r.Pgid)
 		return res
 	case err != nil:
 		res.Outcome, res.Err = SweepUnverified, err
@@ -184,7 +173,7 @@ func judgePortable(res SweepResult) SweepResult {
 		return res
 	}
 	if pg, err := syscall.Getpgid(r.Pid); err != nil || pg != r.Pgid {
-		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("acp: sweep: pid %d is not in group %d (pgid %d, err %v)", r.Pid, r.Pgid, pg, err)
+		res.Outcome, res.Err = SweepUnverified, fmt.Errorf("child: sweep: pid %d is not in group %d (pgid %d, err %v)", r.Pid, r.Pgid, pg, err)
 		return res
 	}
 	res.Outcome, res.Members = SweepKilled, 1
@@ -193,10 +182,10 @@ func judgePortable(res SweepResult) SweepResult {
 
 func signalGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 1 {
-		return fmt.Errorf("acp: sweep: refusing to signal group %d", pgid)
+		return fmt.Errorf("child: sweep: refusing to signal group %d", pgid)
 	}
 	if err := syscall.Kill(-pgid, sig); err != nil && err != syscall.ESRCH {
-		return fmt.Errorf("acp: sweep: %v to group %d: %w", sig, pgid, err)
+		return fmt.Errorf("child: sweep: %v to group %d: %w", sig, pgid, err)
 	}
 	return nil
 }
@@ -226,7 +215,7 @@ func waitGroups(out []SweepResult, idx []int, d time.Duration) []int {
 // read) it asks kill(2), which also counts zombies.
 func liveGroups() func(pgid int) bool {
 	if runtime.GOOS == "linux" {
-		if all, err := proc.All(); err == nil {
+		if all, err := All(); err == nil {
 			live := map[int]bool{}
 			for _, st := range all {
 				if !st.Zombie() {
@@ -237,22 +226,4 @@ func liveGroups() func(pgid int) bool {
 		}
 	}
 	return func(pgid int) bool { return syscall.Kill(-pgid, 0) != syscall.ESRCH }
-}
-
-// psStart asks ps(1) for pid's start time, in Unix seconds.
-func psStart(pid int) (uint64, error) {
-	out, err := exec.Command("ps", "-o", "lstart=", "-p", strconv.Itoa(pid)).Output()
-	s := strings.Join(strings.Fields(string(out)), " ")
-	if s == "" {
-		// ps exits 1 with no output for an unknown pid.
-		if err == nil || errors.As(err, new(*exec.ExitError)) {
-			return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
-		}
-		return 0, fmt.Errorf("acp: ps for pid %d: %w", pid, err)
-	}
-	t, err := time.ParseInLocation("Mon Jan 2 15:04:05 2006", s, time.Local)
-	if err != nil {
-		return 0, fmt.Errorf("acp: ps start time %q of pid %d: %w", s, pid, err)
-	}
-	return uint64(t.Unix()), nil
 }

@@ -1,11 +1,12 @@
 //go:build linux
 
-package proc
+package child
 
 import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -94,5 +95,32 @@ func TestRSS(t *testing.T) {
 	}
 	if _, err := RSS(cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("RSS(reaped pid) err = %v, want ErrNoProcess", err)
+	}
+}
+
+// The command name sits in parentheses in /proc/PID/stat and may itself hold
+// spaces, parentheses and a state-like letter; the fields after it must
+// still parse.
+func TestReadOddCommandName(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("needs sleep:", err)
+	}
+	odd := filepath.Join(t.TempDir(), "a) (b Z 9")
+	if err := os.Symlink(sleep, odd); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(odd, "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	st, err := Read(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pid != cmd.Process.Pid || st.Ppid != os.Getpid() || st.Pgrp != cmd.Process.Pid || st.Zombie() || st.Start == 0 {
+		t.Errorf("Read(%q) = %+v; want pid %d, parent %d, own group, running", odd, st, cmd.Process.Pid, os.Getpid())
 	}
 }

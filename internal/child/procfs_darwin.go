@@ -1,0 +1,40 @@
+//go:build darwin
+
+package child
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var errNoProcTable = errors.New("child: the process table is read on Linux only; macOS identifies a pid by its start time")
+
+// Read is Linux-only: without /proc every pid would look absent.
+func Read(pid int) (Stat, error) { return Stat{}, errNoProcTable }
+
+// All is Linux-only.
+func All() ([]Stat, error) { return nil, errNoProcTable }
+
+// RSS is Linux-only.
+func RSS(pid int) (int64, error) { return 0, errNoProcTable }
+
+// BootTime is Linux-only.
+func BootTime() (time.Time, error) { return time.Time{}, errNoProcTable }
+
+// startStamp is pid's start time in microseconds since the epoch, from the
+// kernel's process info (sysctl kern.proc.pid).
+func startStamp(pid int) (uint64, error) {
+	kp, err := unix.SysctlKinfoProc("kern.proc.pid", pid)
+	if errors.Is(err, syscall.ESRCH) || err == nil && kp.Proc.P_pid != int32(pid) {
+		return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("child: process info of pid %d: %w", pid, err)
+	}
+	tv := kp.Proc.P_starttime
+	return uint64(tv.Sec)*1e6 + uint64(tv.Usec), nil
+}
