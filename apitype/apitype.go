@@ -283,15 +283,18 @@ type Health struct {
 
 // Session is one live agent process in GET /v1/sessions.
 type Session struct {
-	Channel  string         `json:"channel_id"`
-	Binding  string         `json:"binding_id"`
-	Pid      int            `json:"pid"`
-	Native   string         `json:"native_session"`
-	State    string         `json:"state"` // idle, busy, stopping
-	IdleS    float64        `json:"idle_seconds"`
-	Started  time.Time      `json:"started_at"`
-	Turns    map[string]int `json:"turns"` // by shape
-	RSSBytes int64          `json:"rss_bytes,omitempty"`
+	Channel string         `json:"channel_id"`
+	Binding string         `json:"binding_id"`
+	Pid     int            `json:"pid"`
+	Native  string         `json:"native_session"`
+	State   string         `json:"state"` // idle, busy, stopping
+	IdleS   float64        `json:"idle_seconds"`
+	Started time.Time      `json:"started_at"`
+	Turns   map[string]int `json:"turns"` // by shape
+	// RSSBytes is the agent's memory: its cgroup's (its whole tree) when
+	// MemorySource is "cgroup", the process's resident set when "rss".
+	RSSBytes     int64  `json:"rss_bytes,omitempty"`
+	MemorySource string `json:"memory_source,omitempty"`
 }
 
 // Sessions is GET /v1/sessions.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/api"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/metrics"
@@ -223,6 +224,13 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	reg := tools.NewRegistry()
 	launcher := &tools.Launcher{Registry: reg, Command: deps.self, Args: []string{"mcp"}, Socket: sock}
 	m := metrics.New(version, nil) // the daemon plugs in its pool's gauges
+	// What an agent starts and abandons re-parents here, not to PID 1, so it
+	// is found and reaped; serve owns the process, so it decides this.
+	if stopReaper, err := child.Subreaper(log.Named("child")); err != nil {
+		log.Warn("not a child subreaper; descendants an agent abandons re-parent to PID 1 and are found by their mark only", zap.Error(err))
+	} else {
+		defer stopReaper()
+	}
 	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers})
 	if err != nil {
 		ln.Close()

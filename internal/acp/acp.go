@@ -50,6 +50,10 @@ type Spec struct {
 	CancelGrace  time.Duration // session/cancel -> kill (default 5s)
 	StartTimeout time.Duration // spawn + initialize (default 30s)
 	StderrTail   int           // bytes of stderr kept (default 8 KiB)
+
+	// Cgroups and Limits: see child.Spec.
+	Cgroups *child.Cgroups
+	Limits  child.Limits
 }
 
 // Update is one session/update seen during a prompt, typed as the local
@@ -199,6 +203,8 @@ func (a *Agent) spawn(path string) error {
 		Grace:      a.spec.Grace,
 		StderrTail: a.spec.StderrTail,
 		Log:        a.log,
+		Cgroups:    a.spec.Cgroups,
+		Limits:     a.spec.Limits,
 	})
 	if err != nil {
 		return fmt.Errorf("acp: %v: %w", err, ErrStart)
@@ -244,6 +250,12 @@ func (a *Agent) ExitKind() string { return a.proc.ExitKind() }
 
 // StderrTail is the last bytes the agent wrote to stderr.
 func (a *Agent) StderrTail() string { return a.proc.StderrTail() }
+
+// Mark is the value of child.MarkEnv the agent's whole tree carries.
+func (a *Agent) Mark() string { return a.proc.Mark() }
+
+// Cgroup is the agent's own cgroup directory, "" without one.
+func (a *Agent) Cgroup() string { return a.proc.Cgroup() }
 
 // CanLoad reports the agent's loadSession capability.
 func (a *Agent) CanLoad() bool { return a.canLoad }
@@ -442,6 +454,9 @@ func (a *Agent) exitedErr() error {
 	why := "exit status 0"
 	if err := a.proc.ExitErr(); err != nil {
 		why = err.Error()
+	}
+	if a.proc.ExitKind() == child.ExitOOM {
+		why = "oom: killed for exceeding its memory limit (limits.memory_max), " + why
 	}
 	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.proc.StderrTail(), 512))
 }

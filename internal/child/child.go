@@ -25,10 +25,11 @@ const (
 	ExitClean  = "clean"
 	ExitSignal = "signal"
 	ExitError  = "error"
+	ExitOOM    = "oom" // killed for exceeding its cgroup's memory.max
 )
 
 // ExitKinds lists every exit kind, for metrics that pre-create series.
-var ExitKinds = []string{ExitClean, ExitSignal, ExitError}
+var ExitKinds = []string{ExitClean, ExitSignal, ExitError, ExitOOM}
 
 // drainLimit bounds how long the reaper waits for buffered output after the
 // group died; only a descendant that escaped the group and kept a pipe open
@@ -44,6 +45,10 @@ type Spec struct {
 	Grace      time.Duration
 	StderrTail int // bytes of stderr kept
 	Log        *zap.Logger
+	// Cgroups, when set, puts the process in a cgroup of its own under it,
+	// which Limits bound and stopping kills whole.
+	Cgroups *Cgroups
+	Limits  Limits
 }
 
 // Process is one running child in its own process group. Its stdout is read
@@ -59,6 +64,8 @@ type Process struct {
 	stderr *os.File
 	out    *eofReader
 	tail   *ring
+	mark   string  // MarkEnv value its whole tree inherits
+	cg     *cgroup // nil without cgroups
 
 	sigMu  sync.Mutex // serialises group signals with the reap
 	reaped bool
@@ -69,6 +76,9 @@ type Process struct {
 
 	closeOnce sync.Once
 	stopping  atomic.Bool // Close was called: a signal exit is expected
+	// abandoned leaves the tree alone at the reap, as a crashed daemon
+	// would; only tests of the leftover sweep set it.
+	abandoned atomic.Bool
 }
 
 // Start spawns the process and its two owned goroutines (stderr tail, reaper).
@@ -97,15 +107,41 @@ func Start(spec Spec) (*Process, error) {
 		closeAll(inR, inW, outR, outW)
 		return nil, fmt.Errorf("child: start %q: stderr pipe: %w", spec.Path, err)
 	}
+	mark := newMark()
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Dir = spec.Dir
-	cmd.Env = append(CleanEnv(os.Environ()), spec.Env...)
+	cmd.Env = append(append(CleanEnv(os.Environ()), spec.Env...), MarkEnv+"="+mark)
 	// *os.File stdio is passed straight to the child: no copy goroutines, so
 	// Wait never blocks on a grandchild that keeps a pipe open.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	if err := startCmd(cmd); err != nil {
+	var cg *cgroup
+	cgfd := -1
+	if spec.Cgroups != nil {
+		if cg, err = spec.Cgroups.newCgroup(spec.Limits); err == nil {
+			if cgfd, err = cg.open(); err != nil {
+				_ = cg.remove()
+				cg = nil
+			}
+		}
+		if err != nil {
+			closeAll(inR, inW, outR, outW, errR, errW)
+			return nil, fmt.Errorf("child: start %q: %w", spec.Path, err)
+		}
+	}
+	// The orphan reaper must not take this pid before it is registered.
+	own.Lock()
+	err = startCmd(cmd, cgfd)
+	if err != nil {
+		own.Unlock()
+		if cg != nil {
+			_ = unixClose(cgfd)
+			_ = cg.remove()
+		}
 		closeAll(inR, inW, outR, outW, errR, errW)
 		return nil, fmt.Errorf("child: start %q: %w; check that the path is an executable file", spec.Path, err)
+	}
+	if cg != nil {
+		_ = unixClose(cgfd)
 	}
 	closeAll(inR, outW, errW)
 	p := &Process{
@@ -118,7 +154,14 @@ func Start(spec Spec) (*Process, error) {
 		stderr: errR,
 		out:    &eofReader{r: outR, eof: make(chan struct{})},
 		tail:   newRing(spec.StderrTail),
+		mark:   mark,
+		cg:     cg,
 		done:   make(chan struct{}),
+	}
+	own.procs[p.pid] = p
+	own.Unlock()
+	if err := setRlimits(p.pid, spec.Limits); err != nil {
+		p.log.Warn("agent runs without its rlimits", zap.Error(err))
 	}
 	stderrDone := make(chan struct{})
 	go func() {
@@ -179,6 +222,8 @@ func (p *Process) Close() error {
 		p.stopping.Store(true)
 		_ = p.stdin.Close()
 		p.signal(syscall.SIGTERM)
+		// Descendants that left the group get the same chance to exit.
+		p.signalTree(syscall.SIGTERM)
 		t := time.NewTimer(p.grace)
 		defer t.Stop()
 		select {
@@ -198,18 +243,29 @@ func (p *Process) reap(stderrDone <-chan struct{}) {
 	if waitExited(p.pid) == nil {
 		p.sigMu.Lock()
 		// The leader is a zombie: its pid, and so the group id, cannot be reused yet.
-		p.killGroup(syscall.SIGKILL)
+		if !p.abandoned.Load() {
+			p.killGroup(syscall.SIGKILL)
+		}
 		err = p.cmd.Wait()
 		p.reaped = true
 		p.sigMu.Unlock()
 	} else {
 		err = p.cmd.Wait()
 		p.sigMu.Lock()
-		p.killGroup(syscall.SIGKILL)
+		if !p.abandoned.Load() {
+			p.killGroup(syscall.SIGKILL)
+		}
 		p.reaped = true
 		p.sigMu.Unlock()
 	}
 	p.exitErr, p.exitKind = err, exitKind(p.cmd.ProcessState)
+	own.Lock()
+	delete(own.procs, p.pid)
+	own.Unlock()
+	// The leader is gone: nothing it started may outlive it.
+	if !p.abandoned.Load() && p.endTree() && p.exitKind == ExitSignal {
+		p.exitKind = ExitOOM
+	}
 
 	_ = p.stdin.Close()
 	// The group is dead, so EOF arrives once buffered output is read.
@@ -269,6 +325,52 @@ func (p *Process) signal(sig syscall.Signal) {
 	p.sigMu.Lock()
 	defer p.sigMu.Unlock()
 	p.killGroup(sig)
+}
+
+// signalTree sends sig to the agent's whole tree beyond its group: its
+// cgroup, or without one the processes carrying its mark.
+func (p *Process) signalTree(sig syscall.Signal) {
+	if p.cg != nil {
+		p.cg.signal(sig)
+		return
+	}
+	signalMarked(p.mark, p.pid, sig)
+}
+
+// endTree kills what is left of the agent's tree after its leader was
+// reaped: the whole cgroup (then removed), or the marked escapees. It
+// reports whether the cgroup saw an OOM kill.
+func (p *Process) endTree() (oom bool) {
+	if p.cg == nil {
+		if n := signalMarked(p.mark, 0, syscall.SIGKILL); n > 0 {
+			p.log.Info("killed processes that escaped the agent's group", zap.Int("count", n))
+		}
+		return false
+	}
+	oom = p.cg.oomKilled()
+	if !p.cg.empty() {
+		if err := p.cg.kill(); err != nil {
+			p.log.Warn("kill agent cgroup", zap.Error(err))
+		}
+		if !waitEmpty(p.cg.dir, drainLimit) {
+			p.log.Warn("agent cgroup still populated after cgroup.kill", zap.String("cgroup", p.cg.dir))
+		}
+	}
+	if err := p.cg.remove(); err != nil {
+		p.log.Warn("remove agent cgroup", zap.Error(err))
+	}
+	return oom
+}
+
+// Mark is the MarkEnv value the process's tree carries.
+func (p *Process) Mark() string { return p.mark }
+
+// Cgroup is the directory of the process's cgroup, "" without one.
+func (p *Process) Cgroup() string {
+	if p.cg == nil {
+		return ""
+	}
+	return p.cg.dir
 }
 
 // eofReader closes eof when its reader first fails: the reader of stdout has

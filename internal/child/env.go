@@ -12,6 +12,7 @@ var envDrop = map[string]bool{
 	"LISTEN_FDNAMES": true,
 	"WATCHDOG_USEC":  true,
 	"WATCHDOG_PID":   true,
+	MarkEnv:          true, // each agent gets a mark of its own
 }
 
 // CleanEnv returns env without the service-manager variables meant for the

@@ -10,7 +10,7 @@ import (
 
 // startCmd starts cmd in its own process group; there is no parent-death
 // signal outside Linux, so Close and the reaper carry the whole load.
-func startCmd(cmd *exec.Cmd) error {
+func startCmd(cmd *exec.Cmd, _ int) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd.Start()
 }

@@ -3,7 +3,10 @@ package child
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -20,10 +23,14 @@ const (
 // Leftover is an agent process group recorded by an earlier daemon run.
 // StartTicks is what StartTicks returned for Pid when it was recorded;
 // StartedAt (wall clock) tells records from before a reboot.
+// Mark and Cgroup (from Process.Mark and Process.Cgroup) find what the
+// agent started that left its group.
 type Leftover struct {
 	Pid, Pgid  int
 	StartTicks uint64
 	StartedAt  time.Time
+	Mark       string
+	Cgroup     string
 }
 
 // SweepResult is what Sweep did about one Leftover.
@@ -32,6 +39,7 @@ type SweepResult struct {
 	Outcome string
 	Members int  // live group members found when it was judged ours
 	Forced  bool // SIGTERM was not enough and SIGKILL was sent
+	Escaped int  // processes outside the group (same mark or cgroup) that were stopped
 	Err     error
 }
 
@@ -50,8 +58,16 @@ func StartTicks(pid int) (uint64, error) {
 
 // Sweep stops the leftover groups that are verifiably still ours: SIGTERM to
 // each such group, up to grace for all of them to exit, then SIGKILL to the
-// rest. Anything whose identity does not check out is spared.
+// rest. Anything whose identity does not check out is spared. Then it stops
+// the descendants that had left the groups: those carrying a record's mark
+// (a random value only the agent's tree inherits) and those in its cgroup.
 func Sweep(recs []Leftover, grace time.Duration) []SweepResult {
+	out := sweepGroups(recs, grace)
+	sweepTrees(out, grace)
+	return out
+}
+
+func sweepGroups(recs []Leftover, grace time.Duration) []SweepResult {
 	out := make([]SweepResult, len(recs))
 	var targets []int // indexes into out
 	for i, r := range recs {
@@ -83,6 +99,69 @@ func Sweep(recs []Leftover, grace time.Duration) []SweepResult {
 		}
 	}
 	return out
+}
+
+// sweepTrees stops the escaped descendants of each record, TERM then KILL
+// after grace, and removes the records' cgroups.
+func sweepTrees(out []SweepResult, grace time.Duration) {
+	var any bool
+	for i := range out {
+		r := &out[i]
+		if r.Cgroup != "" && !agentCgroup(r.Cgroup) {
+			r.Cgroup = "" // not a cgroup this daemon made: never touched
+		}
+		if r.Cgroup != "" {
+			(&cgroup{dir: r.Cgroup}).signal(syscall.SIGTERM)
+		}
+		n := signalMarked(r.Mark, 0, syscall.SIGTERM)
+		if n > 0 || r.Cgroup != "" {
+			r.Escaped, any = n, true
+		}
+	}
+	if !any {
+		return
+	}
+	left := func() bool {
+		for _, r := range out {
+			if liveMarked(r.Mark) > 0 || r.Cgroup != "" && !cgroupEmpty(r.Cgroup) {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(grace)
+	for left() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range out {
+		r := &out[i]
+		if signalMarked(r.Mark, 0, syscall.SIGKILL) > 0 {
+			r.Forced = true
+		}
+		if r.Cgroup != "" {
+			if !cgroupEmpty(r.Cgroup) {
+				r.Forced = true
+				_ = (&cgroup{dir: r.Cgroup}).kill()
+				waitEmpty(r.Cgroup, 2*time.Second)
+			}
+			if err := removeCgroup(r.Cgroup); err != nil && r.Err == nil {
+				r.Err = err
+			}
+			// The crashed daemon's subtree, once its last agent cgroup is gone.
+			_ = os.Remove(filepath.Dir(r.Cgroup))
+		}
+		if r.Escaped > 0 && r.Outcome == SweepGone {
+			r.Outcome = SweepKilled
+		}
+	}
+}
+
+// agentCgroup reports whether dir is shaped like an agent cgroup a daemon
+// made: .../residentd-<pid>-<n>/agent-<n>.
+func agentCgroup(dir string) bool {
+	return filepath.IsAbs(dir) && strings.HasPrefix(filepath.Base(dir), "agent-") &&
+		strings.HasPrefix(filepath.Base(filepath.Dir(dir)), "residentd-") &&
+		strings.HasPrefix(dir, "/sys/fs/cgroup/")
 }
 
 // judge decides whether r's group is still ours (Outcome SweepKilled, meaning

@@ -77,6 +77,9 @@ type Binding struct {
 	// PermissionTimeout is how long a permission request put to a person
 	// (policy ask or read-only+ask) waits before it is rejected; default 5m.
 	PermissionTimeout Duration `json:"permission_timeout,omitempty"`
+
+	// Limits bound the agent's whole process tree.
+	Limits Limits `json:"limits,omitempty"`
 }
 
 // RestoreOn reports whether restore is enabled.
@@ -122,6 +125,67 @@ type Config struct {
 	AgentCancelGrace Duration `json:"agent_cancel_grace,omitempty"`
 
 	Runs Runs `json:"runs,omitempty"`
+
+	// Cgroups puts each agent in a cgroup of its own (cgroup v2, where the
+	// daemon may create one) so stopping it ends everything it started and
+	// limits bound the tree; on by default.
+	Cgroups *bool `json:"cgroups,omitempty"`
+}
+
+// CgroupsOn reports whether agents get cgroups of their own.
+func (c *Config) CgroupsOn() bool { return c.Cgroups == nil || *c.Cgroups }
+
+// Limits bound one agent's process tree; zero is unlimited. Memory, tasks
+// and CPU weight need the cgroup controllers; nofile is an rlimit.
+type Limits struct {
+	MemoryMax Bytes  `json:"memory_max,omitempty"` // e.g. "2G" or 2147483648 (memory.max)
+	PidsMax   int64  `json:"pids_max,omitempty"`   // tasks (pids.max)
+	CPUWeight int    `json:"cpu_weight,omitempty"` // 1..10000, default 100 (cpu.weight)
+	NoFile    uint64 `json:"nofile,omitempty"`     // open files (RLIMIT_NOFILE)
+}
+
+// Bytes is a size written as a number of bytes or a string with a K, M or
+// G suffix (powers of 1024).
+type Bytes int64
+
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	var n int64
+	if err := json.Unmarshal(data, &n); err == nil {
+		*b = Bytes(n)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("size must be a number of bytes or a string such as \"2G\"")
+	}
+	v, err := ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = Bytes(v)
+	return nil
+}
+
+// ParseBytes reads "512", "64K", "512M" or "2G" (powers of 1024).
+func ParseBytes(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(t, "B")
+	mult := int64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K':
+			mult, t = 1<<10, t[:len(t)-1]
+		case 'M':
+			mult, t = 1<<20, t[:len(t)-1]
+		case 'G':
+			mult, t = 1<<30, t[:len(t)-1]
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscanf(t, "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != t {
+		return 0, fmt.Errorf("size %q must be a whole number of bytes with an optional K, M or G suffix", s)
+	}
+	return n * mult, nil
 }
 
 // Runs bounds what the daemon keeps of each run for clients to re-attach.
@@ -257,6 +321,14 @@ func (c *Config) Validate() error {
 		}
 		if err := b.BriefPlacement.Check(); err != nil {
 			return fmt.Errorf("%w: binding %q: brief_placement: %v", ErrInvalid, b.ID, err)
+		}
+		switch l := b.Limits; {
+		case l.MemoryMax < 0 || l.PidsMax < 0:
+			return fmt.Errorf("%w: binding %q: limits must not be negative", ErrInvalid, b.ID)
+		case l.MemoryMax > 0 && l.MemoryMax < 1<<20:
+			return fmt.Errorf("%w: binding %q: limits.memory_max %d bytes is too small for any agent; use at least \"1M\"", ErrInvalid, b.ID, l.MemoryMax)
+		case l.CPUWeight < 0 || l.CPUWeight > 10000:
+			return fmt.Errorf("%w: binding %q: limits.cpu_weight %d must be 1..10000 (100 is the default share)", ErrInvalid, b.ID, l.CPUWeight)
 		}
 		seen[b.ID] = true
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -68,6 +69,9 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		{"placement", func(c *Config) { c.Bindings[0].BriefPlacement = "top" }, "brief_placement"},
 		{"system twice", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "a", "b" }, "both system and system_file"},
 		{"system_file missing", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", "/nonexistent/framing.txt" }, `system_file "/nonexistent/framing.txt" is not a readable file`},
+		{"negative limit", func(c *Config) { c.Bindings[0].Limits.PidsMax = -1 }, "limits must not be negative"},
+		{"tiny memory", func(c *Config) { c.Bindings[0].Limits.MemoryMax = 4096 }, "limits.memory_max 4096 bytes is too small"},
+		{"cpu weight", func(c *Config) { c.Bindings[0].Limits.CPUWeight = 20000 }, "limits.cpu_weight 20000 must be 1..10000"},
 		{"system_file a directory", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", os.TempDir() }, "is not a readable file"},
 	}
 	for _, tt := range tests {
@@ -88,6 +92,7 @@ func TestLoadRefusesUnknownFieldsAndBadDurations(t *testing.T) {
 		"unknown":  `{"bindings":[],"max_lives":3}`,
 		"duration": `{"idle_timeout":30}`,
 		"syntax":   `{"bindings":[`,
+		"size":     `{"bindings":[{"id":"b","limits":{"memory_max":"2T"}}]}`,
 	} {
 		p := filepath.Join(dir, name+".json")
 		os.WriteFile(p, []byte(body), 0o600)
@@ -106,5 +111,25 @@ func TestFramingFromFile(t *testing.T) {
 	}
 	if _, err := (Binding{ID: "b", SystemFile: p + ".missing"}).Framing(); err == nil || !strings.Contains(err.Error(), `binding "b"`) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"512": 512, "64K": 64 << 10, "512M": 512 << 20, "2G": 2 << 30, "2gb": 2 << 30, " 1m ": 1 << 20} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "G", "1.5G", "-1M", "2T", "1 G", "0x10"} {
+		if got, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+	var l Limits
+	if err := json.Unmarshal([]byte(`{"memory_max":"1G","pids_max":256,"cpu_weight":50,"nofile":4096}`), &l); err != nil || l.MemoryMax != 1<<30 || l.PidsMax != 256 {
+		t.Errorf("limits = %+v, %v", l, err)
+	}
+	if err := json.Unmarshal([]byte(`{"memory_max":1048576}`), &l); err != nil || l.MemoryMax != 1<<20 {
+		t.Errorf("numeric memory_max = %+v, %v", l, err)
 	}
 }

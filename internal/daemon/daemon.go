@@ -20,6 +20,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
@@ -95,6 +96,8 @@ type Daemon struct {
 	closing  bool
 
 	backoffBase, backoffCap time.Duration
+
+	cgroups *child.Cgroups // nil: agents run without cgroups of their own
 }
 
 // New returns a running daemon; Close stops it. It first stops the agents
@@ -123,6 +126,7 @@ func New(o Options) (*Daemon, error) {
 		d.backoffCap = time.Minute
 	}
 	sweepLeftovers(d.st, d.log)
+	d.cgroups = openCgroups(o.Config, d.log)
 	ids := make([]string, 0, len(o.Config.Bindings))
 	for _, b := range o.Config.Bindings {
 		ids = append(ids, b.ID)
@@ -349,6 +353,11 @@ func (d *Daemon) Close(grace time.Duration) error {
 	// them so none writes to the store (or starts a watcher) after Close.
 	d.turns.Wait()
 	d.watchers.Wait()
+	if d.cgroups != nil {
+		if cerr := d.cgroups.Close(); cerr != nil {
+			d.log.Warn("remove the agents' cgroup", zap.Error(cerr))
+		}
+	}
 	return err
 }
 

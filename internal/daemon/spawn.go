@@ -92,6 +92,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 	spec := acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask,
 		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
+		Cgroups: d.cgroups, Limits: limitsOf(b),
 	}
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
 	t0 := d.now()
@@ -161,7 +162,7 @@ func (d *Daemon) recordAgent(a *acp.Agent, k session.Key, command string, log *z
 	if err != nil {
 		pgid = pid // acp starts every agent as its own group leader
 	}
-	rec := store.AgentRecord{Pid: pid, Pgid: pgid, StartTicks: ticks, Command: command, Key: k, StartedAt: time.Now()}
+	rec := store.AgentRecord{Pid: pid, Pgid: pgid, StartTicks: ticks, Command: command, Key: k, StartedAt: time.Now(), Mark: a.Mark(), Cgroup: a.Cgroup()}
 	if err := d.st.RecordAgent(rec); err != nil {
 		log.Warn("record agent failed", zap.Int("pid", pid), zap.Error(err))
 	}

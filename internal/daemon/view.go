@@ -18,15 +18,19 @@ func (d *Daemon) Status() apitype.Health {
 }
 
 // Sessions lists the live agent processes, sorted by key, with each one's
-// resident memory (0 where it cannot be read).
+// memory (0 where it cannot be read): its cgroup's, covering the whole
+// tree, when it has one with the memory controller, else its RSS.
 func (d *Daemon) Sessions() []apitype.Session {
 	infos := d.pool.Sessions()
 	out := make([]apitype.Session, 0, len(infos))
 	for _, in := range infos {
-		rss, _ := child.RSS(in.Pid)
+		rss, source, err := child.Memory(in.Pid)
+		if err != nil {
+			source = ""
+		}
 		out = append(out, apitype.Session{
 			Channel: in.Key.Channel, Binding: in.Key.Binding, Pid: in.Pid, Native: in.Native, State: in.State,
-			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns, RSSBytes: rss,
+			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns, RSSBytes: rss, MemorySource: source,
 		})
 	}
 	return out

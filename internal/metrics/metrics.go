@@ -254,7 +254,7 @@ func (m *Metrics) ObserveQueueWait(d time.Duration) { m.QueueWait.Observe(d.Seco
 // Evicted counts one process leaving the pool for reason.
 func (m *Metrics) Evicted(reason string) { m.Evictions.WithLabelValues(reason).Inc() }
 
-// AgentExited counts one reaped agent process by exit kind (clean, signal, error).
+// AgentExited counts one reaped agent process by exit kind (clean, signal, error, oom).
 func (m *Metrics) AgentExited(kind string) { m.AgentExits.WithLabelValues(kind).Inc() }
 
 // ObserveSpawn records spawn + initialize time.

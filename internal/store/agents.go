@@ -20,6 +20,9 @@ type AgentRecord struct {
 	Command    string      `json:"command"`
 	Key        session.Key `json:"key"`
 	StartedAt  time.Time   `json:"started_at"`
+	// Mark and Cgroup find the descendants that left the agent's group.
+	Mark   string `json:"mark,omitempty"`
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 func pidKey(pid int) []byte { return u64(uint64(pid)) }

@@ -1,0 +1,115 @@
+package child
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// MarkEnv is the variable every agent, and so by inheritance every process
+// it starts, carries with its agent's mark: what ties a descendant that left
+// the process group (setsid, a double fork) back to the agent it came from.
+const MarkEnv = "RESIDENTD_AGENT_MARK"
+
+// Limits bound one agent's tree. Zero fields are unlimited. Memory, tasks
+// and CPU weight apply through the agent's cgroup where the controllers are
+// available; the rlimits apply to the agent process (and are inherited by
+// what it starts) on Linux. Core dumps are always off.
+type Limits struct {
+	MemoryMax int64  // bytes (memory.max)
+	PidsMax   int64  // tasks (pids.max)
+	CPUWeight int    // 1..10000, default 100 (cpu.weight)
+	NoFile    uint64 // open files (RLIMIT_NOFILE)
+}
+
+// Controllers lists the cgroup controllers l needs.
+func (l Limits) Controllers() []string {
+	var c []string
+	if l.MemoryMax > 0 {
+		c = append(c, "memory")
+	}
+	if l.PidsMax > 0 {
+		c = append(c, "pids")
+	}
+	if l.CPUWeight > 0 {
+		c = append(c, "cpu")
+	}
+	return c
+}
+
+// cgroupFiles is what l writes into an agent's cgroup, by file name.
+func (l Limits) cgroupFiles() map[string]string {
+	f := map[string]string{}
+	if l.MemoryMax > 0 {
+		f["memory.max"] = strconv.FormatInt(l.MemoryMax, 10)
+		// The whole tree goes on OOM, not one random member of it.
+		f["memory.oom.group"] = "1"
+	}
+	if l.PidsMax > 0 {
+		f["pids.max"] = strconv.FormatInt(l.PidsMax, 10)
+	}
+	if l.CPUWeight > 0 {
+		f["cpu.weight"] = strconv.Itoa(l.CPUWeight)
+	}
+	return f
+}
+
+func newMark() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// marked reports whether environ (NUL-separated or as a list) carries mark.
+func marked(env []string, mark string) bool {
+	want := MarkEnv + "=" + mark
+	for _, kv := range env {
+		if kv == want {
+			return true
+		}
+	}
+	return false
+}
+
+// validMark reports whether s looks like a mark newMark made; a record with
+// anything else must not drive a kill.
+func validMark(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	return strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// own is every agent this process started and has not reaped yet: the
+// orphan reaper must leave their zombies to their own reaper.
+var own = struct {
+	sync.Mutex
+	procs map[int]*Process
+}{procs: map[int]*Process{}}
+
+// lookup returns the live agent with pid, or nil.
+func lookup(pid int) *Process {
+	own.Lock()
+	defer own.Unlock()
+	return own.procs[pid]
+}
+
+// Memory sources reported by Memory.
+const (
+	MemoryCgroup = "cgroup" // memory.current of the agent's cgroup: its whole tree
+	MemoryRSS    = "rss"    // resident set of the agent process alone
+)
+
+// Memory returns the memory an agent uses: its cgroup's memory.current when
+// it has one with the memory controller, else the RSS of its pid.
+func Memory(pid int) (n int64, source string, err error) {
+	if p := lookup(pid); p != nil && p.cg != nil {
+		if n, err := p.cg.memoryCurrent(); err == nil {
+			return n, MemoryCgroup, nil
+		}
+	}
+	n, err = RSS(pid)
+	return n, MemoryRSS, err
+}

@@ -1,0 +1,192 @@
+//go:build linux
+
+package child
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// treeScript starts, besides itself, every way an agent's descendants leave
+// its process group: a setsid child, a double-forked orphan, a setsid child
+// that ignores SIGTERM, and many ordinary children. With clearEnv it adds a
+// setsid child with an empty environment, which only a cgroup can find.
+// Every descendant runs sleep with a duration unique to the test (tok).
+func treeScript(tok string, clearEnv bool) (script string, want int) {
+	s := fmt.Sprintf(`tok=%s
+setsid sleep 3000.$tok &
+sh -c "sleep 3001.$tok >/dev/null 2>&1 &" &
+setsid sh -c "trap '' TERM; exec sleep 3002.$tok" &
+i=0; while [ $i -lt 10 ]; do sleep 3003.$tok & i=$((i+1)); done
+`, tok)
+	want = 13
+	if clearEnv {
+		s += "setsid env -i sleep 3004.$tok &\n"
+		want++
+	}
+	return s + "echo ready\nwait\n", want
+}
+
+// descendants lists the live processes whose command line holds tok.
+func descendants(tok string) []int {
+	all, _ := All()
+	var out []int
+	for _, st := range all {
+		if st.Zombie() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte("."+tok)) && bytes.HasPrefix(b, []byte("sleep")) {
+			out = append(out, st.Pid)
+		}
+	}
+	return out
+}
+
+func waitCount(t *testing.T, tok string, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := descendants(tok)
+		if len(got) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d descendants %v, want %d", what, len(got), got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func newTok() string { return strconv.Itoa(int(time.Now().UnixNano()%1e8) + os.Getpid()) }
+
+// runTree starts the tree, waits for all of it, stops it the given way and
+// checks nothing is left.
+func runTree(t *testing.T, cg *Cgroups, clearEnv bool, stop string) {
+	t.Helper()
+	tok := newTok()
+	script, want := treeScript(tok, clearEnv)
+	sh, _ := exec.LookPath("sh")
+	p, err := Start(Spec{Path: sh, Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Cgroups: cg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	discard(p)
+	waitCount(t, tok, want, "before stop")
+	if cg != nil {
+		if p.Cgroup() == "" {
+			t.Fatal("started with cgroups but has no cgroup")
+		}
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/cgroup")
+		if !strings.Contains(string(b), strings.TrimPrefix(p.Cgroup(), cg.Dir[:strings.Index(cg.Dir, "/residentd-")])) {
+			t.Errorf("agent's cgroup is %q, want %s", b, p.Cgroup())
+		}
+	}
+	switch stop {
+	case "close":
+		_ = p.Close()
+	case "crash": // the leader dies on its own
+		if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDone(t, p)
+	waitCount(t, tok, 0, "after "+stop)
+	if cg != nil {
+		if _, err := os.Stat(p.Cgroup()); !os.IsNotExist(err) {
+			t.Errorf("agent cgroup %s still exists (%v)", p.Cgroup(), err)
+		}
+	}
+}
+
+// Without cgroups, the agent's mark finds the descendants that left its group.
+func TestTreeEndsWithAgentByMark(t *testing.T) {
+	for _, stop := range []string{"close", "crash"} {
+		t.Run(stop, func(t *testing.T) { runTree(t, nil, false, stop) })
+	}
+}
+
+// With a cgroup, everything in it ends, even a process that dropped the mark.
+func TestTreeEndsWithAgentByCgroup(t *testing.T) {
+	cg, err := OpenCgroups(nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "NOTICE: %s: cannot create a cgroup here, skipping: %v\n", t.Name(), err)
+		t.Skip("no writable cgroup v2 hierarchy:", err)
+	}
+	t.Cleanup(func() {
+		if err := cg.Close(); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(cg.Dir); !os.IsNotExist(err) {
+			t.Errorf("daemon cgroup %s still exists", cg.Dir)
+		}
+	})
+	for _, stop := range []string{"close", "crash"} {
+		t.Run(stop, func(t *testing.T) { runTree(t, cg, true, stop) })
+	}
+}
+
+// A leftover from a crashed daemon: the leader and its group are gone, but
+// the escaped descendants live on; the sweep finds them by mark and cgroup.
+func TestSweepEscapedDescendants(t *testing.T) {
+	for _, withCgroup := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cgroup=%v", withCgroup), func(t *testing.T) {
+			var cg *Cgroups
+			if withCgroup {
+				var err error
+				if cg, err = OpenCgroups(nil); err != nil {
+					fmt.Fprintf(os.Stderr, "NOTICE: %s: cannot create a cgroup here, skipping: %v\n", t.Name(), err)
+					t.Skip("no writable cgroup v2 hierarchy:", err)
+				}
+			}
+			tok := newTok()
+			script, want := treeScript(tok, withCgroup)
+			sh, _ := exec.LookPath("sh")
+			p, err := Start(Spec{Path: sh, Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Cgroups: cg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			discard(p)
+			waitCount(t, tok, want, "before the crash")
+			ticks, err := StartTicks(p.Pid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := Leftover{Pid: p.Pid(), Pgid: p.Pid(), StartTicks: ticks, StartedAt: time.Now(), Mark: p.Mark(), Cgroup: p.Cgroup()}
+			// What a crashed daemon leaves: the tree, without its supervisor.
+			p.abandon(t)
+			waitCount(t, tok, want, "after the crash")
+			res := Sweep([]Leftover{rec}, 300*time.Millisecond)
+			waitCount(t, tok, 0, "after the sweep")
+			if res[0].Outcome != SweepKilled || res[0].Escaped == 0 {
+				t.Errorf("sweep = %+v, want killed with escaped descendants", res[0])
+			}
+			if withCgroup {
+				if _, err := os.Stat(rec.Cgroup); !os.IsNotExist(err) {
+					t.Errorf("leftover cgroup %s still exists", rec.Cgroup)
+				}
+				if err := cg.Close(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// abandon kills the leader alone and leaves its tree, as a daemon killed
+// with SIGKILL does (its agents get the parent-death signal, nothing more).
+func (p *Process) abandon(t *testing.T) {
+	p.abandoned.Store(true)
+	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, p)
+}

@@ -1,0 +1,52 @@
+//go:build !linux
+
+package child
+
+import (
+	"errors"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+var errNoCgroups = errors.New("child: cgroups and the child subreaper exist on Linux only")
+
+// Cgroups is Linux-only; elsewhere OpenCgroups always fails.
+type Cgroups struct {
+	Dir         string
+	Controllers []string
+}
+
+// OpenCgroups is Linux-only.
+func OpenCgroups(want []string) (*Cgroups, error) { return nil, errNoCgroups }
+
+// Close does nothing.
+func (c *Cgroups) Close() error { return nil }
+
+// Subreaper is Linux-only.
+func Subreaper(log *zap.Logger) (stop func(), err error) { return func() {}, errNoCgroups }
+
+type cgroup struct{ dir string }
+
+func (c *Cgroups) newCgroup(Limits) (*cgroup, error) { return nil, errNoCgroups }
+func (cg *cgroup) open() (int, error)                { return -1, errNoCgroups }
+func (cg *cgroup) signal(syscall.Signal)             {}
+func (cg *cgroup) kill() error                       { return errNoCgroups }
+func (cg *cgroup) empty() bool                       { return true }
+func (cg *cgroup) remove() error                     { return nil }
+func (cg *cgroup) memoryCurrent() (int64, error)     { return 0, errNoCgroups }
+func (cg *cgroup) oomKilled() bool                   { return false }
+func waitEmpty(string, time.Duration) bool           { return true }
+func cgroupEmpty(string) bool                        { return true }
+func removeCgroup(string) error                      { return nil }
+
+// The environment of another process is not readable here: escaped
+// descendants are found on Linux only.
+func signalMarked(string, int, syscall.Signal) int { return 0 }
+func liveMarked(string) int                        { return 0 }
+
+// setRlimits: another process's limits cannot be set here.
+func setRlimits(int, Limits) error { return nil }
+
+func unixClose(int) error { return nil }
