@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -189,4 +190,28 @@ func (p *Process) abandon(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDone(t, p)
+}
+
+// An agent over its memory limit is killed by the kernel and reported as oom.
+func TestMemoryLimitReportsOOM(t *testing.T) {
+	cg, err := OpenCgroups([]string{"memory"})
+	if err != nil || !slices.Contains(cg.Controllers, "memory") {
+		if cg != nil {
+			cg.Close()
+		}
+		fmt.Fprintf(os.Stderr, "NOTICE: %s: the memory controller is not available to this process's cgroup v2 cgroup, skipping (err %v)\n", t.Name(), err)
+		t.Skip("no cgroup v2 memory controller here")
+	}
+	t.Cleanup(func() { cg.Close() })
+	sh, _ := exec.LookPath("sh")
+	// tail keeps the last 256 MiB it reads in memory: far over the limit.
+	p, err := Start(Spec{Path: sh, Args: []string{"-c", "head -c 268435456 /dev/zero | tail -c 268435456 >/dev/null"}, Dir: t.TempDir(), Cgroups: cg, Limits: Limits{MemoryMax: 32 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	discard(p)
+	waitDone(t, p)
+	if p.ExitKind() != ExitOOM {
+		t.Errorf("ExitKind = %q (err %v), want oom", p.ExitKind(), p.ExitErr())
+	}
 }
