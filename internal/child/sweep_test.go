@@ -123,7 +123,8 @@ func TestStartTicks(t *testing.T) {
 }
 
 func TestSweepKillsOwnGroupAndSparesStranger(t *testing.T) {
-	ours, line := startGroup(t, `sleep 300 & echo $!; sleep 300 & wait`)
+	// The line comes after both children are forked: the sweep must see all three.
+	ours, line := startGroup(t, `sleep 300 & a=$!; sleep 300 & echo $a; wait`)
 	child, err := strconv.Atoi(line)
 	if err != nil {
 		t.Fatalf("child pid line %q", line)
