@@ -279,6 +279,17 @@ type Health struct {
 	Queued   int    `json:"queued"`
 	MaxLive  int    `json:"max_live"`
 	Bindings int    `json:"bindings"`
+	// Listeners are the daemon's listeners: the API socket and, with
+	// --metrics-addr, the metrics one; a listener that could not be opened
+	// or failed carries its error while the daemon serves on.
+	Listeners []Listener `json:"listeners,omitempty"`
+}
+
+// Listener is one of the daemon's listeners in Health.
+type Listener struct {
+	Name  string `json:"name"` // api or metrics
+	Addr  string `json:"addr"`
+	Error string `json:"error,omitempty"` // why it does not serve; empty while it does
 }
 
 // Session is one live agent process in GET /v1/sessions.

@@ -343,7 +343,13 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "residentd %s (pid %d): %d/%d live, %d busy, %d queued\n\n", h.Version, h.Pid, h.Live, h.MaxLive, h.Busy, h.Queued)
+	fmt.Fprintf(stdout, "residentd %s (pid %d): %d/%d live, %d busy, %d queued\n", h.Version, h.Pid, h.Live, h.MaxLive, h.Busy, h.Queued)
+	for _, l := range h.Listeners {
+		if l.Error != "" {
+			fmt.Fprintf(stdout, "%s listener %s is not serving: %s\n", l.Name, l.Addr, l.Error)
+		}
+	}
+	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tCOLD\tWARM\tRESTORED\tIDLE\tPID\tRSS\tNATIVE")
 	for _, s := range ss {

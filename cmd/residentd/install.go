@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/residentd/residentd/internal/service"
 )
@@ -16,9 +19,14 @@ import (
 // defaultMetricsAddr is where deploy/prometheus scrapes an installed daemon.
 const defaultMetricsAddr = "127.0.0.1:9464"
 
-// cmdInstall writes (or, with remove, deletes) the per-user service
-// definition: systemd user units on Linux, a LaunchAgent on macOS.
+// errInstallCheck marks an install refused because the service would not
+// start or would not find its agents.
+var errInstallCheck = errors.New("install refused")
+
+// cmdInstall writes (or, with remove, stops and deletes) the per-user
+// service definition: systemd user units on Linux, a LaunchAgent on macOS.
 func cmdInstall(args []string, stdout io.Writer, remove bool) error {
+	ctx := context.Background()
 	name := "install"
 	if remove {
 		name = "uninstall"
@@ -28,8 +36,8 @@ func cmdInstall(args []string, stdout io.Writer, remove bool) error {
 	user := fs.Bool("user", true, "install for the current user (the only mode)")
 	var o service.InstallOptions
 	if !remove {
-		fs.StringVar(&o.Binary, "binary", "", "residentd binary the service runs (default: this executable)")
-		fs.StringVar(&o.Config, "config", "", "config file passed to serve --config")
+		fs.StringVar(&o.Binary, "binary", "", "residentd binary the service runs (default: this executable, copied to ~/.local/bin when it lives in a build cache or temporary directory)")
+		fs.StringVar(&o.Config, "config", "", "config file passed to serve --config (default: $XDG_CONFIG_HOME/residentd/config.json when it exists)")
 		fs.StringVar(&o.StateDir, "state", "", "state directory passed to serve --state")
 		fs.StringVar(&o.SocketPath, "socket", "", "socket path (default: systemd %t/residentd/residentd.sock; macOS ~/Library/Caches/residentd/s.sock)")
 		fs.StringVar(&o.MetricsAddr, "metrics-addr", defaultMetricsAddr, `serve /metrics here ("" to disable)`)
@@ -43,8 +51,15 @@ func cmdInstall(args []string, stdout io.Writer, remove bool) error {
 	if !*user {
 		return fmt.Errorf("%w: only per-user services are supported (--user)", errUsage)
 	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return fmt.Errorf("home directory: %w; set HOME", err)
+	}
+	o.Home = home
+	o.ConfigHome = configHome(home)
 	if remove {
-		removed, next, err := service.Uninstall(o)
+		o.Out = stdout
+		removed, next, err := service.Uninstall(ctx, o)
 		for _, p := range removed {
 			fmt.Fprintf(stdout, "removed %s\n", p)
 		}
@@ -54,28 +69,48 @@ func cmdInstall(args []string, stdout io.Writer, remove bool) error {
 		if len(removed) == 0 {
 			fmt.Fprintln(stdout, "nothing to remove: no residentd service was installed")
 		}
-		fmt.Fprintf(stdout, "\nto stop a running daemon:\n  %s\n", next)
+		if next != "" {
+			fmt.Fprintf(stdout, "\nstill to do:\n  %s\n", next)
+		}
 		return nil
 	}
 
+	if err := installBinary(ctx, &o, stdout); err != nil {
+		return err
+	}
 	if err := absInstallPaths(&o); err != nil {
 		return err
 	}
-	written, next, err := service.Install(o)
+	path, dropped := service.CleanPath(os.Getenv("PATH"))
+	if len(dropped) > 0 {
+		fmt.Fprintf(stdout, "left out of the service's PATH (not absolute): %q\n", dropped)
+	}
+	o.Path = path
+	if err := checkConfig(&o, stdout); err != nil {
+		return err
+	}
+	written, next, err := service.Install(ctx, o)
 	for _, p := range written {
 		fmt.Fprintf(stdout, "wrote %s\n", p)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nservice runs: %s\n\nto start it now and at every login:\n  %s\n", strings.Join(o.ServeArgs(), " "), next)
+	fmt.Fprintf(stdout, "\nservice PATH (yours, recorded now; install again after changing it):\n  %s\n", o.Path)
+	fmt.Fprintf(stdout, "\nservice runs: %s\n", strings.Join(o.ServeArgs(), " "))
 	switch runtime.GOOS {
 	case "linux":
+		if next != service.EnableCommand() {
+			fmt.Fprintf(stdout, "\n%s\n", next) // what to do without a user manager
+			return nil
+		}
+		fmt.Fprintf(stdout, "\nto start it now and at every login:\n  %s\n", next)
 		fmt.Fprintln(stdout, "then:\n  systemctl --user status residentd\n  journalctl --user -u residentd -f")
 		if o.SocketPath != "" {
 			fmt.Fprintf(stdout, "clients need the socket: export RESIDENTD_SOCKET=%s\n", o.SocketPath)
 		}
 	case "darwin":
+		fmt.Fprintf(stdout, "\nto start it now and at every login:\n  %s\n", next)
 		sock := o.SocketPath
 		if sock == "" {
 			sock = service.DarwinSocketPath(o.Home)
@@ -86,23 +121,95 @@ func cmdInstall(args []string, stdout io.Writer, remove bool) error {
 	return nil
 }
 
-// absInstallPaths fills in the binary and makes every path absolute: a
-// service starts in / or $HOME, where relative paths would mean something else.
-func absInstallPaths(o *service.InstallOptions) error {
-	if o.Binary == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find own executable (pass --binary): %w", err)
-		}
-		o.Binary = self
+// configHome is $XDG_CONFIG_HOME when it is absolute (the XDG rule), else
+// ~/.config.
+func configHome(home string) string {
+	if d := os.Getenv("XDG_CONFIG_HOME"); filepath.IsAbs(d) {
+		return d
 	}
+	return filepath.Join(home, ".config")
+}
+
+// userBinDir is where the XDG base directory spec puts a user's executables.
+func userBinDir(home string) string { return filepath.Join(home, ".local", "bin") }
+
+// installBinary picks the binary the service runs: --binary as given, else
+// this executable, copied to ~/.local/bin/residentd first when it lives
+// where it will not last (the Go build cache of `go run`, a temporary
+// directory).
+func installBinary(ctx context.Context, o *service.InstallOptions, stdout io.Writer) error {
+	if o.Binary != "" {
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w; pass --binary", err)
+	}
+	if s, err := filepath.EvalSymlinks(self); err == nil {
+		self = s
+	}
+	o.Binary = self
+	where := transientDir(ctx, self)
+	if where == "" {
+		return nil
+	}
+	dst := filepath.Join(userBinDir(o.Home), "residentd")
+	if err := service.CopyFile(self, dst); err != nil {
+		return fmt.Errorf("%w; pass --binary with a residentd that lasts", err)
+	}
+	fmt.Fprintf(stdout, "copied %s to %s: this executable is in %s, which does not last\n", self, dst, where)
+	o.Binary = dst
+	return nil
+}
+
+// transientDir names the short-lived place exe is in, or returns "".
+func transientDir(ctx context.Context, exe string) string {
+	if c := goCache(ctx); c != "" && within(exe, c) {
+		return "the Go build cache (" + c + ")"
+	}
+	if strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		return "a Go build directory"
+	}
+	if within(exe, os.TempDir()) {
+		return "a temporary directory (" + os.TempDir() + ")"
+	}
+	return ""
+}
+
+// goCache is `go env GOCACHE`, or "" without a go command.
+func goCache(ctx context.Context) string {
+	if c := os.Getenv("GOCACHE"); filepath.IsAbs(c) {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "env", "GOCACHE").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// within reports whether path is inside dir (both resolved).
+func within(path, dir string) bool {
+	if d, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = d
+	}
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// absInstallPaths makes every path absolute (a service starts in / or
+// $HOME, where relative paths would mean something else) and checks the
+// binary.
+func absInstallPaths(o *service.InstallOptions) error {
 	for _, p := range []*string{&o.Binary, &o.Config, &o.StateDir, &o.SocketPath} {
 		if *p == "" {
 			continue
 		}
 		abs, err := filepath.Abs(*p)
 		if err != nil {
-			return fmt.Errorf("%w: path %q: %v", errUsage, *p, err)
+			return fmt.Errorf("%w: path %q: %w", errUsage, *p, err)
 		}
 		*p = abs
 	}
@@ -115,12 +222,67 @@ func absInstallPaths(o *service.InstallOptions) error {
 	case fi.IsDir() || fi.Mode().Perm()&0o111 == 0:
 		return fmt.Errorf("%w: --binary %s is not an executable file", errUsage, o.Binary)
 	}
-	if o.Home == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("home directory: %w", err)
+	return nil
+}
+
+// checkConfig defaults --config to $XDG_CONFIG_HOME/residentd/config.json
+// when that exists, loads it as serve will, and checks that every binding's
+// command is found on the service's PATH.
+func checkConfig(o *service.InstallOptions, stdout io.Writer) error {
+	if o.Config == "" {
+		def := filepath.Join(o.ConfigHome, "residentd", "config.json")
+		if _, err := os.Stat(def); err != nil {
+			fmt.Fprintf(stdout, "no config file (%s does not exist): the service runs the built-in agent only\n", def)
+			return nil
 		}
-		o.Home = home
+		o.Config = def
+		fmt.Fprintf(stdout, "using config %s\n", def)
+	}
+	if _, err := os.Stat(o.Config); err != nil {
+		return fmt.Errorf("%w: config file: %w; write it (see deploy/config.example.json) or leave out --config to run the built-in agent only", errInstallCheck, err)
+	}
+	state := o.StateDir
+	if state == "" {
+		state = defaultStateDir()
+	}
+	cfg, err := loadConfig(o.Config, o.Binary, state, false)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w; fix it and run install again", errInstallCheck, o.Config, err)
+	}
+	for _, b := range cfg.Bindings {
+		path := o.Path
+		if p, ok := b.Env["PATH"]; ok {
+			path = p
+		}
+		if _, err := lookPath(b.Command, path, b.Dir); err != nil {
+			return fmt.Errorf("%w: binding %q: %w. The service runs with PATH=%s; install the command, give its absolute path in %s, or run install from a shell whose PATH finds it", errInstallCheck, b.ID, err, path, o.Config)
+		}
 	}
 	return nil
+}
+
+// lookPath finds cmd as the service will: a name with a slash is a path
+// (relative to dir, the binding's working directory, when given), any other
+// name is searched on path.
+func lookPath(cmd, path, dir string) (string, error) {
+	isExec := func(p string) bool {
+		fi, err := os.Stat(p)
+		return err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0
+	}
+	if strings.Contains(cmd, "/") {
+		p := cmd
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
+		}
+		if isExec(p) {
+			return p, nil
+		}
+		return "", fmt.Errorf("command %s is not an executable file", cmd)
+	}
+	for _, d := range filepath.SplitList(path) {
+		if p := filepath.Join(d, cmd); d != "" && isExec(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command %q is not on the service's PATH", cmd)
 }

@@ -236,33 +236,36 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		ln.Close()
 		return err
 	}
-	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg, Keepalive: time.Duration(cfg.Runs.Keepalive)})
-	var mln net.Listener
 	if deps.metricsAddr != "" {
-		if mln, err = listenLoopback(deps.metricsAddr); err != nil {
+		if err := checkLoopback(deps.metricsAddr); err != nil {
 			ln.Close()
 			d.Close(0)
 			return err
 		}
 	}
+	// A metrics address that cannot be opened (a port already taken) is
+	// reported in /v1/health and logged; the socket serves on.
+	run := &server.Server{Daemon: d, Listener: ln, Metrics: m.Handler(), MetricsAddr: deps.metricsAddr, Grace: deps.grace, Log: log}
+	srv := api.NewServer(api.ServerOptions{Daemon: d, Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg,
+		Keepalive: time.Duration(cfg.Runs.Keepalive), Listeners: run.Listeners})
+	run.API = srv
 	log.Info("serving", zap.String("socket", ln.Addr().String()), zap.String("state", st.Path()),
 		zap.Int("max_live", cfg.MaxLive), zap.Int("bindings", len(cfg.Bindings)), zap.String("version", version))
-	run := &server.Server{Daemon: d, API: srv, Listener: ln, Metrics: m.Handler(), MetricsListener: mln, Grace: deps.grace, Log: log}
 	if deps.ready != nil {
 		run.Ready = func() { deps.ready(srv, d) }
 	}
 	return run.Run(ctx)
 }
 
-// listenLoopback refuses non-loopback metrics addresses: the daemon's API is
+// checkLoopback refuses non-loopback metrics addresses: the daemon's API is
 // local, and so are its metrics.
-func listenLoopback(addr string) (net.Listener, error) {
+func checkLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --metrics-addr %q: %v", errUsage, addr, err)
+		return fmt.Errorf("%w: --metrics-addr %q: %w", errUsage, addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("%w: --metrics-addr %q must be a loopback address such as 127.0.0.1:9464", errUsage, addr)
+		return fmt.Errorf("%w: --metrics-addr %q must be a loopback address such as 127.0.0.1:9464", errUsage, addr)
 	}
-	return net.Listen("tcp", addr)
+	return nil
 }

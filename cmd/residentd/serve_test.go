@@ -106,7 +106,13 @@ func startProc(t *testing.T, args []string, env []string, files ...*os.File) *pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: exec.Command(exe, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	return startCommand(t, exe, args, env, files...)
+}
+
+// startCommand starts bin (which ends up running residentd) like startProc.
+func startCommand(t *testing.T, bin string, args []string, env []string, files ...*os.File) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.ExtraFiles = files

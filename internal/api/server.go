@@ -76,6 +76,7 @@ type Server struct {
 	uid     int
 
 	keepalive time.Duration
+	listeners func() []apitype.Listener
 	// base is every request's parent context; Close cancels it, so streams
 	// still open at a hard stop end.
 	base       context.Context
@@ -95,6 +96,9 @@ type ServerOptions struct {
 	// Tools checks the capabilities of agents' MCP servers on /v1/tools;
 	// nil answers those endpoints with 503.
 	Tools Capabilities
+	// Listeners reports the daemon's listeners and their errors in
+	// GET /v1/health; nil leaves them out.
+	Listeners func() []apitype.Listener
 }
 
 type connKey struct{}
@@ -107,7 +111,7 @@ func NewServer(o ServerOptions) *Server {
 	if o.Keepalive <= 0 {
 		o.Keepalive = 15 * time.Second
 	}
-	s := &Server{d: o.Daemon, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive}
+	s := &Server{d: o.Daemon, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
 	mux.HandleFunc("GET /v1/version", s.versionInfo)
@@ -299,6 +303,9 @@ func fail(w http.ResponseWriter, err error) {
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	h := s.d.Status()
 	h.OK, h.Version, h.Pid, h.UptimeS = true, s.version, os.Getpid(), int64(time.Since(s.started).Seconds())
+	if s.listeners != nil {
+		h.Listeners = s.listeners()
+	}
 	writeJSON(w, http.StatusOK, h)
 }
 

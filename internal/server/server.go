@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/service"
 )
 
@@ -35,24 +37,71 @@ type API interface {
 	Close() error
 }
 
-// Server is one daemon's serving setup. Every field but Metrics and
-// MetricsListener is required.
+// Prober answers whether the loops the daemon depends on still turn:
+// Probe returns nil once a round trip through them came back, and an error
+// when one failed or ctx ended first. The watchdog pings the service
+// manager only after a probe answered.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
+// ProbeFunc is a Prober.
+type ProbeFunc func(ctx context.Context) error
+
+// Probe calls f.
+func (f ProbeFunc) Probe(ctx context.Context) error { return f(ctx) }
+
+// Server is one daemon's serving setup. Daemon, API and Listener are
+// required.
 type Server struct {
 	Daemon   Daemon
 	API      API
 	Listener net.Listener // the API's Unix socket (bound or socket-activated)
-	// Metrics, when MetricsListener is set, is served at GET /metrics on it.
-	Metrics         http.Handler
-	MetricsListener net.Listener
+	// Metrics is served at GET /metrics on MetricsAddr when that is set.
+	// An address Run cannot listen on (a port already taken) does not stop
+	// the daemon: the error is logged once and reported by Listeners, and
+	// the API socket keeps serving (its own GET /metrics included).
+	Metrics     http.Handler
+	MetricsAddr string
+	// MetricsListen opens MetricsAddr; nil is net.Listen("tcp", addr).
+	MetricsListen func(addr string) (net.Listener, error)
+	// Liveness is probed before every watchdog ping. Nil probes the Daemon
+	// when it is a Prober, and otherwise makes a GET /v1/health round trip
+	// over Listener, through the API's accept loop and handlers into the
+	// daemon's pool.
+	Liveness Prober
 	// Grace is how long runs in flight may finish after ctx ends; the ones
 	// still going then are cancelled and reported shutting_down.
 	Grace time.Duration
 	Log   *zap.Logger
 	// Ready is called once both servers accept (the demo and tests use it).
 	Ready func()
+
+	mu        sync.Mutex
+	listeners []apitype.Listener
 }
 
-// Run serves until ctx ends or a server fails, then shuts down: the
+// Listeners reports the API and metrics listeners, each failed one with
+// its error; it is what GET /v1/health shows.
+func (s *Server) Listeners() []apitype.Listener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]apitype.Listener(nil), s.listeners...)
+}
+
+func (s *Server) setListener(l apitype.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.listeners {
+		if s.listeners[i].Name == l.Name {
+			s.listeners[i] = l
+			return
+		}
+	}
+	s.listeners = append(s.listeners, l)
+}
+
+// Run serves until ctx ends or the API server fails, then shuts down: the
 // listeners close (no new connections), the daemon gets Grace to let runs
 // finish, streams end with their runs, and everything is stopped before Run
 // returns. It returns the error that ended serving, if any.
@@ -61,51 +110,32 @@ func (s *Server) Run(ctx context.Context) error {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 1)
+	s.setListener(apitype.Listener{Name: "api", Addr: s.Listener.Addr().String()})
 	go func() {
 		if err := s.API.Serve(s.Listener); err != nil {
 			errc <- fmt.Errorf("server: api on %s: %w", s.Listener.Addr(), err)
 		}
 	}()
-	var metrics *http.Server
-	if s.MetricsListener != nil {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", s.Metrics)
-		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-		go func() {
-			if err := metrics.Serve(s.MetricsListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("server: metrics on %s: %w", s.MetricsListener.Addr(), err)
-			}
-		}()
-		log.Info("serving metrics", zap.String("addr", s.MetricsListener.Addr().String()))
-	}
+	metrics := s.serveMetrics(ctx, log)
 	service.Ready()
 	if s.Ready != nil {
 		s.Ready()
 	}
 
-	// Watchdog pings (when the service manager asks for them) and a status
-	// line for systemctl status.
-	every := 10 * time.Second
-	if iv, ok := service.WatchdogInterval(); ok {
-		every = iv / 2
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+	wctx, stopWatchdog := context.WithCancel(ctx)
+	watchdogDone := make(chan struct{})
+	go func() {
+		defer close(watchdogDone)
+		s.watchdog(wctx, log)
+	}()
 	var runErr error
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			runErr = err
-			break loop
-		case <-tick.C:
-			service.Watchdog()
-			service.Status(fmt.Sprintf("%d live, %d busy, %d queued", s.Daemon.Live(), s.Daemon.Busy(), s.Daemon.Queued()))
-		}
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
 	}
+	stopWatchdog()
+	<-watchdogDone
 	service.Stopping()
 	log.Info("stopping", zap.Duration("grace", s.Grace))
 
@@ -135,4 +165,127 @@ loop:
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// serveMetrics opens MetricsAddr and serves GET /metrics on it. Failing to
+// listen, or the listener failing later, is logged once and reported in
+// Listeners; the daemon goes on without it.
+func (s *Server) serveMetrics(ctx context.Context, log *zap.Logger) *http.Server {
+	if s.MetricsAddr == "" || s.Metrics == nil {
+		return nil
+	}
+	listen := s.MetricsListen
+	if listen == nil {
+		listen = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	}
+	ln, err := listen(s.MetricsAddr)
+	if err != nil {
+		s.setListener(apitype.Listener{Name: "metrics", Addr: s.MetricsAddr, Error: err.Error()})
+		log.Error("metrics listener not opened; serving on without it (GET /metrics on the socket still works): free the port or pass another --metrics-addr",
+			zap.String("addr", s.MetricsAddr), zap.Error(err))
+		return nil
+	}
+	addr := ln.Addr().String()
+	s.setListener(apitype.Listener{Name: "metrics", Addr: addr})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.Metrics)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.setListener(apitype.Listener{Name: "metrics", Addr: addr, Error: err.Error()})
+			log.Error("metrics listener failed; serving on without it", zap.String("addr", addr), zap.Error(err))
+		}
+	}()
+	log.Info("serving metrics", zap.String("addr", addr))
+	return srv
+}
+
+// watchdog probes the daemon every half watchdog interval (every 10s when
+// the manager set none, for the status line) and sends WATCHDOG=1 only
+// when the probe has answered. A probe that does not come back holds the
+// pings until it does: the manager then restarts a wedged daemon.
+func (s *Server) watchdog(ctx context.Context, log *zap.Logger) {
+	every := 10 * time.Second
+	iv, ping := service.WatchdogInterval()
+	if ping {
+		every = iv / 2
+	}
+	probe := s.Liveness
+	if probe == nil {
+		probe = s.defaultProbe()
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var (
+		result chan error // the probe out, if any
+		since  time.Time  // when it went out
+		stuck  bool       // logged that the probe is late
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-result:
+			result = nil
+			if err != nil {
+				log.Warn("liveness probe failed; no watchdog ping", zap.Error(err))
+				service.Status("not answering: " + err.Error())
+				continue
+			}
+			if stuck {
+				stuck = false
+				log.Warn("the daemon answers again; watchdog pings resume", zap.Duration("after", time.Since(since)))
+			}
+			if ping {
+				service.Watchdog()
+			}
+			service.Status(fmt.Sprintf("%d live, %d busy, %d queued", s.Daemon.Live(), s.Daemon.Busy(), s.Daemon.Queued()))
+		case <-tick.C:
+			if result != nil {
+				if !stuck {
+					stuck = true
+					log.Error("the daemon's loops do not answer the liveness probe; no watchdog pings until they do", zap.Duration("waiting", time.Since(since)))
+				}
+				service.Status(fmt.Sprintf("not answering for %s; no watchdog ping", time.Since(since).Round(time.Millisecond)))
+				continue
+			}
+			result, since = make(chan error, 1), time.Now()
+			go func(out chan<- error) {
+				pctx, cancel := context.WithTimeout(ctx, every)
+				defer cancel()
+				out <- probe.Probe(pctx)
+			}(result)
+		}
+	}
+}
+
+// defaultProbe is the Daemon's own probe when it has one, else a
+// GET /v1/health over the API socket.
+func (s *Server) defaultProbe() Prober {
+	if p, ok := s.Daemon.(Prober); ok {
+		return p
+	}
+	addr := s.Listener.Addr()
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, addr.Network(), addr.String())
+		},
+		DisableKeepAlives: true,
+	}}
+	return ProbeFunc(func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://residentd/v1/health", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return fmt.Errorf("GET /v1/health on %s: %w", addr, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /v1/health on %s: %s", addr, resp.Status)
+		}
+		return nil
+	})
 }

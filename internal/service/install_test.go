@@ -2,8 +2,10 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"os/exec"
@@ -13,24 +15,53 @@ import (
 	"testing"
 )
 
-// The embedded templates must be the files shipped in the repository.
-func TestTemplatesMatchRepository(t *testing.T) {
-	for embedded, repo := range map[string]string{
-		"templates/residentd.service":   "../../systemd/residentd.service",
-		"templates/residentd.socket":    "../../systemd/residentd.socket",
-		"templates/dev.residentd.plist": "../../deploy/launchd/dev.residentd.plist",
-	} {
-		e, err := templates.ReadFile(embedded)
+var update = flag.Bool("update", false, "rewrite the repository's unit files from the templates")
+
+// The unit files in the repository are the templates rendered for the
+// documented defaults; `go generate ./internal/service` (go test -update)
+// rewrites them.
+func TestRepoFilesAreRendered(t *testing.T) {
+	files, err := RepoFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 3 {
+		t.Fatalf("RepoFiles renders %d files, want the 2 units and the plist", len(files))
+	}
+	for rel, want := range files {
+		p := filepath.Join("..", "..", filepath.FromSlash(rel))
+		if *update {
+			if err := os.WriteFile(p, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := os.ReadFile(repo)
-		if err != nil {
-			t.Fatal(err)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is not what internal/service/templates renders; run `go generate ./internal/service` and commit the result", rel)
 		}
-		if !bytes.Equal(e, r) {
-			t.Errorf("%s differs from %s: copy the repository file over the embedded one", embedded, repo)
+		if strings.HasSuffix(rel, ".plist") {
+			dec := xml.NewDecoder(bytes.NewReader(want))
+			dec.Strict = true
+			for {
+				if _, err := dec.Token(); err == io.EOF {
+					break
+				} else if err != nil {
+					t.Fatalf("%s is not XML: %v", rel, err)
+				}
+			}
 		}
+	}
+}
+
+// systemctlOK is a user manager that answers everything.
+func systemctlOK(calls *[][]string) Systemctl {
+	return func(_ context.Context, args ...string) ([]byte, error) {
+		*calls = append(*calls, args)
+		return nil, nil
 	}
 }
 
@@ -45,11 +76,13 @@ func readFile(t *testing.T, p string) string {
 
 func TestInstallLinux(t *testing.T) {
 	home := t.TempDir()
+	var calls [][]string
 	o := InstallOptions{
 		Binary: "/opt/resident d/bin/residentd", Config: "/etc/residentd/config.json",
 		StateDir: "/var/lib/100%/state", MetricsAddr: "127.0.0.1:9464", Home: home, GOOS: "linux",
+		Path: "/home/u/.local/bin:bin::/usr/bin:/home/u/.local/bin:/opt/100%/b b", Systemctl: systemctlOK(&calls),
 	}
-	written, next, err := Install(o)
+	written, next, err := Install(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +97,9 @@ func TestInstallLinux(t *testing.T) {
 	svc := readFile(t, want[0])
 	for _, line := range []string{
 		`ExecStart="/opt/resident d/bin/residentd" serve --config /etc/residentd/config.json --state /var/lib/100%%/state --metrics-addr 127.0.0.1:9464`,
+		`Environment="PATH=/home/u/.local/bin:/usr/bin:/opt/100%%/b b"`,
 		"Type=notify", "NotifyAccess=main", "WatchdogSec=30s", "KillMode=mixed", "TimeoutStopSec=20s",
-		"Restart=on-failure", "RuntimeDirectory=residentd", "StateDirectory=residentd", "UMask=0077",
+		"Restart=on-failure", "StateDirectory=residentd", "UMask=0077", "Delegate=yes",
 		"NoNewPrivileges=yes",
 	} {
 		if !hasLine(svc, line) {
@@ -73,7 +107,9 @@ func TestInstallLinux(t *testing.T) {
 		}
 	}
 	for _, l := range strings.Split(svc, "\n") {
-		for _, banned := range []string{"MemoryDenyWriteExecute=", "PrivateTmp=", "ProtectSystem=", "ExecStart=%h"} {
+		// RuntimeDirectory= would take the socket's directory away whenever
+		// the service stops.
+		for _, banned := range []string{"MemoryDenyWriteExecute=", "PrivateTmp=", "ProtectSystem=", "ExecStart=%h", "RuntimeDirectory"} {
 			if strings.HasPrefix(l, banned) {
 				t.Errorf("service unit sets %q", l)
 			}
@@ -91,15 +127,24 @@ func TestInstallLinux(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	removed, next, err := Uninstall(InstallOptions{Home: home, GOOS: "linux"})
+	if !slices.EqualFunc(calls, [][]string{{"show-environment"}}, slices.Equal) {
+		t.Errorf("install ran systemctl --user %q, want show-environment only", calls)
+	}
+	calls = nil
+	var out bytes.Buffer
+	removed, next, err := Uninstall(context.Background(), InstallOptions{Home: home, GOOS: "linux", Systemctl: systemctlOK(&calls), Out: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(removed) != 4 {
 		t.Errorf("removed %q, want the 2 units and 2 links", removed)
 	}
-	if !strings.Contains(next, "systemctl --user stop residentd.socket residentd.service") {
-		t.Errorf("uninstall next = %q", next)
+	if next != "" {
+		t.Errorf("uninstall left %q to do", next)
+	}
+	wantCalls := [][]string{{"show-environment"}, {"disable", "--now", "residentd.socket", "residentd.service"}, {"daemon-reload"}}
+	if !slices.EqualFunc(calls, wantCalls, slices.Equal) {
+		t.Errorf("uninstall ran systemctl --user %q, want %q", calls, wantCalls)
 	}
 	left, _ := filepath.Glob(filepath.Join(dir, "*", "residentd.*"))
 	left2, _ := filepath.Glob(filepath.Join(dir, "residentd.*"))
@@ -107,14 +152,16 @@ func TestInstallLinux(t *testing.T) {
 		t.Errorf("left behind: %q %q", left, left2)
 	}
 	// Idempotent.
-	if removed, _, err := Uninstall(InstallOptions{Home: home, GOOS: "linux"}); err != nil || len(removed) != 0 {
-		t.Errorf("second uninstall: %q, %v", removed, err)
+	calls = nil
+	if removed, _, err := Uninstall(context.Background(), InstallOptions{Home: home, GOOS: "linux", Systemctl: systemctlOK(&calls)}); err != nil || len(removed) != 0 || len(calls) != 0 {
+		t.Errorf("second uninstall: %q, %v, ran %q", removed, err, calls)
 	}
 }
 
 func TestInstallLinuxSocketOverride(t *testing.T) {
 	home := t.TempDir()
-	written, _, err := Install(InstallOptions{Binary: "/usr/bin/residentd", SocketPath: "/run/x/r.sock", Home: home, GOOS: "linux"})
+	var calls [][]string
+	written, _, err := Install(context.Background(), InstallOptions{Binary: "/usr/bin/residentd", SocketPath: "/run/x/r.sock", Home: home, GOOS: "linux", Systemctl: systemctlOK(&calls)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +205,9 @@ func dictOf(t *testing.T, n plistNode) map[string]plistNode {
 
 func TestInstallDarwin(t *testing.T) {
 	home := t.TempDir()
-	o := InstallOptions{Binary: "/Users/a&b/bin/residentd", Config: "/Users/a&b/.config/residentd.json", MetricsAddr: "127.0.0.1:9464", Home: home, GOOS: "darwin"}
-	written, next, err := Install(o)
+	o := InstallOptions{Binary: "/Users/a&b/bin/residentd", Config: "/Users/a&b/.config/residentd.json", MetricsAddr: "127.0.0.1:9464", Home: home, GOOS: "darwin",
+		Path: "/Users/a&b/.local/bin:/opt/homebrew/bin:/usr/bin"}
+	written, next, err := Install(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +281,7 @@ func TestInstallDarwin(t *testing.T) {
 	if got := str("StandardErrorPath"); got != filepath.Join(logDir, "residentd.err.log") {
 		t.Errorf("StandardErrorPath = %q", got)
 	}
-	if env := dictOf(t, d["EnvironmentVariables"]); !strings.Contains(env["PATH"].Text, "/opt/homebrew/bin") {
+	if env := dictOf(t, d["EnvironmentVariables"]); env["PATH"].Text != o.Path {
 		t.Errorf("PATH = %q", env["PATH"].Text)
 	}
 	for _, dir := range []string{logDir, filepath.Dir(sockPath)} {
@@ -246,7 +294,7 @@ func TestInstallDarwin(t *testing.T) {
 		}
 	}
 
-	removed, next, err := Uninstall(InstallOptions{Home: home, GOOS: "darwin"})
+	removed, next, err := Uninstall(context.Background(), InstallOptions{Home: home, GOOS: "darwin"})
 	if err != nil || !slices.Equal(removed, []string{plist}) {
 		t.Errorf("uninstall: %q, %v", removed, err)
 	}
@@ -275,7 +323,7 @@ func TestInstallErrors(t *testing.T) {
 		{"linux socket too long", InstallOptions{Binary: "/b", SocketPath: long + "yyyy", Home: home, GOOS: "linux"}, ErrSocketPathTooLong},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			written, _, err := Install(tc.o)
+			written, _, err := Install(context.Background(), tc.o)
 			if !errors.Is(err, tc.want) {
 				t.Errorf("err = %v, want %v", err, tc.want)
 			}
@@ -317,7 +365,8 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	if err := os.WriteFile(exe, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	written, _, err := Install(InstallOptions{Binary: exe, Config: "/etc/residentd.json", Home: home, GOOS: "linux"})
+	var calls [][]string
+	written, _, err := Install(context.Background(), InstallOptions{Binary: exe, Config: "/etc/residentd.json", Home: home, GOOS: "linux", Path: os.Getenv("PATH"), Systemctl: systemctlOK(&calls)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,5 +378,84 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	// verify exits 0 on unknown keys and bad values, only warning; any output is a finding.
 	if err != nil || len(bytes.TrimSpace(out)) != 0 {
 		t.Errorf("systemd-analyze verify --user: %v\n%s", err, out)
+	}
+}
+
+// Without a user manager, install writes the units and says what to do
+// instead of how to enable them; uninstall removes the files and says
+// what is left.
+func TestInstallLinuxWithoutUserManager(t *testing.T) {
+	home := t.TempDir()
+	var calls [][]string
+	noManager := func(_ context.Context, args ...string) ([]byte, error) {
+		calls = append(calls, args)
+		return []byte("Failed to connect to bus: No medium found\n"), errors.New("exit status 1")
+	}
+	written, next, err := Install(context.Background(), InstallOptions{Binary: "/usr/bin/residentd", Home: home, ConfigHome: filepath.Join(home, "cfg"), GOOS: "linux", Systemctl: noManager})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 2 || !strings.HasPrefix(written[0], filepath.Join(home, "cfg", "systemd", "user")+"/") {
+		t.Errorf("written = %q, want the units under $XDG_CONFIG_HOME/systemd/user", written)
+	}
+	for _, want := range []string{"No medium found", "loginctl enable-linger", "residentd install --user", "/usr/bin/residentd serve"} {
+		if !strings.Contains(next, want) {
+			t.Errorf("next lacks %q:\n%s", want, next)
+		}
+	}
+	if strings.Contains(next, "enable --now") {
+		t.Errorf("next tells to enable units no manager can start:\n%s", next)
+	}
+	var out bytes.Buffer
+	calls = nil
+	removed, next, err := Uninstall(context.Background(), InstallOptions{Home: home, ConfigHome: filepath.Join(home, "cfg"), GOOS: "linux", Systemctl: noManager, Out: &out})
+	if err != nil || !slices.Equal(removed, written) {
+		t.Fatalf("uninstall removed %q, %v; want %q", removed, err, written)
+	}
+	if !slices.EqualFunc(calls, [][]string{{"show-environment"}}, slices.Equal) {
+		t.Errorf("uninstall without a manager ran %q", calls)
+	}
+	if !strings.Contains(out.String(), "not stopping the units") || !strings.Contains(next, "disable --now") {
+		t.Errorf("uninstall output %q, next %q", out.String(), next)
+	}
+}
+
+// A manager that does not know the units (never loaded) does not stop the
+// uninstall.
+func TestUninstallToleratesUnknownUnits(t *testing.T) {
+	home := t.TempDir()
+	var calls [][]string
+	written, _, err := Install(context.Background(), InstallOptions{Binary: "/usr/bin/residentd", Home: home, GOOS: "linux", Systemctl: systemctlOK(&calls)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := func(_ context.Context, args ...string) ([]byte, error) {
+		if args[0] == "disable" {
+			return []byte("Failed to disable unit: Unit file residentd.socket does not exist.\n"), errors.New("exit status 1")
+		}
+		return nil, nil
+	}
+	var out bytes.Buffer
+	removed, next, err := Uninstall(context.Background(), InstallOptions{Home: home, GOOS: "linux", Systemctl: unknown, Out: &out})
+	if err != nil || !slices.Equal(removed, written) || next != "" {
+		t.Fatalf("uninstall: removed %q, next %q, %v", removed, next, err)
+	}
+	if !strings.Contains(out.String(), "does not exist") || !strings.Contains(out.String(), "going on") {
+		t.Errorf("uninstall output %q", out.String())
+	}
+}
+
+func TestCleanPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/a:/b:/a/:bin::.:/c": "/a:/b:/c",
+		"":                    DefaultPath,
+		"bin:.":               DefaultPath,
+	} {
+		if got, _ := CleanPath(in); got != want {
+			t.Errorf("CleanPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if _, dropped := CleanPath("/a:bin::."); !slices.Equal(dropped, []string{"bin", "", "."}) {
+		t.Errorf("dropped %q", dropped)
 	}
 }
