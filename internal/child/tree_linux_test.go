@@ -215,3 +215,36 @@ func TestMemoryLimitReportsOOM(t *testing.T) {
 		t.Errorf("ExitKind = %q (err %v), want oom", p.ExitKind(), p.ExitErr())
 	}
 }
+
+// The rlimits are on the agent process (and so inherited by what it
+// starts): no core dumps, and the binding's open-file limit.
+func TestRlimits(t *testing.T) {
+	p := startShLimits(t, "exec sleep 300", Limits{NoFile: 256})
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][]string{{"Max open files", "256", "256"}, {"Max core file size", "0", "0"}} {
+		found := false
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, want[0]); ok {
+				f := strings.Fields(rest)
+				found = len(f) >= 2 && f[0] == want[1] && f[1] == want[2]
+			}
+		}
+		if !found {
+			t.Errorf("%s is not %s/%s:\n%s", want[0], want[1], want[2], b)
+		}
+	}
+}
+
+func startShLimits(t *testing.T, script string, l Limits) *Process {
+	t.Helper()
+	p, err := Start(Spec{Path: "/bin/sh", Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	discard(p)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
