@@ -6,24 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-var errNoProcTable = errors.New("child: the process table is read on Linux only; macOS identifies a pid by its start time")
-
-// Read is Linux-only: without /proc every pid would look absent.
-func Read(pid int) (Stat, error) { return Stat{}, errNoProcTable }
-
-// All is Linux-only.
-func All() ([]Stat, error) { return nil, errNoProcTable }
-
-// RSS is Linux-only.
-func RSS(pid int) (int64, error) { return 0, errNoProcTable }
-
-// BootTime is Linux-only.
-func BootTime() (time.Time, error) { return time.Time{}, errNoProcTable }
 
 // startStamp is pid's start time in microseconds since the epoch, from the
 // kernel's process info (sysctl kern.proc.pid).

@@ -157,11 +157,13 @@ func sweepTrees(out []SweepResult, grace time.Duration) {
 }
 
 // agentCgroup reports whether dir is shaped like an agent cgroup a daemon
-// made: .../residentd-<pid>-<n>/agent-<n>.
+// made: <cgroup2 mount>/.../residentd-<pid>-<n>/agent-<n>.
 func agentCgroup(dir string) bool {
-	return filepath.IsAbs(dir) && strings.HasPrefix(filepath.Base(dir), "agent-") &&
-		strings.HasPrefix(filepath.Base(filepath.Dir(dir)), "residentd-") &&
-		strings.HasPrefix(dir, "/sys/fs/cgroup/")
+	mount, err := cgroup2Mount()
+	return err == nil && filepath.IsAbs(dir) && dir == filepath.Clean(dir) &&
+		strings.HasPrefix(dir, mount+"/") &&
+		strings.HasPrefix(filepath.Base(dir), "agent-") &&
+		strings.HasPrefix(filepath.Base(filepath.Dir(dir)), "residentd-")
 }
 
 // judge decides whether r's group is still ours (Outcome SweepKilled, meaning

@@ -105,6 +105,19 @@ func (g *group) waitExited(t *testing.T) {
 	}
 }
 
+// pidLine reads the pid a script printed and its start ticks.
+func pidLine(t *testing.T, line string) (pid int, ticks uint64) {
+	t.Helper()
+	pid, err := strconv.Atoi(line)
+	if err != nil {
+		t.Fatalf("child pid line %q", line)
+	}
+	if ticks, err = StartTicks(pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid, ticks
+}
+
 func TestStartTicks(t *testing.T) {
 	a, err := StartTicks(os.Getpid())
 	if err != nil || a == 0 {
@@ -125,14 +138,7 @@ func TestStartTicks(t *testing.T) {
 func TestSweepKillsOwnGroupAndSparesStranger(t *testing.T) {
 	// The line comes after both children are forked: the sweep must see all three.
 	ours, line := startGroup(t, `sleep 300 & a=$!; sleep 300 & echo $a; wait`)
-	child, err := strconv.Atoi(line)
-	if err != nil {
-		t.Fatalf("child pid line %q", line)
-	}
-	childTicks, err := StartTicks(child)
-	if err != nil {
-		t.Fatal(err)
-	}
+	child, childTicks := pidLine(t, line)
 	// A stranger whose pid was "recorded" with other start ticks, as a
 	// recycled pid would be.
 	stranger, _ := startGroup(t, `echo up; exec sleep 300`)
@@ -168,14 +174,7 @@ func TestSweepOrphanedMembers(t *testing.T) {
 	// The leader exits (as an agent does when the daemon dies) and leaves a
 	// child behind in its group.
 	g, line := startGroup(t, `sleep 300 & echo $!; read x`)
-	child, err := strconv.Atoi(line)
-	if err != nil {
-		t.Fatalf("child pid line %q", line)
-	}
-	childTicks, err := StartTicks(child)
-	if err != nil {
-		t.Fatal(err)
-	}
+	child, childTicks := pidLine(t, line)
 	g.in.Close()
 	g.waitExited(t)
 	t.Cleanup(func() {

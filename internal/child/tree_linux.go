@@ -83,34 +83,25 @@ func reapOrphans() int {
 }
 
 // signalMarked sends sig to every process carrying mark in its environment
-// except skip, and returns how many it signalled. Processes of other users
-// cannot be read and are not ours.
+// except skip, and returns how many it signalled.
 func signalMarked(mark string, skip int, sig syscall.Signal) int {
-	if !validMark(mark) {
-		return 0
-	}
-	procs, err := procfs.AllProcs()
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, p := range procs {
-		if p.PID == skip || p.PID == os.Getpid() {
-			continue
-		}
-		env, err := p.Environ()
-		if err != nil || !marked(env, mark) {
-			continue
-		}
-		if syscall.Kill(p.PID, sig) == nil {
-			n++
-		}
-	}
-	return n
+	return countMarked(mark, func(p procfs.Proc) bool {
+		return p.PID != skip && p.PID != os.Getpid() && syscall.Kill(p.PID, sig) == nil
+	})
 }
 
 // liveMarked counts the live (non-zombie) processes carrying mark.
 func liveMarked(mark string) int {
+	return countMarked(mark, func(p procfs.Proc) bool {
+		st, err := p.Stat()
+		return err == nil && st.State != "Z"
+	})
+}
+
+// countMarked calls f on every process carrying mark and counts those for
+// which it returns true. Processes of other users cannot be read and are
+// not ours; an invalid mark matches nothing.
+func countMarked(mark string, f func(procfs.Proc) bool) int {
 	if !validMark(mark) {
 		return 0
 	}
@@ -120,11 +111,7 @@ func liveMarked(mark string) int {
 	}
 	n := 0
 	for _, p := range procs {
-		env, err := p.Environ()
-		if err != nil || !marked(env, mark) {
-			continue
-		}
-		if st, err := p.Stat(); err == nil && st.State != "Z" {
+		if env, err := p.Environ(); err == nil && marked(env, mark) && f(p) {
 			n++
 		}
 	}

@@ -68,20 +68,55 @@ func waitCount(t *testing.T, tok string, want int, what string) {
 
 func newTok() string { return strconv.Itoa(int(time.Now().UnixNano()%1e8) + os.Getpid()) }
 
-// runTree starts the tree, waits for all of it, stops it the given way and
-// checks nothing is left.
-func runTree(t *testing.T, cg *Cgroups, clearEnv bool, stop string) {
+// startTree starts treeScript under cg (nil: none) and waits until all of
+// its descendants run; tok finds them.
+func startTree(t *testing.T, cg *Cgroups, clearEnv bool) (p *Process, tok string) {
 	t.Helper()
-	tok := newTok()
+	tok = newTok()
 	script, want := treeScript(tok, clearEnv)
-	sh, _ := exec.LookPath("sh")
-	p, err := Start(Spec{Path: sh, Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Cgroups: cg})
+	p, err := Start(Spec{Path: "/bin/sh", Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Cgroups: cg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	discard(p)
-	waitCount(t, tok, want, "before stop")
+	waitCount(t, tok, want, "before the stop")
+	return p, tok
+}
+
+// openCgroupsOrSkip opens an agent subtree with want enabled, or skips the
+// test with a notice where this process may not create one; the subtree
+// must be gone after the test.
+func openCgroupsOrSkip(t *testing.T, want ...string) *Cgroups {
+	t.Helper()
+	cg, err := OpenCgroups(want)
+	if err == nil {
+		for _, c := range want {
+			if !slices.Contains(cg.Controllers, c) {
+				cg.Close()
+				err = fmt.Errorf("controller %s is not available to this process's cgroup", c)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "NOTICE: %s: skipped, no usable cgroup v2 cgroup here: %v\n", t.Name(), err)
+		t.Skip("no usable cgroup v2 cgroup:", err)
+	}
+	t.Cleanup(func() {
+		if err := cg.Close(); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(cg.Dir); !os.IsNotExist(err) {
+			t.Errorf("daemon cgroup %s still exists", cg.Dir)
+		}
+	})
+	return cg
+}
+
+// runTree starts the tree, stops it the given way and checks nothing is left.
+func runTree(t *testing.T, cg *Cgroups, clearEnv bool, stop string) {
+	t.Helper()
+	p, tok := startTree(t, cg, clearEnv)
 	if cg != nil {
 		if p.Cgroup() == "" {
 			t.Fatal("started with cgroups but has no cgroup")
@@ -117,19 +152,7 @@ func TestTreeEndsWithAgentByMark(t *testing.T) {
 
 // With a cgroup, everything in it ends, even a process that dropped the mark.
 func TestTreeEndsWithAgentByCgroup(t *testing.T) {
-	cg, err := OpenCgroups(nil)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "NOTICE: %s: cannot create a cgroup here, skipping: %v\n", t.Name(), err)
-		t.Skip("no writable cgroup v2 hierarchy:", err)
-	}
-	t.Cleanup(func() {
-		if err := cg.Close(); err != nil {
-			t.Error(err)
-		}
-		if _, err := os.Stat(cg.Dir); !os.IsNotExist(err) {
-			t.Errorf("daemon cgroup %s still exists", cg.Dir)
-		}
-	})
+	cg := openCgroupsOrSkip(t)
 	for _, stop := range []string{"close", "crash"} {
 		t.Run(stop, func(t *testing.T) { runTree(t, cg, true, stop) })
 	}
@@ -142,21 +165,10 @@ func TestSweepEscapedDescendants(t *testing.T) {
 		t.Run(fmt.Sprintf("cgroup=%v", withCgroup), func(t *testing.T) {
 			var cg *Cgroups
 			if withCgroup {
-				var err error
-				if cg, err = OpenCgroups(nil); err != nil {
-					fmt.Fprintf(os.Stderr, "NOTICE: %s: cannot create a cgroup here, skipping: %v\n", t.Name(), err)
-					t.Skip("no writable cgroup v2 hierarchy:", err)
-				}
+				cg = openCgroupsOrSkip(t)
 			}
-			tok := newTok()
-			script, want := treeScript(tok, withCgroup)
-			sh, _ := exec.LookPath("sh")
-			p, err := Start(Spec{Path: sh, Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Cgroups: cg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			discard(p)
-			waitCount(t, tok, want, "before the crash")
+			p, tok := startTree(t, cg, withCgroup)
+			_, want := treeScript(tok, withCgroup)
 			ticks, err := StartTicks(p.Pid())
 			if err != nil {
 				t.Fatal(err)
@@ -173,9 +185,6 @@ func TestSweepEscapedDescendants(t *testing.T) {
 			if withCgroup {
 				if _, err := os.Stat(rec.Cgroup); !os.IsNotExist(err) {
 					t.Errorf("leftover cgroup %s still exists", rec.Cgroup)
-				}
-				if err := cg.Close(); err != nil {
-					t.Error(err)
 				}
 			}
 		})
@@ -194,15 +203,7 @@ func (p *Process) abandon(t *testing.T) {
 
 // An agent over its memory limit is killed by the kernel and reported as oom.
 func TestMemoryLimitReportsOOM(t *testing.T) {
-	cg, err := OpenCgroups([]string{"memory"})
-	if err != nil || !slices.Contains(cg.Controllers, "memory") {
-		if cg != nil {
-			cg.Close()
-		}
-		fmt.Fprintf(os.Stderr, "NOTICE: %s: the memory controller is not available to this process's cgroup v2 cgroup, skipping (err %v)\n", t.Name(), err)
-		t.Skip("no cgroup v2 memory controller here")
-	}
-	t.Cleanup(func() { cg.Close() })
+	cg := openCgroupsOrSkip(t, "memory")
 	sh, _ := exec.LookPath("sh")
 	// tail keeps the last 256 MiB it reads in memory: far over the limit.
 	p, err := Start(Spec{Path: sh, Args: []string{"-c", "head -c 268435456 /dev/zero | tail -c 268435456 >/dev/null"}, Dir: t.TempDir(), Cgroups: cg, Limits: Limits{MemoryMax: 32 << 20}})

@@ -50,3 +50,5 @@ func liveMarked(string) int                        { return 0 }
 func setRlimits(int, Limits) error { return nil }
 
 func unixClose(int) error { return nil }
+
+func cgroup2Mount() (string, error) { return "", errNoCgroups }

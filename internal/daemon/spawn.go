@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/child"
+	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/session"
@@ -181,4 +183,44 @@ func (d *Daemon) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release
 		d.m.AgentExited(a.ExitKind())
 		log.Info("agent exited", zap.Int("pid", a.Pid()), zap.String("kind", a.ExitKind()))
 	}()
+}
+
+// openCgroups makes the cgroup subtree the agents run in and says once how
+// agents are contained: in cgroups (with which limit controllers), or by
+// process group and the mark their descendants inherit.
+func openCgroups(cfg *config.Config, log *zap.Logger) *child.Cgroups {
+	if !cfg.CgroupsOn() {
+		log.Info("agent cgroups off (cgroups: false); agents are stopped by process group and by the mark their descendants inherit")
+		return nil
+	}
+	var want []string
+	for _, b := range cfg.Bindings {
+		for _, c := range limitsOf(b).Controllers() {
+			if !slices.Contains(want, c) {
+				want = append(want, c)
+			}
+		}
+	}
+	cg, err := child.OpenCgroups(want)
+	if err != nil {
+		log.Warn("agents run without cgroups of their own; they are stopped by process group and by the mark their descendants inherit, and memory, pids and cpu limits are not applied", zap.Error(err))
+		return nil
+	}
+	var missing []string
+	for _, c := range want {
+		if !slices.Contains(cg.Controllers, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		log.Warn("cgroup controllers unavailable to the daemon; the limits that need them are not applied", zap.Strings("controllers", missing), zap.String("cgroup", cg.Dir))
+	}
+	log.Info("agents run in cgroups of their own", zap.String("cgroup", cg.Dir), zap.Strings("controllers", cg.Controllers))
+	return cg
+}
+
+// limitsOf is a binding's limits as the child package applies them.
+func limitsOf(b config.Binding) child.Limits {
+	l := b.Limits
+	return child.Limits{MemoryMax: int64(l.MemoryMax), PidsMax: l.PidsMax, CPUWeight: l.CPUWeight, NoFile: l.NoFile}
 }

@@ -126,6 +126,20 @@ func until(t *testing.T, msgs <-chan string, seen *[]string, want string) {
 }
 
 // start runs s until the returned stop (also called at cleanup) ends it.
+// noPingUntil reads notifications until n statuses starting with status
+// have come, failing on any watchdog ping among them.
+func noPingUntil(t *testing.T, msgs <-chan string, seen *[]string, status string, n int, why string) {
+	t.Helper()
+	for got := 0; got < n; {
+		switch m := next(t, msgs, seen); {
+		case m == "WATCHDOG=1":
+			t.Fatalf("a watchdog ping %s; seen %q", why, *seen)
+		case strings.HasPrefix(m, status):
+			got++
+		}
+	}
+}
+
 func start(t *testing.T, s *Server) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -182,14 +196,7 @@ func TestWatchdogPingsOnlyWhileProbeAnswers(t *testing.T) {
 	<-entered
 	mark("MARK")
 	until(t, msgs, &seen, "MARK")
-	for stuckTicks := 0; stuckTicks < 3; {
-		switch m := next(t, msgs, &seen); {
-		case m == "WATCHDOG=1":
-			t.Fatalf("a watchdog ping while the probe is stuck; seen %q", seen)
-		case strings.HasPrefix(m, "STATUS=not answering"):
-			stuckTicks++
-		}
-	}
+	noPingUntil(t, msgs, &seen, "STATUS=not answering", 3, "while the probe is stuck")
 	if n := logs.FilterMessageSnippet("do not answer").Len(); n != 1 {
 		t.Errorf("the stuck probe was logged %d times, want once", n)
 	}
@@ -228,14 +235,7 @@ func TestWatchdogSkipsPingWhenProbeFails(t *testing.T) {
 	s := &Server{Daemon: &fakeDaemon{}, API: newAPI(), Listener: listenUnix(t, dir), Liveness: probe, Grace: time.Second}
 	start(t, s)
 	var seen []string
-	for failures := 0; failures < 3; {
-		switch m := next(t, msgs, &seen); {
-		case m == "WATCHDOG=1":
-			t.Fatalf("a watchdog ping although the probe fails; seen %q", seen)
-		case m == "STATUS=not answering: pool loop gone":
-			failures++
-		}
-	}
+	noPingUntil(t, msgs, &seen, "STATUS=not answering: pool loop gone", 3, "although the probe fails")
 	failing.Store(false)
 	until(t, msgs, &seen, "WATCHDOG=1")
 }
@@ -272,14 +272,7 @@ func TestWatchdogDefaultProbeUsesTheSocket(t *testing.T) {
 	until(t, msgs, &seen, "MARK")
 	// The hung request times out after one interval: no ping, a status
 	// that says why.
-	for notAnswering := 0; notAnswering < 2; {
-		switch m := next(t, msgs, &seen); {
-		case m == "WATCHDOG=1":
-			t.Fatalf("a watchdog ping while the API hangs; seen %q", seen)
-		case strings.HasPrefix(m, "STATUS=not answering"):
-			notAnswering++
-		}
-	}
+	noPingUntil(t, msgs, &seen, "STATUS=not answering", 2, "while the API hangs")
 	gate.Store(nil)
 	close(block)
 	until(t, msgs, &seen, "WATCHDOG=1")
