@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,6 +127,46 @@ func until(t *testing.T, msgs <-chan string, seen *[]string, want string) {
 }
 
 // start runs s until the returned stop (also called at cleanup) ends it.
+// stuck is a loop that can be made to hang: pass blocks while it is stuck.
+type stuck struct {
+	gate    atomic.Pointer[chan struct{}]
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (s *stuck) init() { s.once.Do(func() { s.entered = make(chan struct{}, 1) }) }
+
+func (s *stuck) pass() {
+	s.init()
+	if g := s.gate.Load(); g != nil {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
+		<-*g
+	}
+}
+
+// stick makes the next pass hang, waits until one does, then writes a
+// marker notification and reads up to it: every ping of an earlier pass
+// was sent before the marker, so none may follow it while stuck.
+func (s *stuck) stick(t *testing.T, mark func(string), msgs <-chan string, seen *[]string) {
+	t.Helper()
+	s.init()
+	block := make(chan struct{})
+	s.gate.Store(&block)
+	<-s.entered
+	mark("MARK")
+	until(t, msgs, seen, "MARK")
+}
+
+// release unsticks the hung pass and the ones after it.
+func (s *stuck) release() {
+	if g := s.gate.Swap(nil); g != nil {
+		close(*g)
+	}
+}
+
 // noPingUntil reads notifications until n statuses starting with status
 // have come, failing on any watchdog ping among them.
 func noPingUntil(t *testing.T, msgs <-chan string, seen *[]string, status string, n int, why string) {
@@ -166,16 +207,9 @@ func TestWatchdogPingsOnlyWhileProbeAnswers(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "20000") // probe every 10ms
 	t.Setenv("WATCHDOG_PID", "")
 
-	var gate atomic.Pointer[chan struct{}]
-	entered := make(chan struct{}, 1)
+	var st stuck
 	probe := ProbeFunc(func(ctx context.Context) error {
-		if g := gate.Load(); g != nil {
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			<-*g // stuck: ignores ctx, like a deadlocked loop
-		}
+		st.pass() // ignores ctx, like a deadlocked loop
 		return nil
 	})
 	core, logs := observer.New(zap.InfoLevel)
@@ -191,19 +225,14 @@ func TestWatchdogPingsOnlyWhileProbeAnswers(t *testing.T) {
 
 	// Stick the loop. Every ping of an earlier probe was sent before this
 	// probe went out, so none may follow the marker while it is stuck.
-	block := make(chan struct{})
-	gate.Store(&block)
-	<-entered
-	mark("MARK")
-	until(t, msgs, &seen, "MARK")
+	st.stick(t, mark, msgs, &seen)
 	noPingUntil(t, msgs, &seen, "STATUS=not answering", 3, "while the probe is stuck")
 	if n := logs.FilterMessageSnippet("do not answer").Len(); n != 1 {
 		t.Errorf("the stuck probe was logged %d times, want once", n)
 	}
 
 	// Unstick it: pings resume.
-	gate.Store(nil)
-	close(block)
+	st.release()
 	until(t, msgs, &seen, "WATCHDOG=1")
 	if logs.FilterMessageSnippet("answers again").Len() != 1 {
 		t.Error("no log line saying the daemon answers again")
@@ -247,17 +276,10 @@ func TestWatchdogDefaultProbeUsesTheSocket(t *testing.T) {
 	msgs, mark := notifySocket(t, dir)
 	t.Setenv("WATCHDOG_USEC", "100000") // a 50ms interval: long enough for a round trip on a loaded machine
 	t.Setenv("WATCHDOG_PID", "")
-	var gate atomic.Pointer[chan struct{}]
-	entered := make(chan struct{}, 1)
+	var st stuck
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
-		if g := gate.Load(); g != nil {
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			<-*g
-		}
+		st.pass()
 		io.WriteString(w, `{"ok":true}`)
 	})
 	api := httpAPI{&http.Server{Handler: mux}}
@@ -265,16 +287,11 @@ func TestWatchdogDefaultProbeUsesTheSocket(t *testing.T) {
 	start(t, s)
 	var seen []string
 	until(t, msgs, &seen, "WATCHDOG=1")
-	block := make(chan struct{})
-	gate.Store(&block)
-	<-entered
-	mark("MARK")
-	until(t, msgs, &seen, "MARK")
+	st.stick(t, mark, msgs, &seen)
 	// The hung request times out after one interval: no ping, a status
 	// that says why.
 	noPingUntil(t, msgs, &seen, "STATUS=not answering", 2, "while the API hangs")
-	gate.Store(nil)
-	close(block)
+	st.release()
 	until(t, msgs, &seen, "WATCHDOG=1")
 }
 
