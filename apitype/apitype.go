@@ -260,7 +260,12 @@ type ContextReport struct {
 	DroppedBound int    `json:"dropped_bound"`
 	Truncated    int    `json:"truncated"`
 	OwnOmitted   int    `json:"own_omitted"`
-	PromptBytes  int    `json:"prompt_bytes"`
+	Known        int    `json:"known"`  // carried by the prompt another way: the mention, a replayed mention
+	Edited       int    `json:"edited"` // lines showing an edit of a message
+	// Shown are the ids of the messages the block showed, in order: what
+	// the agent has now seen (a desktop app may mark them).
+	Shown       []string `json:"shown"`
+	PromptBytes int      `json:"prompt_bytes"`
 }
 
 // CancelResponse is POST /v1/turns/{run}/cancel.
@@ -349,13 +354,16 @@ const (
 
 // Message is one channel message as the desktop app pushes it.
 type Message struct {
-	ID         string    `json:"id"`
-	Channel    string    `json:"channel_id"`
-	ThreadRoot string    `json:"thread_root_id,omitempty"`
-	Author     string    `json:"author"`
-	AuthorKind string    `json:"author_kind"` // AuthorUser or AuthorAgent
-	CreatedAt  time.Time `json:"created_at"`
-	Body       string    `json:"body"`
+	ID         string `json:"id"`
+	Channel    string `json:"channel_id"`
+	ThreadRoot string `json:"thread_root_id,omitempty"`
+	Author     string `json:"author"`
+	AuthorKind string `json:"author_kind"` // AuthorUser or AuthorAgent
+	// BindingID marks an agent's own post with the binding that wrote it;
+	// optional (see the README on own posts).
+	BindingID string    `json:"binding_id,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	Body      string    `json:"body"`
 }
 
 // MessagesRequest is POST /v1/messages: one message, a batch or a backfill.
@@ -366,7 +374,14 @@ type MessagesRequest struct {
 // MessagesResponse counts what a push did.
 type MessagesResponse struct {
 	Added      int `json:"added"`
-	Duplicates int `json:"duplicates"`
+	Edited     int `json:"edited"`     // known ids pushed with a new body
+	Duplicates int `json:"duplicates"` // known ids with the same body, and deleted ids
+}
+
+// MessageDeleted is DELETE /v1/messages/{channel}/{id}.
+type MessageDeleted struct {
+	Channel string `json:"channel_id"`
+	Deleted string `json:"deleted"` // the message id
 }
 
 // LogLevel is GET and PUT /v1/log/level.
@@ -394,6 +409,7 @@ const (
 	CodeForbiddenOrigin  = "forbidden_origin"
 	CodeUnknownBinding   = "unknown_binding"
 	CodeUnknownRun       = "unknown_run"
+	CodeUnknownThread    = "unknown_thread" // thread_root_id names no message or thread of the channel
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeRunInUse         = "run_in_use"

@@ -22,6 +22,7 @@ type HistoryMessage struct {
 	AuthorKind string `json:"author_kind"`
 	CreatedAt  string `json:"created_at"` // RFC 3339
 	Body       string `json:"body"`
+	Edited     bool   `json:"edited,omitempty"`
 }
 
 // HistoryPage is GET /v1/tools/channel_history: up to limit messages older

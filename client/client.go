@@ -346,6 +346,13 @@ func (c *Client) PutMessages(ctx context.Context, msgs []apitype.Message) (apity
 	return out, err
 }
 
+// DeleteMessage deletes a channel message for good: no session is shown
+// it again and channel_history leaves it out. IsNotFound tells a message
+// the channel does not hold.
+func (c *Client) DeleteMessage(ctx context.Context, channelID, messageID string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/messages/"+url.PathEscape(channelID)+"/"+url.PathEscape(messageID), nil, nil)
+}
+
 // SetLogLevel changes the daemon's log level (debug, info, warn or error).
 func (c *Client) SetLogLevel(ctx context.Context, level string) error {
 	return c.do(ctx, http.MethodPut, "/v1/log/level", apitype.LogLevel{Level: level}, nil)

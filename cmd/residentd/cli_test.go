@@ -35,6 +35,8 @@ func TestHelpVersionAndErrors(t *testing.T) {
 		{[]string{"push", "--socket", missing}, exitError, `stdin line 2 is not a channel message (one JSON object per line, fields as in POST /v1/messages): created_at "monday" is not an RFC 3339 time`, "\n{\"id\":\"m1\",\"created_at\":\"monday\"}\n"},
 		{[]string{"push", "--socket", missing}, exitError, `field "author" has the wrong type`, `{"id":"m1","author":7}`},
 		{[]string{"cancel", "--socket", missing, "run-1"}, exitError, "is the daemon running?", ""},
+		{[]string{"delete", "--socket", missing, "ch"}, exitUsage, "usage: residentd delete [flags] CHANNEL_ID MESSAGE_ID", ""},
+		{[]string{"delete", "--socket", missing, "ch", "m1"}, exitError, "is the daemon running?", ""},
 		{[]string{"mention", "--bogus"}, exitUsage, "see residentd mention --help", ""},
 		{[]string{"mention", "--channel", "ch"}, exitUsage, "usage: residentd mention --channel ID", ""},
 		{[]string{"serve", "extra"}, exitUsage, `serve takes no arguments, got "extra"`, ""},
@@ -72,6 +74,25 @@ func TestMentionAsksThePerson(t *testing.T) {
 	os.WriteFile(cfg, []byte(`{"bindings":[{"id":"b-ask","handle":"@asker","command":"`+exe+`","args":["agent"],"permission":"ask","supervised":true,"resident":true}]}`), 0o600)
 	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
 	waitHealthy(t, d, sock)
+
+	// Push, edit and delete from the command line.
+	for _, step := range []struct {
+		args  []string
+		stdin string
+		want  string
+		code  int
+	}{
+		{[]string{"push"}, `{"id":"m1","channel_id":"ch-ask","author":"aiko","author_kind":"user","created_at":"2026-12-01T09:00:00Z","body":"one"}`, "1 messages: 1 new, 0 edited, 0 duplicates", exitOK},
+		{[]string{"push"}, `{"id":"m1","channel_id":"ch-ask","author":"aiko","author_kind":"user","created_at":"2026-12-01T09:00:00Z","body":"one, fixed"}`, "1 messages: 0 new, 1 edited, 0 duplicates", exitOK},
+		{[]string{"delete", "ch-ask", "m1"}, "", "deleted m1 from ch-ask", exitOK},
+		{[]string{"delete", "ch-ask", "m1"}, "", `no message "m1"`, exitError},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(append(step.args, "--socket", sock), strings.NewReader(step.stdin), &out, &errOut)
+		if code != step.code || !strings.Contains(out.String()+errOut.String(), step.want) {
+			t.Fatalf("%q: exit %d, %q %q; want %d and %q", step.args, code, out.String(), errOut.String(), step.code, step.want)
+		}
+	}
 
 	for _, tc := range []struct{ answer, kind string }{{"x\n1\n", "allow_once"}, {"reject_once\n", "reject_once"}} {
 		cmd := exec.Command(exe, "mention", "--binding", "b-ask", "[[permission:edit]] fix the spec", "--channel", "ch-ask", "--ask", "yes", "--socket", sock)

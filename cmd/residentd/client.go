@@ -310,7 +310,24 @@ func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d messages, %d new\n", len(msgs), res.Added)
+	fmt.Fprintf(stdout, "%d messages: %d new, %d edited, %d duplicates\n", len(msgs), res.Added, res.Edited, res.Duplicates)
+	return nil
+}
+
+func cmdDelete(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, sock := clientFlags("delete")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["delete"])
+	}
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	if err := c.DeleteMessage(ctx, fs.Arg(0), fs.Arg(1)); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deleted %s from %s\n", fs.Arg(1), fs.Arg(0))
 	return nil
 }
 

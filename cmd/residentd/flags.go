@@ -26,6 +26,7 @@ var synopses = map[string]string{
 	"answer":    "answer [flags] RUN_ID REQUEST_ID OPTION_ID",
 	"fresh":     "fresh --channel ID [--binding ID] [flags]",
 	"cancel":    "cancel [flags] RUN_ID",
+	"delete":    "delete [flags] CHANNEL_ID MESSAGE_ID",
 	"health":    "health [flags]",
 	"version":   "version [flags]",
 	"log-level": "log-level [flags] [debug|info|warn|error]",

@@ -46,7 +46,9 @@ Client (talks to the daemon's socket):
   runs        list queued, running and recently ended runs
   attach      follow a run again, from the start or after a sequence number
   answer      answer a permission request of a run
-  push        push channel messages (JSON lines on stdin)
+  push        push channel messages (JSON lines on stdin; a known id with a
+              new body is an edit)
+  delete      delete a channel message: no session is shown it again
   sessions    list live sessions (JSON)
   status      show live sessions as a table
   fresh       start a (channel, binding) fresh
@@ -102,6 +104,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdVersion(ctx, rest, stdout)
 	case "push":
 		err = cmdPush(ctx, rest, stdin, stdout)
+	case "delete":
+		err = cmdDelete(ctx, rest, stdout)
 	case "sessions":
 		err = cmdSessions(ctx, rest, stdout)
 	case "status":

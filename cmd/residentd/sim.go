@@ -30,7 +30,6 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	prefix := fs.Int("prefix-tokens", 2120, "tokens of the modeled system prompt + 20 tool definitions")
 	evictAt := fs.Int("evict-at", 15, "mention before which the eviction runs restart the daemon (0: no eviction runs)")
 	limit := fs.Int("limit", 12, "channel lines shown per mention")
-	fetch := fs.Int("fetch", 30, "newest channel rows read per mention")
 	fs.IntVar(&p.MaxChars, "max-chars", p.MaxChars, "characters kept of a message body")
 	out := fs.String("out", "", "write per-turn rows to FILE (.json for JSON, otherwise CSV)")
 	asJSON := fs.Bool("json", false, "print one JSON object keyed by strategy instead of the table")
@@ -77,7 +76,8 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "sim: state kept in", dir)
 	}
 	r, err := sim.Run(ctx, sim.Options{
-		Messages: msgs, PrefixTokens: *prefix, EvictAt: *evictAt, Fetch: *fetch, Limit: *limit, MaxChars: p.MaxChars,
+		SourceChannel: *readCh == "" && p == sim.DefaultChannelParams(),
+		Messages:      msgs, PrefixTokens: *prefix, EvictAt: *evictAt, Limit: *limit, MaxChars: p.MaxChars,
 		AgentCommand: self, AgentArgs: []string{"agent"}, Dir: dir, Progress: stderr,
 	})
 	if err != nil {

@@ -191,6 +191,9 @@ func TestBadInput(t *testing.T) {
 		{"message without author", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","author_kind":"user","created_at":"2026-01-01T00:00:00Z","body":"x"}]}`, 400, "invalid_message", `"m1": missing author`},
 		{"message body invalid utf-8", "POST", "/v1/messages", "{\"messages\":[{\"id\":\"m1\",\"channel_id\":\"ch\",\"author\":\"a\",\"author_kind\":\"user\",\"created_at\":\"2026-01-01T00:00:00Z\",\"body\":\"a\x80b\"}]}", 400, "bad_request", `field "messages[0].body" is not valid UTF-8`},
 		{"message wrong type", "POST", "/v1/messages", `{"messages":[{"id":7}]}`, 400, "bad_request", `field "messages.id" must be a JSON string, got number`},
+		{"unknown thread", "POST", "/v1/turns", `{"channel_id":"ch","binding_id":"b-builtin","text":"x","thread_root_id":"r-nope"}`, 404, "unknown_thread", `"r-nope" in channel "ch": push the thread's root message`},
+		{"delete unknown message", "DELETE", "/v1/messages/ch/m-nope", ``, 404, "not_found", `"m-nope"`},
+		{"GET on a message", "GET", "/v1/messages/ch/m1", ``, 405, "method_not_allowed", "DELETE"},
 		{"roster unknown kind", "PUT", "/v1/channels/ch/roster", `{"members":[{"handle":"ann","kind":"robot","reachable":true}]}`, 400, "bad_request", `kind "robot" must be "user" or "agent"`},
 		{"log level bad", "PUT", "/v1/log/level", `{"level":"loud"}`, 400, "bad_request", "loud"},
 		{"GET on turns", "GET", "/v1/turns", ``, 405, "method_not_allowed", "POST"},
@@ -217,6 +220,37 @@ func TestBadInput(t *testing.T) {
 	ev, err := e.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hi"}, nil)
 	if err != nil || !strings.HasPrefix(ev.Text, "builtin") {
 		t.Fatalf("turn after bad input: %+v %v", ev, err)
+	}
+}
+
+// Push, edit, delete through the socket: the counts, a 404 for what is
+// gone, and channel_history without the deleted message, the edit marked.
+func TestMessageEditAndDelete(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	m := func(id, body string) apitype.Message {
+		return apitype.Message{ID: id, Channel: "team/a", Author: "aiko", AuthorKind: apitype.AuthorUser, CreatedAt: at, Body: body}
+	}
+	if res, err := e.c.PutMessages(ctx, []apitype.Message{m("m1", "one"), m("m/2", "two")}); err != nil || res != (apitype.MessagesResponse{Added: 2}) {
+		t.Fatalf("push: %+v %v", res, err)
+	}
+	if res, err := e.c.PutMessages(ctx, []apitype.Message{m("m1", "one, fixed"), m("m/2", "two")}); err != nil || res != (apitype.MessagesResponse{Edited: 1, Duplicates: 1}) {
+		t.Fatalf("edit: %+v %v", res, err)
+	}
+	// Both the channel and the id hold a slash: escaped in the path.
+	if err := e.c.DeleteMessage(ctx, "team/a", "m/2"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if err := e.c.DeleteMessage(ctx, "team/a", "m/2"); !client.IsNotFound(err) {
+		t.Fatalf("second delete: %v, want not found", err)
+	}
+	if res, _ := e.c.PutMessages(ctx, []apitype.Message{m("m/2", "two")}); res != (apitype.MessagesResponse{Duplicates: 1}) {
+		t.Fatalf("a deleted id came back: %+v", res)
+	}
+	page, _, err := e.d.History("team/a", "", "", 10)
+	if err != nil || len(page) != 1 || page[0].ID != "m1" || page[0].Body != "one, fixed" || !page[0].Edited {
+		t.Fatalf("history after edit and delete: %+v %v", page, err)
 	}
 }
 

@@ -50,6 +50,7 @@ type Daemon interface {
 	Sessions() []apitype.Session
 	Bindings() []apitype.Binding
 	PutMessages(msgs []apitype.Message) (apitype.MessagesResponse, error)
+	DeleteMessage(ch, id string) error
 
 	// What the desktop app pushes and the agents' tools read.
 	History(ch, thread, before string, limit int) ([]apitype.HistoryMessage, string, error)
@@ -126,6 +127,7 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("POST /v1/sessions/fresh", s.fresh)
 	mux.HandleFunc("GET /v1/bindings", s.bindings)
 	mux.HandleFunc("POST /v1/messages", s.messages)
+	mux.HandleFunc("DELETE /v1/messages/{channel}/{id}", s.deleteMessage)
 	mux.HandleFunc("GET /v1/log/level", s.logLevel)
 	mux.HandleFunc("PUT /v1/log/level", s.logLevel)
 	s.registerTools(mux, o.Tools)
@@ -136,7 +138,7 @@ func NewServer(o ServerOptions) *Server {
 		// The catch-all also matches known paths with the wrong method: say
 		// which methods the path takes instead of pretending it is not there.
 		var allowed []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 			alt := r.Clone(r.Context())
 			alt.Method = m
 			if _, pattern := s.mux.Handler(alt); pattern != "/" {
@@ -253,7 +255,7 @@ func statusOf(code string) int {
 		return http.StatusUnauthorized
 	case apitype.CodeForbidden, apitype.CodeForbiddenOrigin, apitype.CodeOutOfScope:
 		return http.StatusForbidden
-	case apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeNotFound, apitype.CodeUnknownRequest:
+	case apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeUnknownThread, apitype.CodeNotFound, apitype.CodeUnknownRequest:
 		return http.StatusNotFound
 	case apitype.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
@@ -355,6 +357,7 @@ type wireMessage struct {
 	ThreadRoot string `json:"thread_root_id,omitempty"`
 	Author     string `json:"author"`
 	AuthorKind string `json:"author_kind"`
+	BindingID  string `json:"binding_id,omitempty"`
 	CreatedAt  string `json:"created_at"`
 	Body       string `json:"body"`
 }
@@ -376,7 +379,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			fail(w, fmt.Errorf("%w %q (message %d of %d): created_at %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z; nothing of the batch was stored", channel.ErrInvalid, m.ID, i, len(req.Messages), m.CreatedAt))
 			return
 		}
-		msgs[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: at, Body: m.Body}
+		msgs[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}
 	}
 	res, err := s.d.PutMessages(msgs)
 	if err != nil {
@@ -384,6 +387,17 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// deleteMessage is DELETE /v1/messages/{channel}/{id} (both
+// percent-encoded when they hold a "/").
+func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
+	ch, id := r.PathValue("channel"), r.PathValue("id")
+	if err := s.d.DeleteMessage(ch, id); err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.MessageDeleted{Channel: ch, Deleted: id})
 }
 
 func (s *Server) logLevel(w http.ResponseWriter, r *http.Request) {

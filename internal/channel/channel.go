@@ -5,6 +5,8 @@ package channel
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -22,13 +24,20 @@ const MaxBodyBytes = 64 << 10
 
 // Message is one channel message as the desktop app posted it.
 type Message struct {
-	ID         string    `json:"id"`
-	Channel    string    `json:"channel_id"`
-	ThreadRoot string    `json:"thread_root_id,omitempty"`
-	Author     string    `json:"author"`
-	AuthorKind string    `json:"author_kind"`
-	CreatedAt  time.Time `json:"created_at"`
-	Body       string    `json:"body"`
+	ID         string `json:"id"`
+	Channel    string `json:"channel_id"`
+	ThreadRoot string `json:"thread_root_id,omitempty"`
+	Author     string `json:"author"`
+	AuthorKind string `json:"author_kind"`
+	// BindingID marks an agent's own post: the binding that wrote it.
+	BindingID string    `json:"binding_id,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	Body      string    `json:"body"`
+	// Seq numbers this version's arrival in its channel (1, 2, ...); the
+	// store assigns it, and an edit gets a new one.
+	Seq uint64 `json:"seq,omitempty"`
+	// Edited is set once the body was changed after the first push.
+	Edited bool `json:"edited,omitempty"`
 }
 
 // ErrInvalid classifies a message the daemon refuses to store.
@@ -55,7 +64,8 @@ func (m Message) Validate() error {
 	return nil
 }
 
-// MaxWatermarkIDs bounds the ids a watermark remembers; the oldest go first.
+// MaxWatermarkIDs bounds the addressed ids a watermark remembers; the
+// oldest go first.
 const MaxWatermarkIDs = 200
 
 // WatermarkKey names one watermark: what a resident session has been shown
@@ -73,12 +83,46 @@ func (wk WatermarkKey) String() string {
 	return wk.Key.String() + "#" + wk.Thread
 }
 
-// Watermark records what one native agent session has been shown of one
-// channel (or thread): every row at or before LastAt, plus the listed ids.
+// Watermark records what one native agent session has seen of one channel
+// timeline. The store numbers every message version in order of arrival
+// (Message.Seq); a successful delivery accounts for every message of the
+// timeline that had arrived when it was rendered (shown, left out by the
+// bound and counted, the agent's own, or the mention itself), so one number
+// says nearly all: a message is seen when its current version arrived at
+// or before Seq. Marks hold what was seen outside that prefix: mentions
+// this session answered before the desktop app pushed them, and a thread's
+// root shown in the thread.
 type Watermark struct {
-	Native string    `json:"native"`
-	LastAt time.Time `json:"last_at"`
-	IDs    []string  `json:"ids"`
+	Native string `json:"native"`
+	Seq    uint64 `json:"seq"`
+	Marks  []Mark `json:"marks,omitempty"`
+}
+
+// Mark says the session has seen message ID up to the version that arrived
+// as Seq; Seq 0 means any version that is not an edit (a mention answered
+// before it was pushed).
+type Mark struct {
+	ID  string `json:"id"`
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// Unedited returns marks of any unedited version of ids: mentions answered
+// before the desktop app pushed them.
+func Unedited(ids ...string) []Mark {
+	out := make([]Mark, len(ids))
+	for i, id := range ids {
+		out[i] = Mark{ID: id}
+	}
+	return out
+}
+
+// MarkIDs lists the ids of marks, in order.
+func MarkIDs(ms []Mark) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
 }
 
 // For returns the watermark when it belongs to native session native, the
@@ -92,42 +136,117 @@ func (w Watermark) For(native string) (Watermark, bool) {
 	return w, true
 }
 
-// Seen is what one render showed; it moves a watermark once the run succeeds.
-type Seen struct {
-	IDs    []string  `json:"ids"`
-	LastAt time.Time `json:"last_at"`
+// Covers reports whether the session has seen the version of message id
+// that arrived as seq, edited telling whether that version is an edit. An
+// edit is always news unless that very version was seen.
+func (w Watermark) Covers(id string, seq uint64, edited bool) bool {
+	return seq <= w.Seq || w.Marked(id, seq, edited)
 }
 
-// Empty reports whether nothing was shown.
-func (s Seen) Empty() bool { return len(s.IDs) == 0 }
+// Marked reports whether one of the marks alone covers that version: what
+// the session was given outside this timeline's prefix (a mention, a
+// replayed mention, a thread's root), which holds in every timeline.
+func (w Watermark) Marked(id string, seq uint64, edited bool) bool {
+	for _, m := range w.Marks {
+		if m.ID == id && (m.Seq == 0 && !edited || m.Seq != 0 && seq <= m.Seq) {
+			return true
+		}
+	}
+	return false
+}
+
+// Seen is what one delivery accounted for; it moves a watermark once the
+// run succeeds.
+type Seen struct {
+	Seq   uint64 `json:"seq"`   // the channel's arrival number when the block was rendered
+	Marks []Mark `json:"marks"` // seen outside the prefix up to Seq
+}
+
+// Empty reports whether there is nothing to commit.
+func (s Seen) Empty() bool { return s.Seq == 0 && len(s.Marks) == 0 }
 
 // Advance returns w moved past s for native session native. A watermark of
 // another native session is replaced, never merged: that process saw nothing
-// of the old one. At most max ids are kept (MaxWatermarkIDs when max <= 0).
+// of the old one. Marks the new Seq covers are dropped; at most max are kept
+// (MaxWatermarkIDs when max <= 0), the oldest dropped first.
 func (w Watermark) Advance(native string, s Seen, max int) Watermark {
 	if max <= 0 {
 		max = MaxWatermarkIDs
 	}
 	out := Watermark{Native: native}
+	var marks []Mark
 	if own, ok := w.For(native); ok {
-		out.LastAt = own.LastAt
-		out.IDs = append(out.IDs, own.IDs...)
+		out.Seq = own.Seq
+		marks = append(marks, own.Marks...)
 	}
-	if s.LastAt.After(out.LastAt) {
-		out.LastAt = s.LastAt
-	}
-	have := make(map[string]bool, len(out.IDs))
-	for _, id := range out.IDs {
-		have[id] = true
-	}
-	for _, id := range s.IDs {
-		if !have[id] {
-			out.IDs = append(out.IDs, id)
-			have[id] = true
+	out.Seq = max64(out.Seq, s.Seq)
+	marks = append(marks, s.Marks...)
+	for _, m := range marks {
+		if (m.Seq == 0 || m.Seq > out.Seq) && !slices.Contains(out.Marks, m) {
+			out.Marks = append(out.Marks, m)
 		}
 	}
-	if len(out.IDs) > max {
-		out.IDs = append([]string(nil), out.IDs[len(out.IDs)-max:]...)
+	if len(out.Marks) > max {
+		out.Marks = append([]Mark(nil), out.Marks[len(out.Marks)-max:]...)
 	}
 	return out
+}
+
+func max64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// Self names the answering agent, to recognise its own channel posts.
+type Self struct {
+	Handle  string // the binding's handle, as in "@claude"
+	Binding string // the binding id
+}
+
+// Wrote reports whether a post by author, carrying binding id binding (""
+// when the desktop app sent none), is the agent's own: the post names this
+// binding, or its author is the handle written with or without the leading
+// "@", in any letter case ("@claude", "claude", "Claude"). author_kind is not
+// needed: a desktop app that marks agent posts but writes a display name
+// should send binding_id.
+func (s Self) Wrote(author, binding string) bool {
+	if binding != "" && binding == s.Binding {
+		return true
+	}
+	h := strings.TrimPrefix(strings.TrimSpace(s.Handle), "@")
+	a := strings.TrimPrefix(strings.TrimSpace(author), "@")
+	return h != "" && strings.EqualFold(a, h)
+}
+
+// Candidate is one message a channel block may show, as the store's arrival
+// index describes it: enough to decide on it without decoding the message.
+type Candidate struct {
+	ID      string
+	Seq     uint64    // arrival of its current version
+	At      time.Time // created_at: the block's display order
+	Author  string
+	Binding string // binding_id, "" when none
+	Edited  bool
+}
+
+// View is what one channel block may be made of, read in one transaction.
+type View struct {
+	Rows []Message // the chosen messages, oldest first by (created_at, id)
+	Seq  uint64    // the channel's newest arrival number when read
+	// Total is how many messages the timeline holds, a thread's root
+	// included; Candidates how many of them were candidates (arrived after
+	// the watermark, or the root).
+	Total, Candidates int
+	// Known are the ids asked about, in order.
+	Known []Known
+}
+
+// Known is where one id the prompt carries lives: the arrival of its
+// current version and its timeline; Seq 0 when the channel does not hold it.
+type Known struct {
+	ID     string
+	Seq    uint64
+	Thread string
 }

@@ -39,38 +39,90 @@ func TestValidate(t *testing.T) {
 }
 
 func TestAdvance(t *testing.T) {
-	t1 := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
-	t2 := t1.Add(time.Minute)
-	w := Watermark{Native: "n1", LastAt: t1, IDs: []string{"a", "b"}}
+	w := Watermark{Native: "n1", Seq: 5, Marks: Unedited("a", "b")}
 
-	got := w.Advance("n1", Seen{IDs: []string{"b", "c"}, LastAt: t2}, 0)
-	if got.Native != "n1" || !got.LastAt.Equal(t2) || strings.Join(got.IDs, ",") != "a,b,c" {
+	got := w.Advance("n1", Seen{Seq: 9, Marks: Unedited("b", "c")}, 0)
+	if got.Native != "n1" || got.Seq != 9 || strings.Join(MarkIDs(got.Marks), ",") != "a,b,c" {
 		t.Fatalf("same native: %+v", got)
 	}
-	// An older render never moves last_at backwards.
-	got = w.Advance("n1", Seen{IDs: []string{"z"}, LastAt: t1.Add(-time.Hour)}, 0)
-	if !got.LastAt.Equal(t1) {
-		t.Fatalf("last_at moved backwards: %v", got.LastAt)
+	// An older delivery never moves seq backwards.
+	if got = w.Advance("n1", Seen{Seq: 2}, 0); got.Seq != 5 {
+		t.Fatalf("seq moved backwards: %d", got.Seq)
 	}
 	// Another native session saw none of the old one's lines: replaced.
-	got = w.Advance("n2", Seen{IDs: []string{"c"}, LastAt: t2}, 0)
-	if got.Native != "n2" || strings.Join(got.IDs, ",") != "c" {
+	got = w.Advance("n2", Seen{Seq: 3, Marks: Unedited("c")}, 0)
+	if got.Native != "n2" || got.Seq != 3 || strings.Join(MarkIDs(got.Marks), ",") != "c" {
 		t.Fatalf("other native: %+v", got)
 	}
-	if len(w.IDs) != 2 {
+	if len(MarkIDs(w.Marks)) != 2 {
 		t.Fatal("Advance changed its receiver")
 	}
 }
 
-func TestAdvanceKeepsNewestIDs(t *testing.T) {
+func TestAdvanceDropsCoveredMarks(t *testing.T) {
+	w := Watermark{Native: "n", Seq: 5, Marks: []Mark{{ID: "a", Seq: 7}, {ID: "b"}, {ID: "c", Seq: 20}}}
+	got := w.Advance("n", Seen{Seq: 10, Marks: []Mark{{ID: "b"}, {ID: "d", Seq: 9}}}, 0)
+	if got.Seq != 10 || fmt.Sprint(got.Marks) != "[{b 0} {c 20}]" {
+		t.Fatalf("advance = %+v, want marks below the new seq dropped, duplicates merged", got)
+	}
+}
+
+func TestAdvanceKeepsNewestAddressed(t *testing.T) {
 	var w Watermark
 	for i := 0; i < 250; i++ {
-		w = w.Advance("n", Seen{IDs: []string{fmt.Sprintf("m%03d", i)}}, 0)
+		w = w.Advance("n", Seen{Marks: Unedited(fmt.Sprintf("m%03d", i))}, 0)
 	}
-	if len(w.IDs) != MaxWatermarkIDs || w.IDs[0] != "m050" || w.IDs[len(w.IDs)-1] != "m249" {
-		t.Fatalf("ids: %d, first %s, last %s", len(w.IDs), w.IDs[0], w.IDs[len(w.IDs)-1])
+	if len(MarkIDs(w.Marks)) != MaxWatermarkIDs || MarkIDs(w.Marks)[0] != "m050" || MarkIDs(w.Marks)[len(MarkIDs(w.Marks))-1] != "m249" {
+		t.Fatalf("ids: %d, first %s, last %s", len(MarkIDs(w.Marks)), MarkIDs(w.Marks)[0], MarkIDs(w.Marks)[len(MarkIDs(w.Marks))-1])
 	}
-	if w = w.Advance("n", Seen{IDs: []string{"x"}}, 3); len(w.IDs) != 3 || w.IDs[2] != "x" {
-		t.Fatalf("max 3: %v", w.IDs)
+	if w = w.Advance("n", Seen{Marks: Unedited("x")}, 3); len(MarkIDs(w.Marks)) != 3 || MarkIDs(w.Marks)[2] != "x" {
+		t.Fatalf("max 3: %v", MarkIDs(w.Marks))
+	}
+}
+
+func TestCovers(t *testing.T) {
+	w := Watermark{Native: "n", Seq: 10, Marks: append(Unedited("late"), Mark{ID: "root", Seq: 12})}
+	for _, tt := range []struct {
+		id     string
+		seq    uint64
+		edited bool
+		want   bool
+	}{
+		{"old", 3, false, true},
+		{"tie", 10, false, true},
+		{"new", 11, false, false},
+		{"late", 40, false, true},     // a mention answered before the app pushed it
+		{"late", 41, true, false},     // ... edited since: news
+		{"old-edit", 12, true, false}, // an edit arrives with a new seq
+		{"old-edit", 9, true, true},   // an edit the session was shown
+	} {
+		if got := w.Covers(tt.id, tt.seq, tt.edited); got != tt.want {
+			t.Errorf("Covers(%q, %d, edited %v) = %v, want %v", tt.id, tt.seq, tt.edited, got, tt.want)
+		}
+	}
+}
+
+func TestSelfWrote(t *testing.T) {
+	s := Self{Handle: "@claude", Binding: "b-claude"}
+	for _, tt := range []struct {
+		author, binding string
+		want            bool
+	}{
+		{"@claude", "", true},
+		{"claude", "", true},
+		{"Claude", "", true},
+		{" @CLAUDE ", "", true},
+		{"Claude Code", "b-claude", true}, // a display name, marked with the binding
+		{"Claude Code", "", false},
+		{"@claude-2", "", false},
+		{"aiko", "b-other", false},
+		{"", "", false},
+	} {
+		if got := s.Wrote(tt.author, tt.binding); got != tt.want {
+			t.Errorf("Wrote(%q, %q) = %v, want %v", tt.author, tt.binding, got, tt.want)
+		}
+	}
+	if (Self{}).Wrote("", "") {
+		t.Error("an empty handle matched an empty author")
 	}
 }

@@ -199,10 +199,12 @@ type Runs struct {
 
 // Context holds the channel-context numbers of the spec.
 type Context struct {
-	Fetch    int `json:"fetch,omitempty"`     // newest rows read per mention; default 30
+	// Fetch is accepted and ignored: the block reads every message the
+	// session has not seen (on index keys), so its pointer is exact.
+	Fetch    int `json:"fetch,omitempty"`
 	Limit    int `json:"limit,omitempty"`     // rows shown; default 12
 	MaxChars int `json:"max_chars,omitempty"` // characters per body; default 600
-	MaxIDs   int `json:"max_ids,omitempty"`   // ids per watermark; default 200
+	MaxIDs   int `json:"max_ids,omitempty"`   // marks per watermark (mentions pushed late, thread roots); default 200
 }
 
 // ErrInvalid classifies configuration errors.
@@ -244,9 +246,6 @@ func (c *Config) SetDefaults() {
 	}
 	if c.AgentCancelGrace <= 0 {
 		c.AgentCancelGrace = Duration(5 * time.Second)
-	}
-	if c.Context.Fetch <= 0 {
-		c.Context.Fetch = 30
 	}
 	if c.Context.Limit <= 0 {
 		c.Context.Limit = delivery.DefaultLimit

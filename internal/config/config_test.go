@@ -41,7 +41,7 @@ func TestReadyClaudeBindingMatchesExample(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	c := &Config{Bindings: []Binding{Builtin("/bin/residentd", "/state")}}
 	c.SetDefaults()
-	if c.MaxLive != 4 || time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context != (Context{Fetch: 30, Limit: 12, MaxChars: 600, MaxIDs: 200}) {
+	if c.MaxLive != 4 || time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context != (Context{Limit: 12, MaxChars: 600, MaxIDs: 200}) {
 		t.Fatalf("defaults = %+v", c)
 	}
 	b := c.Bindings[0]

@@ -29,6 +29,8 @@ func Code(err error) string {
 		return apitype.CodeUnknownBinding
 	case errors.Is(err, ErrUnknownRun):
 		return apitype.CodeUnknownRun
+	case errors.Is(err, ErrUnknownThread):
+		return apitype.CodeUnknownThread
 	case errors.Is(err, run.ErrUnknownRequest):
 		return apitype.CodeUnknownRequest
 	case errors.Is(err, run.ErrBadOption):

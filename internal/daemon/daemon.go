@@ -36,6 +36,7 @@ var (
 	ErrBadRequest     = errors.New("bad request")
 	ErrUnknownBinding = errors.New("unknown binding")
 	ErrUnknownRun     = errors.New("unknown run")
+	ErrUnknownThread  = errors.New("unknown thread")
 	ErrRunEnded       = errors.New("run already ended")
 	ErrAgentFailed    = errors.New("agent failed the turn")
 	ErrShuttingDown   = errors.New("daemon is shutting down")
@@ -125,6 +126,9 @@ func New(o Options) (*Daemon, error) {
 	if d.backoffCap <= 0 {
 		d.backoffCap = time.Minute
 	}
+	if o.Config.Context.Fetch > 0 {
+		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
+	}
 	sweepLeftovers(d.st, d.log)
 	d.cgroups = openCgroups(o.Config, d.log)
 	ids := make([]string, 0, len(o.Config.Bindings))
@@ -200,19 +204,15 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		thread = *req.ThreadRoot
 	}
 	wk := channel.WatermarkKey{Key: key, Thread: thread}
-	var wm *channel.Watermark
-	if got, found, err := d.st.Watermark(wk); err != nil {
-		return "", "", nil, fmt.Errorf("read watermark for %q: %w", key, err)
-	} else if found {
-		wm = &got
-	}
-	rows, err := d.st.Recent(req.Channel, thread, d.cfg.Context.Fetch)
+	wm, err := d.watermark(wk)
 	if err != nil {
-		return "", "", nil, fmt.Errorf("read channel %q: %w", req.Channel, err)
+		return "", "", nil, err
 	}
-	opt := delivery.RenderOptions{Limit: d.cfg.Context.Limit, MaxChars: d.cfg.Context.MaxChars}
-	if b.OmitOwn() {
-		opt.OmitAuthor = b.Handle
+	main := wm
+	if thread != "" {
+		if main, err = d.watermark(channel.WatermarkKey{Key: key}); err != nil {
+			return "", "", nil, err
+		}
 	}
 	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
 	if req.ChannelAgents != nil {
@@ -234,15 +234,23 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
 			ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
 		},
-		Rows: rows, Watermark: wm, KeepsSession: b.KeepsSession(), Render: opt,
+		Unseen: func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+			return d.st.Unseen(req.Channel, thread, after, known, pick)
+		},
+		Watermark: wm, Main: main, KeepsSession: b.KeepsSession(),
+		Self: channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
+		Render: delivery.RenderOptions{Limit: d.cfg.Context.Limit, MaxChars: d.cfg.Context.MaxChars},
 	})
 	if err != nil {
 		return "", "", nil, err
 	}
 	s.setBriefCount(out.BriefCount)
 	l.Stage(wk, out.Stage)
+	for th, ms := range out.Marks {
+		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})
+	}
 	r := out.Context
-	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Chars, r.Truncated)
+	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Known, r.Chars, r.Truncated)
 	if out.Framing != "" {
 		d.guardFraming(b.ID, out.Framing)
 	}
@@ -253,8 +261,23 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		}
 		d.m.BriefTokens(b.BriefPlacement, approxTokens(brief))
 	}
-	rep := &apitype.ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, PromptBytes: len(out.Text)}
+	rep := &apitype.ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, Known: r.Known, Edited: r.Edited, Shown: r.Shown, PromptBytes: len(out.Text)}
+	if rep.Shown == nil {
+		rep.Shown = []string{}
+	}
 	return out.Text, out.Stored, rep, nil
+}
+
+// watermark reads the stored record of wk, nil when there is none.
+func (d *Daemon) watermark(wk channel.WatermarkKey) (*channel.Watermark, error) {
+	w, found, err := d.st.Watermark(wk)
+	if err != nil {
+		return nil, fmt.Errorf("read watermark for %q: %w", wk, err)
+	}
+	if !found {
+		return nil, nil
+	}
+	return &w, nil
 }
 
 // approxTokens estimates tokens at four bytes each; good enough for a

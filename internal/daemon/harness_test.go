@@ -178,7 +178,7 @@ func (h *harness) post(msgs ...channel.Message) {
 	}
 	in := make([]apitype.Message, len(msgs))
 	for i, m := range msgs {
-		in[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: m.CreatedAt, Body: m.Body}
+		in[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: m.CreatedAt, Body: m.Body}
 	}
 	if _, err := h.d.PutMessages(in); err != nil {
 		h.t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/metrics"
@@ -195,31 +196,29 @@ func TestLoad(t *testing.T) {
 			}
 		}
 	}
+	// Every message shown to a successful run is covered by the key's
+	// watermark: none of them is still unseen.
 	for key, ids := range want {
 		wm, found := h.watermark(key.Channel, key.Binding)
-		got := map[string]bool{}
-		for _, id := range wm.IDs {
-			got[id] = true
-		}
 		if len(ids) > 0 && !found {
 			t.Errorf("%s: no watermark; successful runs were shown %d messages", key, len(ids))
 			continue
 		}
-		var missing, extra []string
-		for id := range ids {
-			if !got[id] {
-				missing = append(missing, id)
+		v, err := h.st.Unseen(key.Channel, "", wm.Seq, nil, func(c []channel.Candidate) []int {
+			var still []string
+			for _, c := range c {
+				if ids[c.ID] && !wm.Covers(c.ID, c.Seq, c.Edited) {
+					still = append(still, c.ID)
+				}
 			}
-		}
-		for id := range got {
-			if !ids[id] {
-				extra = append(extra, id)
+			if len(still) > 0 {
+				slices.Sort(still)
+				t.Errorf("%s: watermark %+v does not cover %v, shown to successful runs", key, wm, still)
 			}
-		}
-		if len(missing)+len(extra) > 0 {
-			slices.Sort(missing)
-			slices.Sort(extra)
-			t.Errorf("%s: watermark misses %v (shown to successful runs) and holds %v (never shown to one)", key, missing, extra)
+			return nil
+		})
+		if err != nil || v.Seq < wm.Seq {
+			t.Errorf("%s: unseen read: %v (channel seq %d, watermark %d)", key, err, v.Seq, wm.Seq)
 		}
 	}
 

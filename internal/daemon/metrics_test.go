@@ -50,14 +50,14 @@ func TestMetricsAfterScriptedTurns(t *testing.T) {
 		t.Fatalf("after the cold turn: %+v, want %+v", got, want)
 	}
 
-	// Warm: two new lines and the first mention are sent, the three shown
-	// before are counted as seen.
+	// Warm: the two new lines are sent; the three shown before and the
+	// first mention are counted as seen.
 	h.say("ch-a", "b", 2)
 	r = h.mention("ch-a", "b-builtin", "q2", "@agent second")
 	if reply(t, r); r.done.Shape != "warm" {
 		t.Fatalf("turn 2 shape %s", r.done.Shape)
 	}
-	want = counts{coldOK: 1, warmOK: 1, commits: 2, sent: 6, seen: 3}
+	want = counts{coldOK: 1, warmOK: 1, commits: 2, sent: 5, seen: 4}
 	if got := h.counts(); got != want {
 		t.Fatalf("after the warm turn: %+v, want %+v", got, want)
 	}

@@ -53,6 +53,15 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	if req.RunID == "" {
 		req.RunID = newRunID()
 	}
+	if req.ThreadRoot != nil {
+		known, err := d.st.ThreadKnown(req.Channel, *req.ThreadRoot)
+		if err != nil {
+			return nil, err
+		}
+		if !known {
+			return nil, fmt.Errorf("%w %q in channel %q: push the thread's root message (POST /v1/messages) before mentioning an agent in it", ErrUnknownThread, *req.ThreadRoot, req.Channel)
+		}
+	}
 	key := session.Key{Channel: req.Channel, Binding: b.ID}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	d.mu.Lock()
@@ -260,7 +269,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
 	}
 	now := d.now()
-	if aerr := d.st.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: user, At: start}, session.Turn{Role: session.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
+	if aerr := d.st.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID}, session.Turn{Role: session.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
 		log.Error("conversation append failed", zap.Error(aerr))
 	}
 	d.spawnOK(b.ID)

@@ -34,12 +34,12 @@ func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
 	r2 := h.mention("ch-backend", "b-builtin", "q2", "@agent and the webhook retries?")
 	got = reply(t, r2)
 	// Warm: newest user turn only; no framing, no replay; only the lines
-	// posted since the first turn (the first mention comes back once: it
-	// was the addressed message then, not a shown line).
+	// posted since the first turn (the first mention was its payload: it
+	// is seen, not news).
 	if r2.done.Shape != "warm" || got["framing"] != "no" || got["users"] != "0" || got["assistants"] != "0" {
 		t.Fatalf("second turn: shape %s reply %v", r2.done.Shape, got)
 	}
-	if got["context"] != "3" || r2.done.Context.Header != "new" || r2.done.Context.DroppedSeen != 3 {
+	if got["context"] != "2" || r2.done.Context.Header != "new" || r2.done.Context.DroppedSeen != 4 || r2.done.Context.Known != 1 {
 		t.Fatalf("second turn context %+v reply %v", r2.done.Context, got)
 	}
 	if r1.done.Native != r2.done.Native || got["turn"] != "2" {
@@ -52,8 +52,9 @@ func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
 	if r3.done.Shape != "restored" || r3.done.Native != r1.done.Native || got["framing"] != "yes" || got["users"] != "0" || got["turn"] != "3" {
 		t.Fatalf("after restart: shape %s native %s reply %v", r3.done.Shape, r3.done.Native, got)
 	}
-	// The restored session keeps its watermark: only q2 comes back.
-	if r3.done.Context.Header != "new" || got["context"] != "1" {
+	// The restored session keeps its watermark: nothing is new (q2 was the
+	// last payload), so no block at all.
+	if r3.done.Context.Header != "none" || got["context"] != "0" || r3.done.Context.DroppedSeen != 7 {
 		t.Fatalf("restored context %+v reply %v", r3.done.Context, got)
 	}
 }
@@ -93,9 +94,9 @@ func TestFailedRunKeepsWatermark(t *testing.T) {
 	}
 	r := h.mention("ch", "b-builtin", "q3", "@agent again")
 	got := reply(t, r)
-	// b1 and b2 are shown again (the failed run showed them to nobody),
-	// plus q1, which was the addressed message of the first turn.
-	if r.done.Shape != "warm" || got["context"] != "3" {
+	// b1 and b2 are shown again (the failed run showed them to nobody);
+	// q1, the first turn's payload, is not.
+	if r.done.Shape != "warm" || got["context"] != "2" {
 		t.Fatalf("after failure: shape %s context %+v reply %v", r.done.Shape, r.done.Context, got)
 	}
 }
@@ -138,13 +139,14 @@ func TestEvictionRestoreOnAndOff(t *testing.T) {
 			r := h.mention("ch-a", "b-builtin", "qa2", "@agent two")
 			got := reply(t, r)
 			if restore {
-				if r.done.Shape != "restored" || r.done.Native != first.done.Native || r.done.Context.Header != "new" || got["context"] != "3" {
+				if r.done.Shape != "restored" || r.done.Native != first.done.Native || r.done.Context.Header != "new" || got["context"] != "2" {
 					t.Fatalf("restored: shape %s native %s/%s context %+v reply %v", r.done.Shape, r.done.Native, first.done.Native, r.done.Context, got)
 				}
 				return
 			}
-			// The replay of the first turn carries its own 12 lines too.
-			if r.done.Shape != "cold" || r.done.Native == first.done.Native || r.done.Context.Header != "snapshot" || r.done.Context.Lines != 12 || got["users"] != "2" {
+			// The replay holds qa1 (compact: no old block); the snapshot
+			// shows 12 of the other 17 and counts 5.
+			if r.done.Shape != "cold" || r.done.Native == first.done.Native || r.done.Context.Header != "snapshot" || r.done.Context.Lines != 12 || r.done.Context.DroppedBound != 5 || r.done.Context.Known != 2 || got["users"] != "2" {
 				t.Fatalf("cold: shape %s context %+v reply %v", r.done.Shape, r.done.Context, got)
 			}
 		})

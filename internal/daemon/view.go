@@ -53,15 +53,25 @@ func (d *Daemon) Bindings() []apitype.Binding {
 func (d *Daemon) PutMessages(msgs []apitype.Message) (apitype.MessagesResponse, error) {
 	in := make([]channel.Message, len(msgs))
 	for i, m := range msgs {
-		in[i] = channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: m.CreatedAt, Body: m.Body}
+		in[i] = channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: m.CreatedAt, Body: m.Body}
 	}
-	added, err := d.st.PutMessages(in)
+	res, err := d.st.PutMessages(in)
 	if err != nil {
-		d.m.Ingested(0, 0, len(msgs))
+		d.m.Ingested(0, 0, 0, len(msgs))
 		return apitype.MessagesResponse{}, err
 	}
-	d.m.Ingested(added, len(msgs)-added, 0)
-	return apitype.MessagesResponse{Added: added, Duplicates: len(msgs) - added}, nil
+	d.m.Ingested(res.Added, res.Edited, res.Duplicates, 0)
+	return apitype.MessagesResponse{Added: res.Added, Edited: res.Edited, Duplicates: res.Duplicates}, nil
+}
+
+// DeleteMessage deletes a channel message: no session is shown it again
+// and channel_history leaves it out. An unknown one wraps store.ErrNotFound.
+func (d *Daemon) DeleteMessage(ch, id string) error {
+	if err := d.st.DeleteMessage(ch, id); err != nil {
+		return err
+	}
+	d.m.Deleted()
+	return nil
 }
 
 // History pages a channel's timeline (or one thread) backwards for the
@@ -74,7 +84,7 @@ func (d *Daemon) History(ch, thread, before string, limit int) ([]apitype.Histor
 	}
 	out := make([]apitype.HistoryMessage, 0, len(msgs))
 	for _, m := range msgs {
-		out = append(out, apitype.HistoryMessage{ID: m.ID, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339Nano), Body: m.Body})
+		out = append(out, apitype.HistoryMessage{ID: m.ID, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339Nano), Body: m.Body, Edited: m.Edited})
 	}
 	return out, next, nil
 }

@@ -1,7 +1,8 @@
 package delivery
 
 import (
-	"sort"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -32,9 +33,8 @@ const lineBreak = " ⏎ "
 
 // RenderOptions bounds a channel-context block.
 type RenderOptions struct {
-	Limit      int    // newest messages kept; <= 0 means DefaultLimit
-	MaxChars   int    // characters (runes) of a body kept; <= 0 means DefaultMaxChars
-	OmitAuthor string // the answering agent's own handle: its posts are left out (empty keeps all)
+	Limit    int // newest messages kept; <= 0 means DefaultLimit
+	MaxChars int // characters (runes) of a body kept; <= 0 means DefaultMaxChars
 }
 
 // DefaultRenderOptions returns the limits the mention context uses: the
@@ -43,79 +43,138 @@ func DefaultRenderOptions() RenderOptions {
 	return RenderOptions{Limit: DefaultLimit, MaxChars: DefaultMaxChars}
 }
 
-// Report says what one Render showed and why the rest was left out.
-type Report struct {
-	Seen         channel.Seen // ids shown and the newest created_at shown: what a successful run commits
-	Lines        int          // message lines in the block
-	Chars        int          // characters (runes) of message bodies sent, markers included
-	DroppedSeen  int          // rows the watermark says the session was already shown
-	DroppedBound int          // rows left out by the limit
-	Truncated    int          // bodies cut at MaxChars
-	OwnOmitted   int          // the answering agent's own posts
-	Watermarked  bool         // a watermark was applied (header New)
+// SelectOptions says what one session has seen and who is answering.
+type SelectOptions struct {
+	// Watermark is the answering native session's for this timeline; nil
+	// means the session has seen nothing of it (a snapshot).
+	Watermark *channel.Watermark
+	// Main is the same session's watermark of the main timeline: a thread's
+	// root it saw there is not shown again, and its marks (mentions and
+	// roots the session was given) hold in every timeline.
+	Main *channel.Watermark
+	// Root is the thread's root id ("" for the main timeline).
+	Root string
+	// Known are ids the prompt carries another way: the mention itself,
+	// and the mentions a cold replay holds.
+	Known   []string
+	Self    channel.Self
+	OmitOwn bool // leave the agent's own posts out
+	Limit   int  // <= 0 means DefaultLimit
 }
 
-// Render builds the channel-context block from rows (oldest first, as the
-// store returns them). In order it drops the row addressedID (the payload
-// already carries it), then, when wm is not nil, every row whose id is in the
-// watermark or whose created_at is at or before wm.LastAt, then the answering
-// agent's own posts; of what is left it keeps the newest opt.Limit, oldest
-// first, and cuts each body at opt.MaxChars characters with a marker naming
-// channel_history. Each message is one line "- [<author_kind>] <author>: <body>"
-// ("- [<author_kind>] <body>" when the author is empty), sanitised so no body
-// can start a line of its own. With nothing left it returns "" and a Report
-// with an empty Seen: no block is sent at all.
-func Render(rows []channel.Message, addressedID string, wm *channel.Watermark, opt RenderOptions) (string, Report) {
-	if opt.Limit <= 0 {
-		opt.Limit = DefaultLimit
+// Selection is what Select decided; Show indexes the candidates.
+type Selection struct {
+	Show    []int
+	Covered int // candidates the watermark already covers (an addressed mention, a seen root)
+	Known   int // candidates the prompt carries another way
+	Own     int // the agent's own posts, left out
+	Older   int // unseen candidates the bound left out: the block's pointer
+	// Root marks a thread's root that this delivery accounts for and the
+	// main timeline's watermark does not cover yet: once the run succeeds
+	// the main timeline must not show it again either.
+	Root *channel.Mark
+}
+
+// Select picks a block's lines from a timeline's candidates (the messages
+// that arrived after the watermark's Seq, and a thread's root). In order it
+// drops what the watermark covers, what the prompt carries another way, and
+// (with OmitOwn) the agent's own posts; of the rest it shows the newest
+// Limit by (created_at, id) and counts every other one in Older, however
+// far back: nothing unseen is left out without being counted.
+func Select(cands []channel.Candidate, o SelectOptions) Selection {
+	if o.Limit <= 0 {
+		o.Limit = DefaultLimit
 	}
+	var sel Selection
+	keep := make([]int, 0, len(cands))
+	for i, c := range cands {
+		root := o.Root != "" && c.ID == o.Root
+		inMain := o.Main != nil && (root && o.Main.Covers(c.ID, c.Seq, c.Edited) || o.Main.Marked(c.ID, c.Seq, c.Edited))
+		inThread := o.Watermark != nil && o.Watermark.Covers(c.ID, c.Seq, c.Edited)
+		if root && !inMain && !inThread {
+			sel.Root = &channel.Mark{ID: c.ID, Seq: c.Seq}
+		}
+		switch {
+		case inThread, inMain:
+			sel.Covered++
+		case slices.Contains(o.Known, c.ID):
+			sel.Known++
+		case o.OmitOwn && o.Self.Wrote(c.Author, c.Binding):
+			sel.Own++
+		default:
+			keep = append(keep, i)
+		}
+	}
+	slices.SortStableFunc(keep, func(a, b int) int {
+		if c := cands[a].At.Compare(cands[b].At); c != 0 {
+			return c
+		}
+		return strings.Compare(cands[a].ID, cands[b].ID)
+	})
+	if len(keep) > o.Limit {
+		sel.Older = len(keep) - o.Limit
+		keep = keep[sel.Older:]
+	}
+	sel.Show = keep
+	return sel
+}
+
+// Report says what one block showed and why the rest was left out.
+type Report struct {
+	Lines        int  // message lines in the block
+	Chars        int  // characters (runes) of message bodies sent, markers included
+	DroppedSeen  int  // messages of the timeline the session has already seen
+	DroppedBound int  // unseen messages left out by the limit, counted in the pointer
+	Known        int  // messages the prompt carries another way (the mention, a replay)
+	Truncated    int  // bodies cut at MaxChars
+	OwnOmitted   int  // the answering agent's own posts
+	Edited       int  // lines marked edited
+	Watermarked  bool // a watermark was applied (header New)
+	// Shown are the ids of the block's lines, in order.
+	Shown []string
+}
+
+// Build renders the block sel chose from view (the store's reading of the
+// candidates Select was given) and completes the report with what was left
+// out and why.
+func Build(view channel.View, sel Selection, watermarked bool, opt RenderOptions) (string, Report) {
+	block, rep := Render(Block{Rows: view.Rows, Older: sel.Older, Watermarked: watermarked}, opt)
+	rep.DroppedSeen = view.Total - view.Candidates + sel.Covered
+	rep.Known, rep.OwnOmitted = sel.Known, sel.Own
+	return block, rep
+}
+
+// Block is what Render turns into text: the chosen rows, oldest first, and
+// how many unseen messages the bound left out.
+type Block struct {
+	Rows        []channel.Message
+	Older       int
+	Watermarked bool // the session has a watermark: header New, else Snapshot
+}
+
+// Render builds the channel-context block: the header, one line per row
+// "- [<author_kind>] <author>: <body>" (author "" leaves out "<author>: ";
+// an edited message reads "<author> (edited): "), each body cut at
+// opt.MaxChars characters with a marker naming channel_history and
+// sanitised so no body can start a line of its own, re-order the line or
+// hide a control character, then a footer counting what the bound left
+// out. With no rows it returns "": no block is sent at all, even when
+// older messages are counted (a pointer with no lines would only repeat).
+func Render(blk Block, opt RenderOptions) (string, Report) {
 	if opt.MaxChars <= 0 {
 		opt.MaxChars = DefaultMaxChars
 	}
-	rep := Report{Watermarked: wm != nil}
-
-	var seenIDs map[string]bool
-	if wm != nil {
-		seenIDs = make(map[string]bool, len(wm.IDs))
-		for _, id := range wm.IDs {
-			seenIDs[id] = true
-		}
-	}
-	kept := make([]channel.Message, 0, len(rows))
-	for _, m := range rows {
-		if addressedID != "" && m.ID == addressedID {
-			continue
-		}
-		if wm != nil && (seenIDs[m.ID] || !m.CreatedAt.After(wm.LastAt)) {
-			rep.DroppedSeen++
-			continue
-		}
-		if opt.OmitAuthor != "" && m.Author == opt.OmitAuthor {
-			rep.OwnOmitted++
-			continue
-		}
-		kept = append(kept, m)
-	}
-	// The store returns rows oldest first; a stable sort keeps that order for
-	// equal timestamps and repairs it if a caller got it wrong, so "newest"
-	// below really means newest.
-	sort.SliceStable(kept, func(i, j int) bool { return kept[i].CreatedAt.Before(kept[j].CreatedAt) })
-	if len(kept) > opt.Limit {
-		rep.DroppedBound = len(kept) - opt.Limit
-		kept = kept[rep.DroppedBound:]
-	}
-	if len(kept) == 0 {
+	rep := Report{Watermarked: blk.Watermarked, DroppedBound: blk.Older}
+	if len(blk.Rows) == 0 {
 		return "", rep
 	}
-
 	var b strings.Builder
-	if wm != nil {
+	if blk.Watermarked {
 		b.WriteString(HeaderNew)
 	} else {
 		b.WriteString(HeaderSnapshot)
 	}
-	rep.Seen.IDs = make([]string, 0, len(kept))
-	for _, m := range kept {
+	for _, m := range blk.Rows {
 		body, cut := truncate(m.Body, opt.MaxChars)
 		body = sanitize(body)
 		if strings.HasPrefix(body, "- [") {
@@ -135,20 +194,25 @@ func Render(rows []channel.Message, addressedID string, wm *channel.Watermark, o
 		b.WriteString("] ")
 		if author != "" {
 			b.WriteString(author)
+			if m.Edited {
+				b.WriteString(" (edited)")
+			}
 			b.WriteString(": ")
+		} else if m.Edited {
+			b.WriteString("(edited) ")
+		}
+		if m.Edited {
+			rep.Edited++
 		}
 		b.WriteString(body)
 
 		rep.Lines++
 		rep.Chars += utf8.RuneCountInString(body)
-		rep.Seen.IDs = append(rep.Seen.IDs, m.ID)
-		if m.CreatedAt.After(rep.Seen.LastAt) {
-			rep.Seen.LastAt = m.CreatedAt
-		}
+		rep.Shown = append(rep.Shown, m.ID)
 	}
-	if rep.DroppedBound > 0 {
+	if blk.Older > 0 {
 		b.WriteString("\n")
-		b.WriteString(boundFooter(rep.DroppedBound))
+		b.WriteString(boundFooter(blk.Older))
 	}
 	return b.String(), rep
 }
@@ -250,12 +314,18 @@ func isLinkingVirama(r rune) bool {
 
 func isRegionalIndicator(r rune) bool { return r >= 0x1F1E6 && r <= 0x1F1FF }
 
-// sanitize makes s safe to place inside one line of the block: every line or
-// paragraph separator becomes a visible ⏎ and other control characters go.
+// sanitize makes s safe to place inside one line of the block. Every line
+// or paragraph separator becomes a visible ⏎ and a tab a space; every other
+// control character is shown, never dropped: C0 controls and DEL as their
+// Unicode control pictures (BEL as ␇), C1 controls as <U+0085>. The bidi
+// embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069), which
+// could make a line read in another order than it is written, are shown
+// as <U+202E> and so lose their effect; the plain direction marks
+// (U+200E, U+200F, U+061C) stay, as right-to-left text needs them.
 func sanitize(s string) string {
 	clean := true
 	for _, r := range s {
-		if r < 0x20 || (r >= 0x7F && r <= 0x9F) || r == '\u2028' || r == '\u2029' || r == utf8.RuneError {
+		if needsEscape(r) {
 			clean = false
 			break
 		}
@@ -278,8 +348,12 @@ func sanitize(s string) string {
 			b.WriteString(lineBreak)
 		case r == '\t':
 			b.WriteByte(' ')
-		case r < 0x20, r >= 0x7F && r <= 0x9F:
-			// Other C0/C1 controls (and DEL) carry nothing a reader needs.
+		case r < 0x20:
+			b.WriteRune(0x2400 + r) // ␀ … ␟
+		case r == 0x7F:
+			b.WriteRune('\u2421') // ␡
+		case r >= 0x80 && r <= 0x9F, isBidiControl(r):
+			fmt.Fprintf(&b, "<U+%04X>", r)
 		case r == utf8.RuneError && size == 1:
 			b.WriteRune(utf8.RuneError) // invalid byte: make it visible, never pass it through
 		default:
@@ -287,4 +361,14 @@ func sanitize(s string) string {
 		}
 	}
 	return b.String()
+}
+
+func needsEscape(r rune) bool {
+	return r < 0x20 || (r >= 0x7F && r <= 0x9F) || r == '\u2028' || r == '\u2029' || r == utf8.RuneError || isBidiControl(r)
+}
+
+// isBidiControl reports the embeddings, overrides and isolates: the
+// characters that change the display order of the text after them.
+func isBidiControl(r rune) bool {
+	return (r >= '\u202A' && r <= '\u202E') || (r >= '\u2066' && r <= '\u2069')
 }

@@ -66,6 +66,15 @@ func UserTurn(p Payload, brief, block string) string {
 	return b.String()
 }
 
+// StoredTurn is the compact form of a mention's user turn kept in the
+// conversation for a replay: the intro and the payload (which holds the
+// mention's text). The brief goes out once with the replay's own newest
+// turn, and old channel blocks would only repeat what the replay's block
+// shows.
+func StoredTurn(p Payload) string {
+	return Intro + "\n" + p.JSON()
+}
+
 // DefaultBrief tells a chat-mentioned coding agent how to behave in the
 // channel. It holds nothing that changes per turn, so it can sit in a cached
 // prefix unchanged.

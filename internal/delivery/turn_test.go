@@ -115,10 +115,24 @@ func TestBriefPointer(t *testing.T) {
 	}
 }
 
+func TestStoredTurnIsCompact(t *testing.T) {
+	p := specPayload()
+	got := StoredTurn(p)
+	if got != Intro+"\n"+p.JSON() {
+		t.Fatalf("StoredTurn = %q", got)
+	}
+	if strings.Contains(got, DefaultBrief[:40]) || strings.Contains(got, HeaderNew) {
+		t.Fatal("the stored turn carries the brief or a block")
+	}
+	if !strings.Contains(got, p.Text) {
+		t.Fatal("the stored turn lost the mention's text")
+	}
+}
+
 func BenchmarkUserTurn(b *testing.B) {
 	p := specPayload()
 	rows := benchRows(30)
-	block, _ := Render(rows, "m029", nil, DefaultRenderOptions())
+	block, _ := through(rows, SelectOptions{Known: []string{"m029"}}, DefaultRenderOptions())
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = UserTurn(p, DefaultBrief, block)

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/residentd/residentd/internal/channel"
@@ -9,8 +10,8 @@ import (
 	"github.com/residentd/residentd/internal/session"
 )
 
-// Input is everything that decides what one turn sends. The two loaders
-// are called only when their result is sent: a warm turn never reads the
+// Input is everything that decides what one turn sends. The loaders are
+// called only when their result is sent: a warm turn never reads the
 // framing (it may live in a file) or the stored conversation.
 type Input struct {
 	Shape  Shape
@@ -31,27 +32,37 @@ type Input struct {
 	Conversation func() ([]session.Turn, error)
 	Mention      delivery.Payload
 
-	// Rows are the newest channel rows of the mention's timeline, oldest
-	// first; Watermark is the stored record for the key and timeline (nil
-	// when none). Only a binding that keeps its session uses a watermark and
-	// stages what it showed.
-	Rows         []channel.Message
+	// Unseen reads the mention's timeline: the messages that arrived after
+	// after (and a thread's root) as candidates for pick, and the chosen
+	// rows (the store's Unseen).
+	Unseen func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error)
+	// Watermark is the stored record for the key and timeline, Main the
+	// key's main-timeline record for a thread mention (nil when none). Only
+	// a binding that keeps its session uses them and stages what it saw.
 	Watermark    *channel.Watermark
+	Main         *channel.Watermark
 	KeepsSession bool
+	Self         channel.Self
+	OmitOwn      bool
 	Render       delivery.RenderOptions
 }
 
 // Output is what Compose decided.
 type Output struct {
 	Text       string // the prompt to send
-	Stored     string // the user turn to keep in the conversation
+	Turn       string // the newest user turn as sent, the end of Text
+	Stored     string // the user turn to keep in the conversation: intro and payload only
 	Framing    string // the system part sent ("" on a warm turn): a changed one costs the cache
 	BriefSent  bool   // the full brief went out, in the turn or with the framing
 	BriefCount int    // the process's warm turns since the full brief, after this turn
 	Context    delivery.Report
 	// Stage is what a successful run commits to the watermark: empty for a
-	// binding that keeps no session.
+	// binding that keeps no session. Marks are what it commits to the
+	// watermarks of other timelines (by thread id, "" for the main one): a
+	// thread's root for the main timeline, and the mentions a replay
+	// carried for their own timelines.
 	Stage channel.Seen
+	Marks map[string][]channel.Mark
 }
 
 // Header names the context block that went out: "new" (since the
@@ -66,6 +77,17 @@ func (o Output) Header() string {
 	return "snapshot"
 }
 
+// own returns w when it belongs to the answering native session.
+func (in Input) own(w *channel.Watermark) *channel.Watermark {
+	if !in.KeepsSession || w == nil {
+		return nil
+	}
+	if o, ok := w.For(in.Native); ok {
+		return &o
+	}
+	return nil
+}
+
 // Compose is the one place a turn's prompt is decided. By the lease shape:
 //
 //	restored, newest turn not blank: framing + "\n\n" + newest user turn
@@ -76,19 +98,52 @@ func (o Output) Header() string {
 // every turn, which grows quadratically; that is why the order is fixed.
 // "Newest turn" is the mention's text (the spec's latest_user_turn). The
 // user turn itself is the intro, the payload, the brief (or its pointer)
-// and the channel-context block rendered against the watermark.
+// and the channel-context block of what the session has not seen; the
+// conversation keeps only its intro and payload, so a replay carries the
+// brief once and no old block, and the replay's block leaves out the
+// mentions the replay already holds.
 func Compose(in Input) (Output, error) {
 	var out Output
-	var wm *channel.Watermark
-	if in.KeepsSession && in.Watermark != nil {
-		if own, ok := in.Watermark.For(in.Native); ok {
-			wm = &own
+	blank := strings.TrimSpace(in.Mention.Text) == ""
+	replay := blank || in.Shape == Cold
+	var conv []session.Turn
+	known := []string{in.Mention.MessageID}
+	if replay {
+		var err error
+		if conv, err = in.Conversation(); err != nil {
+			return Output{}, fmt.Errorf("lease: compose: %w", err)
+		}
+		for _, t := range conv {
+			if t.MessageID != "" && !slices.Contains(known, t.MessageID) {
+				known = append(known, t.MessageID)
+			}
 		}
 	}
-	block, rep := delivery.Render(in.Rows, in.Mention.MessageID, wm, in.Render)
+
+	wm := in.own(in.Watermark)
+	opt := delivery.SelectOptions{Watermark: wm, Main: in.own(in.Main), Known: known, Self: in.Self, OmitOwn: in.OmitOwn, Limit: in.Render.Limit}
+	if in.Mention.ThreadRootID != nil {
+		opt.Root = *in.Mention.ThreadRootID
+	}
+	var after uint64
+	if wm != nil {
+		after = wm.Seq
+	}
+	var sel delivery.Selection
+	view, err := in.Unseen(after, known, func(c []channel.Candidate) []int {
+		sel = delivery.Select(c, opt)
+		return sel.Show
+	})
+	if err != nil {
+		return Output{}, fmt.Errorf("lease: compose: %w", err)
+	}
+	// A watermark that holds only marks (mentions answered before anything
+	// was pushed) has seen no block yet: the first one is a snapshot.
+	block, rep := delivery.Build(view, sel, wm != nil && wm.Seq > 0, in.Render)
 	out.Context = rep
 	if in.KeepsSession {
-		out.Stage = rep.Seen
+		out.Stage = stage(wm, view.Seq, view.Known)
+		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, in.Mention.MessageID, view.Known)
 	}
 
 	brief := in.Brief
@@ -111,11 +166,13 @@ func Compose(in Input) (Output, error) {
 			out.BriefCount = in.BriefCount + 1
 		}
 	}
-	out.Stored = delivery.UserTurn(in.Mention, turnBrief, block)
+	turn := delivery.UserTurn(in.Mention, turnBrief, block)
+	out.Turn = turn
+	out.Stored = delivery.StoredTurn(in.Mention)
 	out.BriefSent = turnBrief == brief || framed
 
-	if !framed && strings.TrimSpace(in.Mention.Text) != "" {
-		out.Text = out.Stored
+	if !framed && !blank {
+		out.Text = turn
 		return out, nil
 	}
 	system, err := in.Framing()
@@ -126,15 +183,57 @@ func Compose(in Input) (Output, error) {
 		system += "\n\n" + brief
 	}
 	out.Framing = system
-	if in.Shape == Restored && strings.TrimSpace(in.Mention.Text) != "" {
-		out.Text = system + "\n\n" + out.Stored
+	if !replay {
+		out.Text = system + "\n\n" + turn
 		return out, nil
 	}
-	conv, err := in.Conversation()
-	if err != nil {
-		return Output{}, fmt.Errorf("lease: compose: %w", err)
-	}
-	turns := append(conv[:len(conv):len(conv)], session.Turn{Role: session.RoleUser, Text: out.Stored})
+	turns := append(conv[:len(conv):len(conv)], session.Turn{Role: session.RoleUser, Text: turn})
 	out.Text = system + "\n\n" + delivery.BuildPrompt(turns)
 	return out, nil
+}
+
+// stage is what a successful turn commits: the arrival number the block was
+// read at, and the ids the prompt carried that the channel did not hold yet
+// (a mention pushed after its turn is then not news). It is empty when the
+// watermark would not move, so such a turn writes nothing.
+func stage(wm *channel.Watermark, seq uint64, known []channel.Known) channel.Seen {
+	s := channel.Seen{Seq: seq}
+	for _, k := range known {
+		if m := (channel.Mark{ID: k.ID}); k.ID != "" && k.Seq == 0 && (wm == nil || !slices.Contains(wm.Marks, m)) {
+			s.Marks = append(s.Marks, m)
+		}
+	}
+	if wm != nil && seq <= wm.Seq && len(s.Marks) == 0 {
+		return channel.Seen{}
+	}
+	return s
+}
+
+// marks places what this delivery gave the session outside its own
+// timeline's prefix. A thread's root is marked for the main timeline. A
+// replay gives a new process every mention of the conversation, whatever
+// timeline each lives in: each is marked for its own timeline at its
+// current version, and one the channel does not hold yet for the main
+// timeline as "any unedited version": the main watermark's marks hold in
+// every timeline, since nobody knows yet where it will live.
+func marks(main *channel.Watermark, thread string, root *channel.Mark, mention string, known []channel.Known) map[string][]channel.Mark {
+	out := map[string][]channel.Mark{}
+	if root != nil {
+		out[""] = append(out[""], *root)
+	}
+	for _, k := range known {
+		switch {
+		case k.ID == "" || k.ID == mention:
+		case k.Seq == 0:
+			if m := (channel.Mark{ID: k.ID}); main == nil || !slices.Contains(main.Marks, m) {
+				out[""] = append(out[""], m)
+			}
+		case k.Thread != thread:
+			out[k.Thread] = append(out[k.Thread], channel.Mark{ID: k.ID, Seq: k.Seq})
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

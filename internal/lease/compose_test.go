@@ -32,7 +32,44 @@ func (l *loaders) input(shape Shape, text string) Input {
 		Conversation: func() ([]session.Turn, error) { l.conv++; return earlier, nil },
 		Placement:    delivery.InTurn, BriefEvery: 10,
 		Mention:      delivery.Payload{ChannelID: "ch", MessageID: "m9", RunID: "run-1", BindingID: "b", Text: text},
+		Unseen:       unseen(nil),
 		KeepsSession: true,
+	}
+}
+
+// unseen reads rows as the store would: they arrived in the order given
+// (Seq 1, 2, ... unless set).
+func unseen(rows []channel.Message) func(uint64, []string, func([]channel.Candidate) []int) (channel.View, error) {
+	return func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+		var (
+			cands []channel.Candidate
+			msgs  []channel.Message
+			v     channel.View
+		)
+		for i, m := range rows {
+			if m.Seq == 0 {
+				m.Seq = uint64(i + 1)
+			}
+			v.Seq = max(v.Seq, m.Seq)
+			if m.Seq > after {
+				cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Edited: m.Edited})
+				msgs = append(msgs, m)
+			}
+		}
+		v.Total, v.Candidates = len(rows), len(cands)
+		for _, id := range known {
+			k := channel.Known{ID: id}
+			for i, m := range rows {
+				if m.ID == id {
+					k.Seq, k.Thread = max(m.Seq, uint64(i+1)), m.ThreadRoot
+				}
+			}
+			v.Known = append(v.Known, k)
+		}
+		for _, i := range pick(cands) {
+			v.Rows = append(v.Rows, msgs[i])
+		}
+		return v, nil
 	}
 }
 
@@ -59,8 +96,11 @@ func TestComposeShapes(t *testing.T) {
 			if out.Text != tt.want {
 				t.Fatalf("Text = %q\nwant %q", out.Text, tt.want)
 			}
-			if out.Stored != newest {
-				t.Fatalf("Stored = %q, want the newest user turn", out.Stored)
+			if out.Turn != newest {
+				t.Fatalf("Turn = %q, want the newest user turn", out.Turn)
+			}
+			if out.Stored != delivery.StoredTurn(ld.input(Warm, "q").Mention) {
+				t.Fatalf("Stored = %q, want the compact user turn", out.Stored)
 			}
 		})
 	}
@@ -101,13 +141,13 @@ func TestComposeTable(t *testing.T) {
 						if sendsFraming != (ld.framing == 1) || ld.framing > 1 {
 							t.Errorf("framing read %d times, sent %v", ld.framing, sendsFraming)
 						}
-						if !replays && !strings.HasSuffix(out.Text, out.Stored) {
+						if !strings.HasSuffix(out.Text, out.Turn) {
 							t.Errorf("text does not end with the newest user turn")
 						}
-						if got := strings.Contains(out.Stored, delivery.DefaultBrief); got != fullInTurn {
+						if got := strings.Contains(out.Turn, delivery.DefaultBrief); got != fullInTurn {
 							t.Errorf("user turn carries the full brief = %v, want %v", got, fullInTurn)
 						}
-						if got := strings.Contains(out.Stored, delivery.BriefPointer()); got != !fullInTurn {
+						if got := strings.Contains(out.Turn, delivery.BriefPointer()); got != !fullInTurn {
 							t.Errorf("user turn carries the brief pointer = %v, want %v", got, !fullInTurn)
 						}
 						inFraming := placement == delivery.InFraming && sendsFraming
@@ -160,40 +200,87 @@ func TestComposeWatermarkRule(t *testing.T) {
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	rows := []channel.Message{
 		{ID: "m1", Channel: "ch", Author: "aiko", AuthorKind: channel.KindUser, CreatedAt: at, Body: "old"},
-		{ID: "m2", Channel: "ch", Author: "aiko", AuthorKind: channel.KindUser, CreatedAt: at.Add(time.Second), Body: "new"},
+		{ID: "m2", Channel: "ch", Author: "aiko", AuthorKind: channel.KindUser, CreatedAt: at, Body: "same second, later"},
+		{ID: "m9", Channel: "ch", Author: "ben", AuthorKind: channel.KindUser, CreatedAt: at.Add(time.Second), Body: "@agent q"},
 	}
-	seen := channel.Watermark{Native: "nat-1", LastAt: at, IDs: []string{"m1"}}
-	other := channel.Watermark{Native: "nat-0", LastAt: at, IDs: []string{"m1"}}
+	seen := channel.Watermark{Native: "nat-1", Seq: 1}
+	other := channel.Watermark{Native: "nat-0", Seq: 1}
+	done := channel.Watermark{Native: "nat-1", Seq: 3}
 	for _, tt := range []struct {
 		name   string
 		wm     *channel.Watermark
 		keeps  bool
 		header string
 		lines  int
-		stage  int
+		stage  channel.Seen
 	}{
-		{"no watermark: snapshot", nil, true, "snapshot", 2, 2},
-		{"same native: only what is new", &seen, true, "new", 1, 1},
-		{"another native: a snapshot, not a gap", &other, true, "snapshot", 2, 2},
-		{"no session kept: snapshot, nothing staged", &seen, false, "snapshot", 2, 0},
+		{"no watermark: snapshot", nil, true, "snapshot", 2, channel.Seen{Seq: 3}},
+		{"same native: only what is new, a tie included", &seen, true, "new", 1, channel.Seen{Seq: 3}},
+		{"another native: a snapshot, not a gap", &other, true, "snapshot", 2, channel.Seen{Seq: 3}},
+		{"nothing new: no block, nothing to commit", &done, true, "none", 0, channel.Seen{}},
+		{"no session kept: snapshot, nothing staged", &seen, false, "snapshot", 2, channel.Seen{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var ld loaders
 			in := ld.input(Warm, "q")
-			in.Rows, in.Watermark, in.KeepsSession = rows, tt.wm, tt.keeps
+			in.Unseen, in.Watermark, in.KeepsSession = unseen(rows), tt.wm, tt.keeps
 			out, err := Compose(in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if out.Header() != tt.header || out.Context.Lines != tt.lines || len(out.Stage.IDs) != tt.stage {
-				t.Fatalf("header %q lines %d staged %v; want %q %d %d", out.Header(), out.Context.Lines, out.Stage.IDs, tt.header, tt.lines, tt.stage)
+			if out.Header() != tt.header || out.Context.Lines != tt.lines || out.Stage.Seq != tt.stage.Seq || len(channel.MarkIDs(out.Stage.Marks)) != 0 {
+				t.Fatalf("header %q lines %d staged %+v; want %q %d %+v", out.Header(), out.Context.Lines, out.Stage, tt.header, tt.lines, tt.stage)
+			}
+			if tt.lines > 0 && out.Context.Known != 1 {
+				t.Fatalf("the mention was not left out of its own block: %+v", out.Context)
 			}
 		})
 	}
+	// A mention the channel does not hold yet is staged as addressed, so
+	// that its late push is not news.
 	var ld loaders
 	out, _ := Compose(ld.input(Warm, "q"))
-	if out.Header() != "none" || strings.Contains(out.Stored, delivery.HeaderSnapshot) {
-		t.Fatalf("no rows: header %q, user turn %q", out.Header(), out.Stored)
+	if out.Header() != "none" || strings.Contains(out.Turn, delivery.HeaderSnapshot) {
+		t.Fatalf("no rows: header %q, user turn %q", out.Header(), out.Turn)
+	}
+	if out.Stage.Seq != 0 || len(channel.MarkIDs(out.Stage.Marks)) != 1 || channel.MarkIDs(out.Stage.Marks)[0] != "m9" {
+		t.Fatalf("stage = %+v, want the mention addressed", out.Stage)
+	}
+}
+
+// A cold replay carries the brief once, keeps earlier turns compact, and
+// its snapshot leaves out the mentions the replay already holds.
+func TestComposeColdReplayIsLean(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	p1 := delivery.Payload{ChannelID: "ch", MessageID: "q1", Text: "@agent first"}
+	conv := []session.Turn{
+		{Role: session.RoleUser, Text: delivery.StoredTurn(p1), MessageID: "q1"},
+		{Role: session.RoleAssistant, Text: "answer one"},
+	}
+	rows := []channel.Message{
+		{ID: "m1", Channel: "ch", Author: "aiko", AuthorKind: channel.KindUser, CreatedAt: at, Body: "context line"},
+		{ID: "q1", Channel: "ch", Author: "ben", AuthorKind: channel.KindUser, CreatedAt: at.Add(time.Second), Body: "@agent first"},
+		{ID: "m9", Channel: "ch", Author: "ben", AuthorKind: channel.KindUser, CreatedAt: at.Add(2 * time.Second), Body: "@agent second"},
+	}
+	var ld loaders
+	in := ld.input(Cold, "@agent second")
+	in.Conversation = func() ([]session.Turn, error) { return conv, nil }
+	in.Unseen = unseen(rows)
+	out, err := Compose(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.Text, delivery.DefaultBrief); n != 1 {
+		t.Fatalf("the replay carries the brief %d times", n)
+	}
+	if n := strings.Count(out.Text, "@agent first"); n != 1 {
+		t.Fatalf("the first mention appears %d times (replay and snapshot)", n)
+	}
+	if out.Context.Lines != 1 || out.Context.Known != 2 || !strings.Contains(out.Text, "- [user] aiko: context line") {
+		t.Fatalf("snapshot: %+v\n%s", out.Context, out.Text)
+	}
+	if out.Stage.Seq != 3 || len(channel.MarkIDs(out.Stage.Marks)) != 0 {
+		t.Fatalf("stage = %+v", out.Stage)
 	}
 }
 
@@ -210,6 +297,13 @@ func TestComposeLoaderErrors(t *testing.T) {
 	if _, err := Compose(in); !errors.Is(err, boom) {
 		t.Fatalf("conversation error = %v", err)
 	}
+	in = ld.input(Warm, "q")
+	in.Unseen = func(uint64, []string, func([]channel.Candidate) []int) (channel.View, error) {
+		return channel.View{}, boom
+	}
+	if _, err := Compose(in); !errors.Is(err, boom) {
+		t.Fatalf("channel read error = %v", err)
+	}
 }
 
 // BenchmarkCompose is the daemon's prompt step on a 40-turn conversation.
@@ -220,9 +314,8 @@ func BenchmarkCompose(b *testing.B) {
 			BindingID: "b-claude", Runtime: "cli:claude:agent", Supervised: true, Resident: true,
 			ChannelAgents: []delivery.Agent{{Handle: "@claude", Reachable: true}}, MaxRecipients: 3,
 			Text: "@claude why is the refund spec flaky? look at the last runs"}
-		block := delivery.HeaderNew + "\n- [user] aiko: I think the cache key needs the locale, otherwise ja users get en pages"
 		conv = append(conv,
-			session.Turn{Role: session.RoleUser, Text: delivery.UserTurn(p, delivery.DefaultBrief, block)},
+			session.Turn{Role: session.RoleUser, Text: delivery.StoredTurn(p), MessageID: p.MessageID},
 			session.Turn{Role: session.RoleAssistant, Text: "The refund spec shares a fixture that is not reset between examples."})
 	}
 	for _, shape := range []Shape{Cold, Warm} {
@@ -232,6 +325,7 @@ func BenchmarkCompose(b *testing.B) {
 				Framing:      func() (string, error) { return testFraming, nil },
 				Conversation: func() ([]session.Turn, error) { return conv, nil },
 				Mention:      delivery.Payload{ChannelID: "ch-backend", MessageID: "m999", Text: "@claude and now?"},
+				Unseen:       unseen(nil),
 			}
 			b.ReportAllocs()
 			n := 0

@@ -73,7 +73,7 @@ func New(shape Shape, native string) *Lease {
 	return &Lease{Shape: shape, Native: native}
 }
 
-// Stage keeps what a render showed until the run's outcome is known.
+// Stage keeps what a delivery accounted for until the run's outcome is known.
 func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 	if seen.Empty() {
 		return
@@ -87,10 +87,8 @@ func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 		l.staged = make(map[channel.WatermarkKey]channel.Seen)
 	}
 	prev := l.staged[k]
-	prev.IDs = append(prev.IDs, seen.IDs...)
-	if seen.LastAt.After(prev.LastAt) {
-		prev.LastAt = seen.LastAt
-	}
+	prev.Seq = max(prev.Seq, seen.Seq)
+	prev.Marks = append(prev.Marks, seen.Marks...)
 	l.staged[k] = prev
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
@@ -32,9 +31,9 @@ func openStore(t *testing.T) *store.Store {
 func TestCommitMovesWatermarkOnce(t *testing.T) {
 	st := openStore(t)
 	k := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b"}}
-	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	l := New(Warm, "nat-1")
-	l.Stage(k, channel.Seen{IDs: []string{"m1", "m2"}, LastAt: at})
+	l.Stage(k, channel.Seen{Seq: 7, Marks: channel.Unedited("q1")})
+	l.Stage(k, channel.Seen{Seq: 5, Marks: channel.Unedited("q2")})
 	l.Stage(k, channel.Seen{}) // nothing shown: nothing staged
 	if l.Staged() != 1 {
 		t.Fatalf("Staged = %d, want 1", l.Staged())
@@ -50,7 +49,7 @@ func TestCommitMovesWatermarkOnce(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Watermark after commit: ok=%v err=%v", ok, err)
 	}
-	if wm.Native != "nat-1" || !wm.LastAt.Equal(at) || strings.Join(wm.IDs, ",") != "m1,m2" {
+	if wm.Native != "nat-1" || wm.Seq != 7 || strings.Join(channel.MarkIDs(wm.Marks), ",") != "q1,q2" {
 		t.Fatalf("watermark = %+v", wm)
 	}
 	if n := l.Discard(); n != 0 {
@@ -65,7 +64,7 @@ func TestDiscardLeavesWatermark(t *testing.T) {
 	st := openStore(t)
 	k := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b"}}
 	l := New(Cold, "nat-2")
-	l.Stage(k, channel.Seen{IDs: []string{"m9"}, LastAt: time.Now()})
+	l.Stage(k, channel.Seen{Seq: 9})
 	if n := l.Discard(); n != 1 {
 		t.Fatalf("Discard = %d, want 1", n)
 	}
@@ -75,7 +74,7 @@ func TestDiscardLeavesWatermark(t *testing.T) {
 	if _, ok, _ := st.Watermark(k); ok {
 		t.Fatal("a discarded run moved the watermark")
 	}
-	l.Stage(k, channel.Seen{IDs: []string{"m10"}})
+	l.Stage(k, channel.Seen{Seq: 10})
 	if l.Staged() != 0 {
 		t.Fatal("Stage after Discard kept something")
 	}
@@ -89,7 +88,7 @@ func (failingCommitter) CommitWatermark(channel.WatermarkKey, string, channel.Se
 
 func TestCommitErrorNamesKey(t *testing.T) {
 	l := New(Warm, "nat-3")
-	l.Stage(channel.WatermarkKey{Key: session.Key{Channel: "ch-x", Binding: "b"}}, channel.Seen{IDs: []string{"a"}})
+	l.Stage(channel.WatermarkKey{Key: session.Key{Channel: "ch-x", Binding: "b"}}, channel.Seen{Seq: 1})
 	_, err := l.Commit(failingCommitter{})
 	if err == nil || !strings.Contains(err.Error(), `"ch-x"`) || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Commit error = %v", err)

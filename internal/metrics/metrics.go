@@ -33,7 +33,7 @@ var (
 	LineFates       = []string{"sent", "seen", "bound", "own"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
 	BriefPlacements = labels(delivery.Placements)
-	IngestResults   = []string{"added", "duplicate", "rejected"}
+	IngestResults   = []string{"added", "edited", "duplicate", "rejected", "deleted"}
 )
 
 // labels formats a producer's values as label values (String for a Shape).
@@ -151,7 +151,7 @@ func New(version string, g Gauges) *Metrics {
 	})
 	m.ChannelLines = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_channel_lines_total",
-		Help: "Channel lines considered for a turn's context block, by fate (sent, seen before, bound to the payload, the agent's own).",
+		Help: "Channel messages considered for a turn's context block, by fate: sent, seen (the session saw it before), bound (left out by the line limit and counted in the block's pointer), own (the agent's own post), known (the prompt carries it: the mention, a replayed mention).",
 	}, []string{"fate"})
 	m.ChannelChars = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "residentd_channel_characters_sent_total",
@@ -284,7 +284,8 @@ func (m *Metrics) Watermark(committed bool) {
 }
 
 // ChannelRender records what one render of channel context did with its lines.
-func (m *Metrics) ChannelRender(sent, seen, bound, own, chars, truncated int) {
+func (m *Metrics) ChannelRender(sent, seen, bound, own, known, chars, truncated int) {
+	addN(m.ChannelLines.WithLabelValues("known"), known)
 	addN(m.ChannelLines.WithLabelValues("sent"), sent)
 	addN(m.ChannelLines.WithLabelValues("seen"), seen)
 	addN(m.ChannelLines.WithLabelValues("bound"), bound)
@@ -310,11 +311,15 @@ func (m *Metrics) BriefTokens(placement delivery.Placement, n int) {
 }
 
 // Ingested records the outcome of one ingest call.
-func (m *Metrics) Ingested(added, dup, rejected int) {
+func (m *Metrics) Ingested(added, edited, dup, rejected int) {
 	addN(m.MessagesIngested.WithLabelValues("added"), added)
+	addN(m.MessagesIngested.WithLabelValues("edited"), edited)
 	addN(m.MessagesIngested.WithLabelValues("duplicate"), dup)
 	addN(m.MessagesIngested.WithLabelValues("rejected"), rejected)
 }
+
+// Deleted counts one message deleted by the desktop app.
+func (m *Metrics) Deleted() { m.MessagesIngested.WithLabelValues("deleted").Inc() }
 
 // addN ignores non-positive n: counters panic on negative adds, and a caller's
 // arithmetic slip must not take the daemon down.

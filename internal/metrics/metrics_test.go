@@ -164,12 +164,13 @@ func TestHelpers(t *testing.T) {
 	m.Watermark(true)
 	m.Watermark(false)
 	m.Watermark(false)
-	m.ChannelRender(3, 4, 1, 2, 120, 1)
-	m.ChannelRender(-1, 0, 0, 0, 0, 0) // negative is ignored, not a panic
+	m.ChannelRender(3, 4, 1, 2, 5, 120, 1)
+	m.ChannelRender(-1, 0, 0, 0, 0, 0, 0) // negative is ignored, not a panic
 	m.Tokens("warm", 100, 20, 900, 0)
 	m.FramingChanged("b-claude")
 	m.BriefTokens("turn", 466)
-	m.Ingested(5, 2, 1)
+	m.Ingested(5, 3, 2, 1)
+	m.Deleted()
 
 	checks := []struct {
 		name string
@@ -189,6 +190,7 @@ func TestHelpers(t *testing.T) {
 		{"lines seen", testutil.ToFloat64(m.ChannelLines.WithLabelValues("seen")), 4},
 		{"lines bound", testutil.ToFloat64(m.ChannelLines.WithLabelValues("bound")), 1},
 		{"lines own", testutil.ToFloat64(m.ChannelLines.WithLabelValues("own")), 2},
+		{"lines known", testutil.ToFloat64(m.ChannelLines.WithLabelValues("known")), 5},
 		{"chars", testutil.ToFloat64(m.ChannelChars), 120},
 		{"truncated", testutil.ToFloat64(m.ChannelTruncated), 1},
 		{"tokens warm input", testutil.ToFloat64(m.AgentTokens.WithLabelValues("warm", "input")), 100},
@@ -201,6 +203,8 @@ func TestHelpers(t *testing.T) {
 		{"ingested added", testutil.ToFloat64(m.MessagesIngested.WithLabelValues("added")), 5},
 		{"ingested duplicate", testutil.ToFloat64(m.MessagesIngested.WithLabelValues("duplicate")), 2},
 		{"ingested rejected", testutil.ToFloat64(m.MessagesIngested.WithLabelValues("rejected")), 1},
+		{"ingested edited", testutil.ToFloat64(m.MessagesIngested.WithLabelValues("edited")), 3},
+		{"ingested deleted", testutil.ToFloat64(m.MessagesIngested.WithLabelValues("deleted")), 1},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -64,4 +64,7 @@ type Turn struct {
 	Role Role      `json:"role"`
 	Text string    `json:"text"`
 	At   time.Time `json:"at"`
+	// MessageID is the channel message a user turn answered: a replay
+	// carries it, so the replay's channel block leaves it out.
+	MessageID string `json:"message_id,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/delivery"
 )
 
 // Figures are one strategy's totals over all its turns.
@@ -47,6 +48,7 @@ type Row struct {
 	ResentInNewTurn   int    `json:"resent_tokens_in_new_turn"`
 
 	lines []string // the channel lines the agent received
+	ids   []string // the message id of each line
 }
 
 // modeled says how a strategy's provider requests are built from what its
@@ -65,13 +67,19 @@ type modeled struct {
 // seen lines are its own: a process that reloaded the session continues
 // them, a new session starts empty. A failed turn is counted as sent but
 // neither enters the history nor marks its lines as seen.
-func account(tc *Tokens, md modeled, msgs []Message) (Figures, []Row) {
+//
+// Lines are counted by message id, never by their text: a channel that
+// repeats the same phrase holds different messages. A successful turn's
+// ids are the daemon's own (the done event's context.shown); a failed
+// turn's lines are matched to the messages that render to them.
+func account(tc *Tokens, md modeled, msgs []Message, maxChars int) (Figures, []Row) {
 	sep := tc.encode("\n\n")
 	hist := map[string][]uint{}
 	prev := map[string][]uint{}
-	seen := map[string]map[string]bool{}
-	before := map[string]bool{} // lines shown before the eviction
-	shown := map[string]bool{}  // lines shown by successful turns
+	seen := map[string]map[string]bool{} // native -> message ids given
+	before := map[string]bool{}          // ids shown before the eviction
+	shown := map[string]bool{}           // ids shown by successful turns
+	rendered := renderedLines(msgs, maxChars)
 	var f Figures
 	rows := make([]Row, 0, len(md.turns))
 	warm, warmUncached := 0, 0
@@ -99,15 +107,18 @@ func account(tc *Tokens, md modeled, msgs []Message) (Figures, []Row) {
 		}
 		after := md.evictAt > 0 && t.mention >= md.evictAt-1
 		all, newest := channelLines(t.text)
+		ids := lineIDs(all, newest, t, rendered, s)
 		for k, line := range all {
 			n := tc.Count(line)
+			id := ids[k]
 			row.lines = append(row.lines, line)
+			row.ids = append(row.ids, id)
 			row.ChannelLines++
 			row.ChannelTokens += n
-			if s[line] {
+			if s[id] {
 				row.ChannelTokensSeen += n
 			}
-			if after && before[line] {
+			if after && before[id] {
 				row.ResentTokens += n
 				if k >= len(all)-newest {
 					row.ResentInNewTurn += n
@@ -115,11 +126,11 @@ func account(tc *Tokens, md modeled, msgs []Message) (Figures, []Row) {
 			}
 		}
 		if t.ok {
-			for _, line := range row.lines {
-				s[line] = true
-				shown[line] = true
+			for _, id := range row.ids {
+				s[id] = true
+				shown[id] = true
 				if !after {
-					before[line] = true
+					before[id] = true
 				}
 			}
 			reply := tc.encode(t.reply)
@@ -195,9 +206,51 @@ func mentionID(msgs []Message, mention int) string {
 	return ""
 }
 
+// lineIDs names the message of every channel line of a prompt. The newest
+// turn's lines of a successful turn are the done event's ids, in order;
+// other lines (a failed turn's, or a replay's) go to the first message that
+// renders to the line and this session was not given yet.
+func lineIDs(lines []string, newest int, t received, rendered map[string][]string, given map[string]bool) []string {
+	ids := make([]string, len(lines))
+	fromDaemon := t.ok && len(t.shown) == newest
+	taken := map[string]bool{}
+	for k, line := range lines {
+		if j := k - (len(lines) - newest); fromDaemon && j >= 0 {
+			ids[k] = t.shown[j]
+			continue
+		}
+		cands := rendered[line]
+		ids[k] = "?" + line // a line no message renders to: counted on its own
+		for _, id := range cands {
+			if !taken[id] && !given[id] {
+				ids[k] = id
+				break
+			}
+		}
+		if strings.HasPrefix(ids[k], "?") && len(cands) > 0 {
+			ids[k] = cands[0]
+		}
+		taken[ids[k]] = true
+	}
+	return ids
+}
+
+// renderedLines maps each message's block line to the ids that render to it.
+func renderedLines(msgs []Message, maxChars int) map[string][]string {
+	out := map[string][]string{}
+	for _, m := range msgs {
+		block, _ := delivery.Render(delivery.Block{Rows: []channel.Message{{ID: m.ID, Author: m.Author, AuthorKind: m.AuthorKind, Body: m.Body}}}, delivery.RenderOptions{MaxChars: maxChars})
+		if _, line, ok := strings.Cut(block, "\n"); ok {
+			out[line] = append(out[line], m.ID)
+		}
+	}
+	return out
+}
+
 // neverShown counts the messages posted before the last mention that no
-// successful turn ever showed as a line: mentions are in their own payload,
-// and own posts are skipped when the strategy leaves them out by design.
+// successful turn ever showed as a line, by id: mentions are in their own
+// payload, and own posts are skipped when the strategy leaves them out by
+// design. The block's pointer counted each of them.
 func neverShown(msgs []Message, shown map[string]bool, omitOwn bool) int {
 	last := -1
 	for i, m := range msgs {
@@ -205,26 +258,12 @@ func neverShown(msgs []Message, shown map[string]bool, omitOwn bool) int {
 			last = i
 		}
 	}
-	lines := make([]string, 0, len(shown))
-	for l := range shown {
-		lines = append(lines, l)
-	}
 	n := 0
 	for _, m := range msgs[:max(last, 0)] {
-		if m.MentionsAgent || omitOwn && m.AuthorKind == channel.KindAgent {
+		if m.MentionsAgent || omitOwn && m.AuthorKind == channel.KindAgent || shown[m.ID] {
 			continue
 		}
-		key := matchKey(m.Body)
-		found := false
-		for _, l := range lines {
-			if strings.Contains(l, key) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			n++
-		}
+		n++
 	}
 	return n
 }

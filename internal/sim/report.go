@@ -19,7 +19,7 @@ var source = map[string][]string{
 
 var figureNames = []string{
 	"input tokens, all turns", "of which cacheable prefix", "cacheable-prefix ratio", "uncached tokens per warm turn",
-	"channel-context tokens sent", "of which seen before", "channel lines sent", "messages never shown (line bound)",
+	"channel-context tokens sent", "of which seen before", "channel lines sent", "messages never shown (counted in a pointer)",
 }
 
 var titles = map[string]string{
@@ -54,12 +54,21 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			main = append(main, n)
 		}
 	}
+	// The source's columns are its own run's printed figures, not computed
+	// here; they are quoted only beside the default channel shaped like it.
+	src := func(cells ...string) string {
+		if !r.Source {
+			return "\n"
+		}
+		return " " + strings.Join(cells, " | ") + " |\n"
+	}
 	fmt.Fprintf(&b, "| %d mentions |", s.Mentions)
 	for _, n := range main {
 		fmt.Fprintf(&b, " %s |", titles[n])
 	}
-	b.WriteString(" source: window | source: watermark | source: unstable |\n|---|")
-	b.WriteString(strings.Repeat("---:|", len(main)+3) + "\n")
+	b.WriteString(src("source article: window", "source article: watermark", "source article: unstable"))
+	b.WriteString("|---|" + strings.Repeat("---:|", len(main)))
+	b.WriteString(src("---:", "---:", "---:"))
 	cols := make([][]string, len(main))
 	for i, n := range main {
 		cols[i] = cells(r.Figures[n])
@@ -69,7 +78,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		for _, c := range cols {
 			fmt.Fprintf(&b, " %s |", c[i])
 		}
-		fmt.Fprintf(&b, " %s | %s | %s |\n", source[Window][i], source[Watermark][i], source[Unstable][i])
+		b.WriteString(src(source[Window][i], source[Watermark][i], source[Unstable][i]))
+	}
+	if r.Source {
+		b.WriteString("\nThe source-article columns quote the figures the source printed for its own 200-message channel; they are not measured here.\n")
 	}
 
 	if r.EvictAt > 0 {
@@ -78,13 +90,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		for _, n := range evictRun {
 			fmt.Fprintf(&b, " %s |", titles[n])
 		}
-		b.WriteString(" source: window | source: watermark |\n|---|" + strings.Repeat("---:|", len(evictRun)+2) + "\n")
-		row := func(name string, v func(Figures) string, src ...string) {
+		b.WriteString(src("source article: window", "source article: watermark"))
+		b.WriteString("|---|" + strings.Repeat("---:|", len(evictRun)))
+		b.WriteString(src("---:", "---:"))
+		row := func(name string, v func(Figures) string, quoted ...string) {
 			fmt.Fprintf(&b, "| %s |", name)
 			for _, n := range evictRun {
 				fmt.Fprintf(&b, " %s |", v(r.Figures[n]))
 			}
-			fmt.Fprintf(&b, " %s | %s |\n", src[0], src[1])
+			b.WriteString(src(quoted...))
 		}
 		row("input tokens, all turns", func(f Figures) string { return thousands(f.InputTokens) }, "290k", "245k")
 		row("cacheable-prefix ratio", func(f Figures) string { return fmt.Sprintf("%.3f", f.CacheableRatio) }, "–", "–")

@@ -42,9 +42,12 @@ type Options struct {
 	Messages     []Message // the channel, in posting order
 	PrefixTokens int       // size of the modeled system prompt + tools
 	EvictAt      int       // 1-based mention before which the eviction runs restart the daemon; 0 skips them
-	Fetch        int       // newest rows read per mention
 	Limit        int       // lines shown
 	MaxChars     int       // characters per body
+	// SourceChannel says Messages is the default generated channel, the
+	// one shaped like the source article's: only then does the table quote
+	// the source's figures beside ours.
+	SourceChannel bool
 
 	// AgentCommand runs the built-in agent: AgentCommand AgentArgs... --state
 	// DIR --record FILE, with AgentEnv added to the environment.
@@ -66,6 +69,7 @@ type outcome struct {
 	ok      bool
 	reply   string
 	shape   string
+	shown   []string // ids of the block's lines, from the done event
 }
 
 // binding returns the daemon binding for strategy name.
@@ -99,7 +103,7 @@ func recordPath(dir, name string) string { return filepath.Join(dir, "record-"+n
 func (o *Options) play(ctx context.Context, dir string, names []string, evictAt int, progress func(int)) (map[string]outcome, error) {
 	cfg := &config.Config{
 		StateDir: dir, MaxLive: len(names), AgentGrace: config.Duration(2 * time.Second),
-		Context: config.Context{Fetch: o.Fetch, Limit: o.Limit, MaxChars: o.MaxChars},
+		Context: config.Context{Limit: o.Limit, MaxChars: o.MaxChars},
 	}
 	for _, n := range names {
 		cfg.Bindings = append(cfg.Bindings, o.binding(n, dir))
@@ -150,8 +154,12 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 				if err != nil && mention != o.FailAt {
 					errs[j] = fmt.Errorf("sim: mention %d (%s) for binding %q: %w", mention, m.ID, b.ID, err)
 				}
+				var shown []string
+				if done.Context != nil {
+					shown = done.Context.Shown
+				}
 				mu.Lock()
-				outs[run] = outcome{mention: mention - 1, ok: err == nil, reply: done.Text, shape: done.Shape}
+				outs[run] = outcome{mention: mention - 1, ok: err == nil, reply: done.Text, shape: done.Shape, shown: shown}
 				mu.Unlock()
 			}()
 		}
@@ -208,6 +216,7 @@ type received struct {
 	ok      bool
 	reply   string
 	shape   string
+	shown   []string
 }
 
 // readRecord reads an agent's --record file and joins every prompt with
@@ -238,7 +247,7 @@ func readRecord(path string, outs map[string]outcome) ([]received, error) {
 		if !ok {
 			return nil, fmt.Errorf("sim: agent record %s: prompt of unknown run %q", path, run)
 		}
-		got = append(got, received{mention: out.mention, runID: run, native: rec.Session, text: rec.Prompt, ok: out.ok, reply: out.reply, shape: out.shape})
+		got = append(got, received{mention: out.mention, runID: run, native: rec.Session, text: rec.Prompt, ok: out.ok, reply: out.reply, shape: out.shape, shown: out.shown})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("sim: agent record %s: %w", path, err)

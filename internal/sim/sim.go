@@ -17,6 +17,7 @@ type Report struct {
 	PrefixTokens int
 	BriefTokens  int
 	EvictAt      int
+	Source       bool     // quote the source article's figures (the default channel only)
 	Order        []string // strategies, in table order
 	Figures      map[string]Figures
 	Rows         []Row
@@ -40,7 +41,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"prefix tokens", o.PrefixTokens}, {"evict-at", o.EvictAt}, {"fetch", o.Fetch}, {"limit", o.Limit}, {"max chars", o.MaxChars}} {
+	}{{"prefix tokens", o.PrefixTokens}, {"evict-at", o.EvictAt}, {"limit", o.Limit}, {"max chars", o.MaxChars}} {
 		if f.v < 0 {
 			return nil, fmt.Errorf("sim: %s is %d; it must be 0 or more", f.name, f.v)
 		}
@@ -104,14 +105,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	stable := tc.encode(prefix)
 	r := &Report{
 		Stats: Describe(o.Messages, o.MaxChars), MaxChars: o.MaxChars, PrefixTokens: len(stable),
-		BriefTokens: tc.Count(delivery.DefaultBrief), EvictAt: evictAt, Figures: map[string]Figures{},
+		BriefTokens: tc.Count(delivery.DefaultBrief), EvictAt: evictAt, Source: o.SourceChannel, Figures: map[string]Figures{},
 	}
 	add := func(name, source, dir string, outs map[string]outcome, pre func(int) []uint, ev int) error {
 		turns, err := readRecord(recordPath(dir, source), outs)
 		if err != nil {
 			return err
 		}
-		f, rows := account(tc, modeled{name: name, turns: turns, prefix: pre, evictAt: ev, omitOwn: name == WatermarkNoOwn}, o.Messages)
+		f, rows := account(tc, modeled{name: name, turns: turns, prefix: pre, evictAt: ev, omitOwn: name == WatermarkNoOwn}, o.Messages, o.MaxChars)
 		r.Order = append(r.Order, name)
 		r.Figures[name] = f
 		r.Rows = append(r.Rows, rows...)

@@ -3,12 +3,15 @@ package sim
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -27,7 +30,7 @@ func run(t *testing.T, msgs []Message, evictAt, failAt int) *Report {
 		t.Fatal(err)
 	}
 	r, err := Run(context.Background(), Options{
-		Messages: msgs, PrefixTokens: 500, EvictAt: evictAt, FailAt: failAt, Fetch: 30, Limit: 12, MaxChars: 600,
+		Messages: msgs, PrefixTokens: 500, EvictAt: evictAt, FailAt: failAt, Limit: 12, MaxChars: 600,
 		AgentCommand: exe, AgentArgs: []string{"agent"}, AgentEnv: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
 		Dir: t.TempDir(),
 	})
@@ -167,8 +170,40 @@ func TestFailedTurnDoesNotCountAsSeen(t *testing.T) {
 	}
 }
 
+// A channel whose messages repeat the same phrase: counted by id, the
+// watermark shows nothing twice and the never-shown count is the true one.
+func TestCountsByMessageID(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var msgs []Message
+	add := func(body string, mention bool) {
+		msgs = append(msgs, Message{ID: fmt.Sprintf("m%03d", len(msgs)+1), Author: "aiko", AuthorKind: channel.KindUser,
+			CreatedAt: at.Add(time.Duration(len(msgs)) * time.Second), Body: body, MentionsAgent: mention})
+	}
+	for k := range 4 {
+		// 20 identical lines, then a mention: 12 shown, 8 left to the pointer.
+		for range 20 {
+			add("+1, same here", false)
+		}
+		add(fmt.Sprintf("%s why is it flaky? (%d)", AgentHandle, k), true)
+	}
+	r := run(t, msgs, 0, 0)
+	wm := r.Figures[Watermark]
+	if wm.ChannelTokensSeen != 0 || wm.ChannelLines != 4*12 || wm.MessagesNeverShown != 4*8 {
+		t.Fatalf("watermark on a repetitive channel: %d lines, %d tokens seen before, %d never shown; want 48, 0, 32", wm.ChannelLines, wm.ChannelTokensSeen, wm.MessagesNeverShown)
+	}
+	// The window shows the newest 12 each time: by id, the repeats it sends
+	// again are seen, the others new.
+	if win := r.Figures[Window]; win.ChannelTokensSeen != 0 || win.MessagesNeverShown != 32 {
+		t.Fatalf("window: %+v", win)
+	}
+	var md strings.Builder
+	if err := r.WriteMarkdown(&md); err != nil || strings.Contains(md.String(), "source article") {
+		t.Fatalf("a custom channel's table quotes the source's figures:\n%s", md.String())
+	}
+}
+
 func TestRunRejectsNegativeFigures(t *testing.T) {
-	for _, o := range []Options{{PrefixTokens: -1}, {Fetch: -30}, {Limit: -1}, {MaxChars: -600}, {EvictAt: -2}} {
+	for _, o := range []Options{{PrefixTokens: -1}, {Limit: -1}, {MaxChars: -600}, {EvictAt: -2}} {
 		o.AgentCommand = "unused"
 		if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "must be 0 or more") {
 			t.Errorf("Run(%+v) = %v, want a refusal before any run", o, err)

@@ -131,7 +131,7 @@ func TestKeysAndForget(t *testing.T) {
 	// A session key that extends a's must survive a's Forget.
 	wLonger := channel.WatermarkKey{Key: session.Key{Channel: a.Channel, Binding: a.Binding + "x"}}
 	for _, wk := range []channel.WatermarkKey{wA, wAThread, wB, wLonger} {
-		if _, err := s.CommitWatermark(wk, "n", channel.Seen{IDs: []string{"m1"}}); err != nil {
+		if _, err := s.CommitWatermark(wk, "n", channel.Seen{Seq: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -62,6 +62,11 @@ func timeKey(t time.Time) []byte {
 	return u64(uint64(n) ^ (1 << 63))
 }
 
+// keyTime decodes a timeKey.
+func keyTime(k []byte) time.Time {
+	return time.Unix(0, int64(binary.BigEndian.Uint64(k)^(1<<63))).UTC()
+}
+
 // msgKey is the msgs index key: created_at then id, so a cursor walks
 // messages in (created_at, id) order.
 func msgKey(at time.Time, id string) []byte {

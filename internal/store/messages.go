@@ -31,6 +31,9 @@ type channelBuckets struct {
 	msgs     *bolt.Bucket
 	ids      *bolt.Bucket
 	timeline *bolt.Bucket
+	arrivals *bolt.Bucket
+	tcounts  *bolt.Bucket
+	gone     *bolt.Bucket
 }
 
 func openChannel(tx *bolt.Tx, ch string) *channelBuckets {
@@ -38,7 +41,8 @@ func openChannel(tx *bolt.Tx, ch string) *channelBuckets {
 	if b == nil {
 		return nil
 	}
-	return &channelBuckets{ch: b, msgs: b.Bucket(keyMsgs), ids: b.Bucket(keyIDs), timeline: b.Bucket(keyTimeline)}
+	return &channelBuckets{ch: b, msgs: b.Bucket(keyMsgs), ids: b.Bucket(keyIDs), timeline: b.Bucket(keyTimeline),
+		arrivals: b.Bucket(keyArrivals), tcounts: b.Bucket(keyTimelineCounts), gone: b.Bucket(keyGone)}
 }
 
 func createChannel(tx *bolt.Tx, ch string) (*channelBuckets, error) {
@@ -46,11 +50,16 @@ func createChannel(tx *bolt.Tx, ch string) (*channelBuckets, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ensureChannelBuckets(b)
+}
+
+func ensureChannelBuckets(b *bolt.Bucket) (*channelBuckets, error) {
 	cb := &channelBuckets{ch: b}
 	for _, sub := range []struct {
 		dst  **bolt.Bucket
 		name []byte
-	}{{&cb.msgs, keyMsgs}, {&cb.ids, keyIDs}, {&cb.timeline, keyTimeline}} {
+	}{{&cb.msgs, keyMsgs}, {&cb.ids, keyIDs}, {&cb.timeline, keyTimeline}, {&cb.arrivals, keyArrivals}, {&cb.tcounts, keyTimelineCounts}, {&cb.gone, keyGone}} {
+		var err error
 		if *sub.dst, err = b.CreateBucketIfNotExists(sub.name); err != nil {
 			return nil, err
 		}
@@ -58,14 +67,47 @@ func createChannel(tx *bolt.Tx, ch string) (*channelBuckets, error) {
 	return cb, nil
 }
 
-func (cb *channelBuckets) count() uint64 {
-	if v := cb.ch.Get(keyCount); len(v) == 8 {
+func getU64(b *bolt.Bucket, k []byte) uint64 {
+	if v := b.Get(k); len(v) == 8 {
 		return binary.BigEndian.Uint64(v)
 	}
 	return 0
 }
 
+func (cb *channelBuckets) count() uint64 { return getU64(cb.ch, keyCount) }
+
 func (cb *channelBuckets) setCount(n uint64) error { return cb.ch.Put(keyCount, u64(n)) }
+
+// lastSeq is the channel's newest arrival number.
+func (cb *channelBuckets) lastSeq() uint64 { return getU64(cb.ch, keySeq) }
+
+func (cb *channelBuckets) nextSeq() (uint64, error) {
+	n := cb.lastSeq() + 1
+	return n, cb.ch.Put(keySeq, u64(n))
+}
+
+// timelineCount is how many messages a timeline holds (a thread's root, in
+// the main timeline, not counted).
+func (cb *channelBuckets) timelineCount(thread string) uint64 {
+	return getU64(cb.tcounts, joinKey(thread))
+}
+
+func (cb *channelBuckets) addTimelineCount(thread string, d int) error {
+	n := int64(cb.timelineCount(thread)) + int64(d)
+	if n <= 0 {
+		return cb.tcounts.Delete(joinKey(thread))
+	}
+	return cb.tcounts.Put(joinKey(thread), u64(uint64(n)))
+}
+
+// lookup returns the msgs key and arrival number of message id.
+func (cb *channelBuckets) lookup(id string) (mk []byte, seq uint64, ok bool) {
+	v := cb.ids.Get([]byte(id))
+	if len(v) < 8 {
+		return nil, 0, false
+	}
+	return v[8:], binary.BigEndian.Uint64(v[:8]), true
+}
 
 func (cb *channelBuckets) message(mk []byte) (channel.Message, error) {
 	var m channel.Message
@@ -79,70 +121,182 @@ func (cb *channelBuckets) message(mk []byte) (channel.Message, error) {
 	return m, nil
 }
 
-// put stores m unless its id is already there; it reports whether it wrote.
-func (cb *channelBuckets) put(m channel.Message) (bool, error) {
-	if cb.ids.Get([]byte(m.ID)) != nil {
-		return false, nil
+// arrivalKey is m's key in the arrivals index: its timeline, then its seq.
+func arrivalKey(m channel.Message) []byte {
+	return binary.BigEndian.AppendUint64(joinKey(timelineOf(m)), m.Seq)
+}
+
+// arrival is an arrivals index value: what Select needs to decide on a
+// message without decoding it. Encoding: one flags byte, then author and
+// binding as joinKey parts, then the msgs key.
+func arrival(m channel.Message, mk []byte) []byte {
+	flags := byte(0)
+	if m.Edited {
+		flags |= 1
 	}
+	v := append([]byte{flags}, joinKey(m.Author, m.BindingID)...)
+	return append(v, mk...)
+}
+
+func parseArrival(seq uint64, v []byte) (channel.Candidate, []byte, error) {
+	if len(v) < 1 {
+		return channel.Candidate{}, nil, errBadKey
+	}
+	c := channel.Candidate{Seq: seq, Edited: v[0]&1 != 0}
+	rest := v[1:]
+	var parts [2]string
+	for i := range parts {
+		l, n := binary.Uvarint(rest)
+		if n <= 0 || uint64(len(rest)-n) < l {
+			return c, nil, errBadKey
+		}
+		parts[i] = string(rest[n : n+int(l)])
+		rest = rest[n+int(l):]
+	}
+	if len(rest) < 8 {
+		return c, nil, errBadKey
+	}
+	c.Author, c.Binding = parts[0], parts[1]
+	c.At = keyTime(rest[:8])
+	c.ID = string(rest[8:])
+	return c, rest, nil
+}
+
+// write stores m (whose Seq is set) under mk in every index but the
+// timeline count.
+func (cb *channelBuckets) write(m channel.Message, mk []byte) error {
 	v, err := json.Marshal(m)
 	if err != nil {
-		return false, err
+		return err
 	}
-	mk := msgKey(m.CreatedAt, m.ID)
 	if err := cb.msgs.Put(mk, v); err != nil {
-		return false, err
+		return err
 	}
-	if err := cb.ids.Put([]byte(m.ID), mk); err != nil {
-		return false, err
+	if err := cb.ids.Put([]byte(m.ID), append(u64(m.Seq), mk...)); err != nil {
+		return err
 	}
 	if err := cb.timeline.Put(append(joinKey(timelineOf(m)), mk...), nil); err != nil {
-		return false, err
+		return err
 	}
-	return true, cb.setCount(cb.count() + 1)
+	return cb.arrivals.Put(arrivalKey(m), arrival(m, mk))
+}
+
+// putResult says what one pushed message did.
+type putResult int
+
+const (
+	putDuplicate putResult = iota // same id and body, or a deleted id
+	putAdded
+	putEdited
+)
+
+// put stores m. A known id with the same body is a duplicate; with another
+// body it is an edit: the body is replaced, the message marked edited and
+// given a new arrival number (so a session that saw it sees it once more),
+// and every other field of the first push is kept. A deleted id stays
+// deleted.
+func (cb *channelBuckets) put(m channel.Message) (putResult, error) {
+	if cb.gone.Get([]byte(m.ID)) != nil {
+		return putDuplicate, nil
+	}
+	if mk, _, ok := cb.lookup(m.ID); ok {
+		old, err := cb.message(mk)
+		if err != nil {
+			return putDuplicate, err
+		}
+		if old.Body == m.Body {
+			return putDuplicate, nil
+		}
+		if err := cb.arrivals.Delete(arrivalKey(old)); err != nil {
+			return putDuplicate, err
+		}
+		old.Body, old.Edited = m.Body, true
+		if old.Seq, err = cb.nextSeq(); err != nil {
+			return putDuplicate, err
+		}
+		return putEdited, cb.write(old, bytes.Clone(mk))
+	}
+	var err error
+	m.Edited = false
+	if m.Seq, err = cb.nextSeq(); err != nil {
+		return putDuplicate, err
+	}
+	if err := cb.write(m, msgKey(m.CreatedAt, m.ID)); err != nil {
+		return putDuplicate, err
+	}
+	if err := cb.addTimelineCount(timelineOf(m), 1); err != nil {
+		return putDuplicate, err
+	}
+	return putAdded, cb.setCount(cb.count() + 1)
+}
+
+// remove drops the message under mk from every index.
+func (cb *channelBuckets) remove(mk []byte) error {
+	m, err := cb.message(mk)
+	if err != nil {
+		return err
+	}
+	for _, del := range []struct {
+		b *bolt.Bucket
+		k []byte
+	}{
+		{cb.timeline, append(joinKey(timelineOf(m)), mk...)},
+		{cb.arrivals, arrivalKey(m)},
+		{cb.ids, []byte(m.ID)},
+		{cb.msgs, mk},
+	} {
+		if err := del.b.Delete(del.k); err != nil {
+			return err
+		}
+	}
+	if err := cb.addTimelineCount(timelineOf(m), -1); err != nil {
+		return err
+	}
+	if n := cb.count(); n > 0 {
+		return cb.setCount(n - 1)
+	}
+	return nil
 }
 
 // trim drops the oldest messages beyond max.
 func (cb *channelBuckets) trim(max int) error {
-	n := cb.count()
-	for ; n > uint64(max); n-- {
+	for cb.count() > uint64(max) {
 		k, _ := cb.msgs.Cursor().First()
 		if k == nil {
-			break
+			return cb.setCount(0)
 		}
-		mk := bytes.Clone(k)
-		m, err := cb.message(mk)
-		if err != nil {
-			return err
-		}
-		if err := cb.timeline.Delete(append(joinKey(timelineOf(m)), mk...)); err != nil {
-			return err
-		}
-		if err := cb.ids.Delete([]byte(m.ID)); err != nil {
-			return err
-		}
-		if err := cb.msgs.Delete(mk); err != nil {
+		if err := cb.remove(bytes.Clone(k)); err != nil {
 			return err
 		}
 	}
-	return cb.setCount(n)
+	return nil
+}
+
+// PutResult counts what one push did.
+type PutResult struct {
+	Added      int // new ids
+	Edited     int // known ids with a new body
+	Duplicates int // known ids with the same body, and deleted ids
 }
 
 // PutMessages stores msgs in one transaction. Every message is validated
 // first and nothing is written if one is invalid. A message whose id the
-// channel already holds is left as it is and not counted. Each touched
-// channel is then trimmed to Options.MaxChannelMessages; a message written
-// and dropped by that trim in the same call still counts as added.
-func (s *Store) PutMessages(msgs []channel.Message) (added int, err error) {
+// channel already holds is a duplicate when its body is the same and an
+// edit when it differs (see put). Each touched channel is then trimmed to
+// Options.MaxChannelMessages; a message written and dropped by that trim in
+// the same call still counts as added.
+func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
 	for i, m := range msgs {
 		if err := m.Validate(); err != nil {
-			return 0, fmt.Errorf("store: put messages: message %d of %d (id %q): %w", i, len(msgs), m.ID, err)
+			return PutResult{}, fmt.Errorf("store: put messages: message %d of %d (id %q): %w", i, len(msgs), m.ID, err)
 		}
 	}
+	var res PutResult
 	if len(msgs) == 0 {
-		return 0, nil
+		return res, nil
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		added = 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		res = PutResult{}
 		touched := map[string]*channelBuckets{}
 		for _, m := range msgs {
 			cb := touched[m.Channel]
@@ -153,12 +307,17 @@ func (s *Store) PutMessages(msgs []channel.Message) (added int, err error) {
 				}
 				touched[m.Channel] = cb
 			}
-			wrote, err := cb.put(m)
+			r, err := cb.put(m)
 			if err != nil {
 				return fmt.Errorf("message %q in channel %q: %w", m.ID, m.Channel, err)
 			}
-			if wrote {
-				added++
+			switch r {
+			case putAdded:
+				res.Added++
+			case putEdited:
+				res.Edited++
+			default:
+				res.Duplicates++
 			}
 		}
 		for ch, cb := range touched {
@@ -169,9 +328,127 @@ func (s *Store) PutMessages(msgs []channel.Message) (added int, err error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store: put messages: %w", err)
+		return PutResult{}, fmt.Errorf("store: put messages: %w", err)
 	}
-	return added, nil
+	return res, nil
+}
+
+// DeleteMessage deletes message id of channel ch for good: it leaves every
+// timeline and channel_history, and a later push of the same id is ignored.
+// An unknown channel or id is an error wrapping ErrNotFound.
+func (s *Store) DeleteMessage(ch, id string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		cb := openChannel(tx, ch)
+		if cb == nil {
+			return fmt.Errorf("no message %q: %w (the channel holds no messages)", id, ErrNotFound)
+		}
+		mk, _, ok := cb.lookup(id)
+		if !ok {
+			return fmt.Errorf("no message %q: %w", id, ErrNotFound)
+		}
+		if err := cb.remove(bytes.Clone(mk)); err != nil {
+			return err
+		}
+		return cb.gone.Put([]byte(id), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("store: delete message %q of channel %q: %w", id, ch, err)
+	}
+	return nil
+}
+
+// Unseen reads one timeline for a channel block: every message whose
+// current version arrived after after (the watermark's Seq; 0 for all),
+// and a thread's root whatever its arrival, as candidates in arrival order,
+// handed to pick; the messages pick chose (by index) are decoded and
+// returned. Messages that arrived at or before after are skipped on their
+// index keys and never decoded. View.Known says where each id of known
+// lives (Seq 0: the channel does not hold it).
+func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+	var v channel.View
+	err := s.db.View(func(tx *bolt.Tx) error {
+		cb := openChannel(tx, ch)
+		if cb == nil {
+			for _, id := range known {
+				v.Known = append(v.Known, channel.Known{ID: id})
+			}
+			pick(nil)
+			return nil
+		}
+		for _, id := range known {
+			k := channel.Known{ID: id}
+			if mk, seq, ok := cb.lookup(id); ok {
+				m, err := cb.message(mk)
+				if err != nil {
+					return err
+				}
+				k.Seq, k.Thread = seq, timelineOf(m)
+			}
+			v.Known = append(v.Known, k)
+		}
+		v.Seq = cb.lastSeq()
+		v.Total = int(cb.timelineCount(thread))
+		var (
+			cands []channel.Candidate
+			keys  [][]byte
+		)
+		if thread != "" {
+			if mk, seq, ok := cb.lookup(thread); ok {
+				v.Total++
+				raw := cb.arrivals.Get(binary.BigEndian.AppendUint64(joinKey(""), seq))
+				c, _, err := parseArrival(seq, raw)
+				if err != nil {
+					return fmt.Errorf("arrival of thread root %q: %w", thread, err)
+				}
+				cands, keys = append(cands, c), append(keys, mk)
+			}
+		}
+		prefix := joinKey(thread)
+		cur := cb.arrivals.Cursor()
+		for k, val := cur.Seek(binary.BigEndian.AppendUint64(bytes.Clone(prefix), after+1)); k != nil && bytes.HasPrefix(k, prefix); k, val = cur.Next() {
+			seq := binary.BigEndian.Uint64(k[len(prefix):])
+			c, mk, err := parseArrival(seq, val)
+			if err != nil {
+				return fmt.Errorf("arrival %d: %w", seq, err)
+			}
+			cands, keys = append(cands, c), append(keys, mk)
+		}
+		v.Candidates = len(cands)
+		chosen := pick(cands)
+		v.Rows = make([]channel.Message, 0, len(chosen))
+		for _, i := range chosen {
+			m, err := cb.message(keys[i])
+			if err != nil {
+				return err
+			}
+			v.Rows = append(v.Rows, m)
+		}
+		slices.SortFunc(v.Rows, func(a, b channel.Message) int {
+			return bytes.Compare(msgKey(a.CreatedAt, a.ID), msgKey(b.CreatedAt, b.ID))
+		})
+		return nil
+	})
+	if err != nil {
+		return channel.View{}, fmt.Errorf("store: unseen messages of channel %q thread %q after %d: %w", ch, thread, after, err)
+	}
+	return v, nil
+}
+
+// ThreadKnown reports whether channel ch holds thread root's root message
+// or any reply in it.
+func (s *Store) ThreadKnown(ch, root string) (bool, error) {
+	known := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if cb := openChannel(tx, ch); cb != nil {
+			_, _, ok := cb.lookup(root)
+			known = ok || cb.timelineCount(root) > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: look up thread %q in channel %q: %w", root, ch, err)
+	}
+	return known, nil
 }
 
 // Recent returns the newest n messages of a timeline, oldest first, ordered
@@ -216,7 +493,7 @@ func (s *Store) History(ch, thread string, before string, limit int) (msgs []cha
 		}
 		var bound []byte
 		if before != "" {
-			if mk := cb.ids.Get([]byte(before)); mk != nil {
+			if mk, _, ok := cb.lookup(before); ok {
 				bound = bytes.Clone(mk)
 			} else if t, perr := time.Parse(time.RFC3339, before); perr == nil {
 				bound = timeKey(t)
@@ -266,7 +543,7 @@ func (cb *channelBuckets) page(thread string, bound []byte, limit int) ([]channe
 	}
 	// A thread's root lives in the main timeline; merge it in.
 	if thread != "" {
-		if rk := cb.ids.Get([]byte(thread)); rk != nil && (bound == nil || bytes.Compare(rk, bound) < 0) {
+		if rk, _, ok := cb.lookup(thread); ok && (bound == nil || bytes.Compare(rk, bound) < 0) {
 			i, found := slices.BinarySearchFunc(keys, rk, func(a, b []byte) int { return bytes.Compare(b, a) })
 			if !found {
 				keys = slices.Insert(keys, i, bytes.Clone(rk))
@@ -293,7 +570,7 @@ func (s *Store) HasMessage(ch, id string) (bool, error) {
 	found := false
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if cb := openChannel(tx, ch); cb != nil {
-			found = cb.ids.Get([]byte(id)) != nil
+			_, _, found = cb.lookup(id)
 		}
 		return nil
 	})

@@ -21,11 +21,11 @@ func ids(msgs []channel.Message) []string {
 
 func put(t *testing.T, s *Store, msgs ...channel.Message) int {
 	t.Helper()
-	n, err := s.PutMessages(msgs)
+	res, err := s.PutMessages(msgs)
 	if err != nil {
 		t.Fatalf("put: %v", err)
 	}
-	return n
+	return res.Added
 }
 
 func TestPutMessagesAtomicBatch(t *testing.T) {
@@ -47,8 +47,8 @@ func TestPutMessagesAtomicBatch(t *testing.T) {
 	if got, _ := s.Recent("ch-a", "", 10); len(got) != 0 {
 		t.Errorf("invalid batch wrote %v", ids(got))
 	}
-	if n, err := s.PutMessages(nil); n != 0 || err != nil {
-		t.Errorf("empty batch: %d, %v", n, err)
+	if res, err := s.PutMessages(nil); res != (PutResult{}) || err != nil {
+		t.Errorf("empty batch: %+v, %v", res, err)
 	}
 }
 
@@ -59,14 +59,16 @@ func TestPutMessagesDuplicatesAndChannels(t *testing.T) {
 	}
 	again := msg("ch-a", "m1", 5, "")
 	again.Body = "rewritten"
-	if n := put(t, s, again, msg("ch-a", "m2", 2, ""), msg("ch-a", "m3", 3, ""), msg("ch-a", "m3", 3, "")); n != 1 {
-		t.Errorf("added %d, want 1 (only m3, once)", n)
+	res, err := s.PutMessages([]channel.Message{again, msg("ch-a", "m2", 2, ""), msg("ch-a", "m3", 3, ""), msg("ch-a", "m3", 3, "")})
+	if err != nil || res != (PutResult{Added: 1, Edited: 1, Duplicates: 2}) {
+		t.Errorf("push = %+v, %v; want m3 added once, m1 edited, m2 and the second m3 duplicates", res, err)
 	}
 	got, err := s.Recent("ch-a", "", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(ids(got)) != "[m1 m2 m3]" || got[0].Body != "body m1" || !got[0].CreatedAt.Equal(t0.Add(time.Second)) {
+	// An edit keeps the first push's created_at (and so its place).
+	if fmt.Sprint(ids(got)) != "[m1 m2 m3]" || got[0].Body != "rewritten" || !got[0].Edited || !got[0].CreatedAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("recent = %+v", got)
 	}
 	chs, err := s.Channels()

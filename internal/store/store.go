@@ -1,7 +1,7 @@
 // Package store owns residentd's bbolt file: conversations, native session
 // ids, watermarks, channel messages, roster, activity and started agents.
 //
-// Schema version: 2. The layout of the file:
+// Schema version: 3. The layout of the file:
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
@@ -15,12 +15,19 @@
 //	channels
 //	  <channel id>               bucket per channel
 //	    count                    -> uint64 big-endian number of messages
+//	    seq                      -> uint64 big-endian newest arrival number (since 3)
 //	    msgs
 //	      <created_at><id>       -> channel.Message (JSON)
 //	    ids
-//	      <id>                   -> <created_at><id> (the msgs key)
+//	      <id>                   -> <seq uint64><created_at><id> (arrival, msgs key)
 //	    timeline
 //	      <thread><created_at><id> -> empty; thread "" is the main timeline
+//	    arrivals                 (since 3)
+//	      <thread><seq uint64>   -> flags, author, binding id, msgs key (see arrival)
+//	    tcounts                  (since 3)
+//	      <thread>               -> uint64 big-endian messages in the timeline
+//	    gone                     (since 3)
+//	      <id>                   -> empty: deleted, a later push is ignored
 //	roster
 //	  <channel id>               -> []Member (JSON)
 //	activity
@@ -56,7 +63,7 @@ import (
 )
 
 // SchemaVersion is the layout this package reads and writes.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Defaults for Options fields left zero.
 const (
@@ -94,6 +101,11 @@ var (
 	keyMsgs     = []byte("msgs")
 	keyIDs      = []byte("ids")
 	keyTimeline = []byte("timeline")
+	// Since schema version 3.
+	keySeq            = []byte("seq")
+	keyArrivals       = []byte("arrivals")
+	keyTimelineCounts = []byte("tcounts")
+	keyGone           = []byte("gone")
 )
 
 // Options bounds the store; zero fields take the defaults above.
@@ -206,6 +218,7 @@ type migration struct {
 var migrations = []migration{
 	{version: 1, name: "initial layout", apply: migrateInitialLayout},
 	{version: 2, name: "channel projects", apply: migrateChannelProjects},
+	{version: 3, name: "arrival order, seq watermarks, compact turns", apply: migrateArrivals},
 }
 
 // migrateChannelProjects adds the channel -> project mapping, which lived

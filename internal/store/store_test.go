@@ -197,7 +197,7 @@ func fill(t *testing.T, s *Store) {
 	if err := s.SetNativeID(k, "native-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CommitWatermark(channel.WatermarkKey{Key: k}, "native-1", channel.Seen{IDs: []string{"m1"}, LastAt: t0}); err != nil {
+	if _, err := s.CommitWatermark(channel.WatermarkKey{Key: k}, "native-1", channel.Seen{Seq: 1, Marks: channel.Unedited("q1")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PutMessages([]channel.Message{msg("ch-backend", "m1", 1, ""), msg("ch-backend", "m2", 2, "m1")}); err != nil {
@@ -228,7 +228,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 		t.Errorf("native = %q, %v", n, err)
 	}
 	w, ok, err := s.Watermark(channel.WatermarkKey{Key: k})
-	if !ok || err != nil || w.Native != "native-1" || len(w.IDs) != 1 {
+	if !ok || err != nil || w.Native != "native-1" || w.Seq != 1 || len(channel.MarkIDs(w.Marks)) != 1 {
 		t.Errorf("watermark = %+v %v %v", w, ok, err)
 	}
 	msgs, err := s.Recent("ch-backend", "m1", 10)

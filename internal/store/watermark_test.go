@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
@@ -16,22 +15,22 @@ func TestWatermarkCommit(t *testing.T) {
 	if _, ok, err := s.Watermark(wk); ok || err != nil {
 		t.Fatalf("missing watermark: ok %v err %v", ok, err)
 	}
-	w, err := s.CommitWatermark(wk, "n1", channel.Seen{IDs: []string{"m1", "m2"}, LastAt: t0})
+	w, err := s.CommitWatermark(wk, "n1", channel.Seen{Seq: 4, Marks: channel.Unedited("q1", "q2")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Native != "n1" || len(w.IDs) != 2 || !w.LastAt.Equal(t0) {
+	if w.Native != "n1" || w.Seq != 4 || len(channel.MarkIDs(w.Marks)) != 2 {
 		t.Errorf("first commit = %+v", w)
 	}
-	w, err = s.CommitWatermark(wk, "n1", channel.Seen{IDs: []string{"m2", "m3"}, LastAt: t0.Add(time.Minute)})
+	w, err = s.CommitWatermark(wk, "n1", channel.Seen{Seq: 9, Marks: channel.Unedited("q2", "q3")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(w.IDs) != "[m1 m2 m3]" || !w.LastAt.Equal(t0.Add(time.Minute)) {
+	if fmt.Sprint(channel.MarkIDs(w.Marks)) != "[q1 q2 q3]" || w.Seq != 9 {
 		t.Errorf("second commit = %+v", w)
 	}
 	stored, ok, err := s.Watermark(wk)
-	if !ok || err != nil || fmt.Sprint(stored.IDs) != fmt.Sprint(w.IDs) || stored.Native != "n1" {
+	if !ok || err != nil || fmt.Sprint(channel.MarkIDs(stored.Marks)) != fmt.Sprint(channel.MarkIDs(w.Marks)) || stored.Native != "n1" || stored.Seq != 9 {
 		t.Errorf("stored = %+v %v %v, want %+v", stored, ok, err, w)
 	}
 
@@ -41,22 +40,22 @@ func TestWatermarkCommit(t *testing.T) {
 		for j := range 10 {
 			ids = append(ids, fmt.Sprintf("x%03d", i*10+j))
 		}
-		if _, err := s.CommitWatermark(wk, "n1", channel.Seen{IDs: ids, LastAt: t0}); err != nil {
+		if _, err := s.CommitWatermark(wk, "n1", channel.Seen{Seq: 1, Marks: channel.Unedited(ids...)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	stored, _, _ = s.Watermark(wk)
-	if len(stored.IDs) != channel.MaxWatermarkIDs || stored.IDs[0] != "x050" || stored.IDs[199] != "x249" {
-		t.Errorf("after 253 ids: %d kept, first %q last %q", len(stored.IDs), stored.IDs[0], stored.IDs[len(stored.IDs)-1])
+	if len(channel.MarkIDs(stored.Marks)) != channel.MaxWatermarkIDs || channel.MarkIDs(stored.Marks)[0] != "x050" || channel.MarkIDs(stored.Marks)[199] != "x249" || stored.Seq != 9 {
+		t.Errorf("after 253 ids: %d kept, first %q last %q, seq %d", len(channel.MarkIDs(stored.Marks)), channel.MarkIDs(stored.Marks)[0], channel.MarkIDs(stored.Marks)[len(channel.MarkIDs(stored.Marks))-1], stored.Seq)
 	}
 
 	// Another native replaces the record.
-	w, err = s.CommitWatermark(wk, "n2", channel.Seen{IDs: []string{"m9"}, LastAt: t0.Add(-time.Hour)})
+	w, err = s.CommitWatermark(wk, "n2", channel.Seen{Seq: 2, Marks: channel.Unedited("m9")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored, _, _ = s.Watermark(wk)
-	if stored.Native != "n2" || fmt.Sprint(stored.IDs) != "[m9]" || !stored.LastAt.Equal(t0.Add(-time.Hour)) {
+	if stored.Native != "n2" || fmt.Sprint(channel.MarkIDs(stored.Marks)) != "[m9]" || stored.Seq != 2 {
 		t.Errorf("after native change: %+v (returned %+v)", stored, w)
 	}
 
@@ -83,12 +82,8 @@ func TestWatermarkCommit(t *testing.T) {
 func BenchmarkCommitWatermark(b *testing.B) {
 	s := openTest(b, Options{})
 	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch-a", Binding: "b-1"}}
-	ids := make([]string, 12)
 	for i := 0; b.Loop(); i++ {
-		for j := range ids {
-			ids[j] = fmt.Sprintf("m%d-%d", i, j)
-		}
-		if _, err := s.CommitWatermark(wk, "native", channel.Seen{IDs: ids, LastAt: t0.Add(time.Duration(i) * time.Second)}); err != nil {
+		if _, err := s.CommitWatermark(wk, "native", channel.Seen{Seq: uint64(i + 1)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -100,11 +95,11 @@ func TestCommitWatermarkKeepsConfiguredIDs(t *testing.T) {
 	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b"}}
 	var got channel.Watermark
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		if got, err = s.CommitWatermark(wk, "n", channel.Seen{IDs: []string{id}}); err != nil {
+		if got, err = s.CommitWatermark(wk, "n", channel.Seen{Marks: channel.Unedited(id)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if strings.Join(got.IDs, ",") != "c,d,e" {
-		t.Fatalf("ids = %v, want the newest 3", got.IDs)
+	if strings.Join(channel.MarkIDs(got.Marks), ",") != "c,d,e" {
+		t.Fatalf("ids = %v, want the newest 3", channel.MarkIDs(got.Marks))
 	}
 }
