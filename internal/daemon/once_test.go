@@ -287,3 +287,40 @@ func TestColdReplayIsLean(t *testing.T) {
 	}
 	t.Logf("cold replay after 10 turns: %d bytes (~%d tokens), brief once, %d snapshot lines, %d mentions known", len(cold), (len(cold)+3)/4, len(lines), r.done.Context.Known)
 }
+
+// A successful turn stores its exchange and moves every watermark it
+// staged in one write transaction, whatever the block showed.
+func TestTurnIsOneCommit(t *testing.T) {
+	h := newHarness(t)
+	reply(t, h.mention("ch", "b-builtin", "q1", "@agent first")) // cold: agent record, native id, the turn
+	root := "r1"
+	for _, step := range []struct {
+		name string
+		push []channel.Message
+		req  apitype.TurnRequest
+	}{
+		{"warm, nothing new", nil, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent again"}},
+		{"warm, new lines and the mention", []channel.Message{{ID: "m1", Channel: "ch", Author: "aiko", Body: "news"}, {ID: "q3", Channel: "ch", Author: "carla", Body: "@agent and?"}},
+			apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q3", Text: "@agent and?"}},
+		{"thread: its watermark and the root's mark for the channel", []channel.Message{{ID: "r1", Channel: "ch", Author: "aiko", Body: "root"}, {ID: "t1", Channel: "ch", ThreadRoot: "r1", Author: "ben", Body: "reply"}},
+			apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "tq", ThreadRoot: &root, Text: "@agent in thread"}},
+	} {
+		if len(step.push) > 0 {
+			h.post(step.push...)
+		}
+		before := h.st.Commits()
+		r := h.turn(step.req)
+		reply(t, r)
+		if n := h.st.Commits() - before; n != 1 || r.done.Shape != "warm" {
+			t.Fatalf("%s: %d commits (shape %s), want 1", step.name, n, r.done.Shape)
+		}
+	}
+	// A failed turn writes nothing.
+	before := h.st.Commits()
+	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "qf", Text: "@agent [[fault:fail-turn]]"}); r.err == nil {
+		t.Fatal("the fault turn succeeded")
+	}
+	if n := h.st.Commits() - before; n != 0 {
+		t.Fatalf("a failed turn made %d commits", n)
+	}
+}

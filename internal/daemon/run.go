@@ -12,11 +12,13 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/store"
 )
 
 // validate checks a mention before anything else looks at it.
@@ -269,25 +271,37 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
 	}
 	now := d.now()
-	if aerr := d.st.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID}, session.Turn{Role: session.RoleAssistant, Text: res.Text, At: now}); aerr != nil {
-		log.Error("conversation append failed", zap.Error(aerr))
-	}
 	d.spawnOK(b.ID)
 	wm := apitype.WatermarkNone
-	n, cerr := l.Commit(d.st)
+	// The exchange and the watermarks go in one transaction.
+	n, cerr := l.Commit(turnCommit{st: d.st, key: key, turns: []session.Turn{
+		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID},
+		{Role: session.RoleAssistant, Text: res.Text, At: now},
+	}})
 	for i := 0; i < n; i++ {
 		d.m.Watermark(true)
 	}
 	switch {
 	case cerr != nil:
 		wm = apitype.WatermarkFailed
-		log.Error("watermark commit failed", zap.Error(cerr))
+		log.Error("storing the turn failed: its exchange is not in the conversation and its watermarks did not move", zap.Error(cerr))
 	case n > 0:
 		wm = apitype.WatermarkCommitted
 	}
 	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
 	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
 	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage}, nil
+}
+
+// turnCommit stores a successful turn's exchange with its watermarks.
+type turnCommit struct {
+	st    *store.Store
+	key   session.Key
+	turns []session.Turn
+}
+
+func (c turnCommit) CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error {
+	return c.st.FinishTurn(c.key, c.turns, native, staged)
 }
 
 // asker routes a native session's permission requests to its running run.

@@ -5,6 +5,7 @@ package lease
 
 import (
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/residentd/residentd/internal/channel"
@@ -92,13 +93,17 @@ func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 	l.staged[k] = prev
 }
 
-// Committer persists a watermark; *store.Store implements it.
+// Committer persists a successful run's staged watermarks, all at once, for
+// native session native; *store.Store implements it, and the daemon wraps
+// it to store the turn's exchange in the same transaction.
 type Committer interface {
-	CommitWatermark(k channel.WatermarkKey, native string, seen channel.Seen) (channel.Watermark, error)
+	CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error
 }
 
 // Commit moves the staged watermarks after a successful run and reports how
-// many were written. It is a no-op after the first Commit or Discard.
+// many were written. It calls c once, even with nothing staged, so a caller
+// that stores more with the watermarks always gets its call. It is a no-op
+// after the first Commit or Discard.
 func (l *Lease) Commit(c Committer) (int, error) {
 	l.mu.Lock()
 	staged := l.staged
@@ -108,14 +113,15 @@ func (l *Lease) Commit(c Committer) (int, error) {
 	if done {
 		return 0, nil
 	}
-	n := 0
-	for k, seen := range staged {
-		if _, err := c.CommitWatermark(k, l.Native, seen); err != nil {
-			return n, fmt.Errorf("lease: commit watermark for session %q channel %q: %w", k.Key.String(), k.Key.Channel, err)
+	if err := c.CommitWatermarks(l.Native, staged); err != nil {
+		var keys []string
+		for k := range staged {
+			keys = append(keys, k.String())
 		}
-		n++
+		sort.Strings(keys)
+		return 0, fmt.Errorf("lease: commit watermarks %q of native session %q: %w", keys, l.Native, err)
 	}
-	return n, nil
+	return len(staged), nil
 }
 
 // Discard drops the staged watermarks after a failed run: a run that failed

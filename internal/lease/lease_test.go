@@ -82,15 +82,15 @@ func TestDiscardLeavesWatermark(t *testing.T) {
 
 type failingCommitter struct{}
 
-func (failingCommitter) CommitWatermark(channel.WatermarkKey, string, channel.Seen) (channel.Watermark, error) {
-	return channel.Watermark{}, errors.New("disk full")
+func (failingCommitter) CommitWatermarks(string, map[channel.WatermarkKey]channel.Seen) error {
+	return errors.New("disk full")
 }
 
 func TestCommitErrorNamesKey(t *testing.T) {
 	l := New(Warm, "nat-3")
 	l.Stage(channel.WatermarkKey{Key: session.Key{Channel: "ch-x", Binding: "b"}}, channel.Seen{Seq: 1})
 	_, err := l.Commit(failingCommitter{})
-	if err == nil || !strings.Contains(err.Error(), `"ch-x"`) || !strings.Contains(err.Error(), "disk full") {
+	if err == nil || !strings.Contains(err.Error(), `"ch-x/b"`) || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Commit error = %v", err)
 	}
 }

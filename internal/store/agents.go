@@ -36,7 +36,7 @@ func (s *Store) RecordAgent(r AgentRecord) error {
 	if err != nil {
 		return fmt.Errorf("store: record agent pid %d: %w", r.Pid, err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAgents).Put(pidKey(r.Pid), v)
 	})
 	if err != nil {
@@ -50,7 +50,7 @@ func (s *Store) ForgetAgent(pid int) error {
 	if pid <= 0 {
 		return nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAgents).Delete(pidKey(pid))
 	})
 	if err != nil {

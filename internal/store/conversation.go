@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -42,55 +43,82 @@ func (s *Store) Conversation(k session.Key) ([]session.Turn, error) {
 // AppendTurns adds turns to the key's conversation in one transaction and
 // drops the oldest beyond Options.MaxTurns.
 func (s *Store) AppendTurns(k session.Key, turns ...session.Turn) error {
+	return s.FinishTurn(k, turns, "", nil)
+}
+
+// FinishTurn stores what a successful turn leaves behind in one
+// transaction (one fsync pair): its exchange appended to the key's
+// conversation (the oldest beyond Options.MaxTurns dropped), and the
+// watermarks it staged moved for native session native.
+func (s *Store) FinishTurn(k session.Key, turns []session.Turn, native string, staged map[channel.WatermarkKey]channel.Seen) error {
 	if err := k.Check(); err != nil {
-		return fmt.Errorf("store: append turns: %w", err)
+		return fmt.Errorf("store: finish turn: %w", err)
 	}
 	for i, t := range turns {
 		if !t.Role.Stored() {
 			return fmt.Errorf("store: append turns to %q: turn %d: role must be %q or %q, got %q", k, i, session.RoleUser, session.RoleAssistant, t.Role)
 		}
 	}
-	if len(turns) == 0 {
+	for wk := range staged {
+		if err := wk.Key.Check(); err != nil {
+			return fmt.Errorf("store: commit watermark %q: %w", wk, err)
+		}
+	}
+	if len(turns) == 0 && len(staged) == 0 {
 		return nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		kb, err := tx.Bucket(bucketConversations).CreateBucketIfNotExists(joinKey(k.Channel, k.Binding))
-		if err != nil {
-			return err
-		}
-		b, err := kb.CreateBucketIfNotExists(keyTurns)
-		if err != nil {
-			return err
-		}
-		for _, t := range turns {
-			seq, err := b.NextSequence()
-			if err != nil {
-				return err
-			}
-			v, err := json.Marshal(t)
-			if err != nil {
-				return err
-			}
-			if err := b.Put(u64(seq), v); err != nil {
-				return err
+	err := s.update(func(tx *bolt.Tx) error {
+		if len(turns) > 0 {
+			if err := s.appendTurns(tx, k, turns); err != nil {
+				return fmt.Errorf("append turns to %q: %w", k, err)
 			}
 		}
-		// Sequence keys are contiguous (only the oldest are ever deleted),
-		// so the count is last - first + 1.
-		c := b.Cursor()
-		first, _ := c.First()
-		last, _ := c.Last()
-		n := binary.BigEndian.Uint64(last) - binary.BigEndian.Uint64(first) + 1
-		for ; n > uint64(s.opts.MaxTurns); n-- {
-			k, _ := c.First()
-			if err := b.Delete(bytes.Clone(k)); err != nil {
-				return err
+		for wk, seen := range staged {
+			if _, err := s.commitWatermark(tx, wk, native, seen); err != nil {
+				return fmt.Errorf("commit watermark %q: %w", wk, err)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: append turns to %q: %w", k, err)
+		return fmt.Errorf("store: finish turn of %q: %w", k, err)
+	}
+	return nil
+}
+
+func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) error {
+	kb, err := tx.Bucket(bucketConversations).CreateBucketIfNotExists(joinKey(k.Channel, k.Binding))
+	if err != nil {
+		return err
+	}
+	b, err := kb.CreateBucketIfNotExists(keyTurns)
+	if err != nil {
+		return err
+	}
+	for _, t := range turns {
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		v, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(u64(seq), v); err != nil {
+			return err
+		}
+	}
+	// Sequence keys are contiguous (only the oldest are ever deleted),
+	// so the count is last - first + 1.
+	c := b.Cursor()
+	first, _ := c.First()
+	last, _ := c.Last()
+	n := binary.BigEndian.Uint64(last) - binary.BigEndian.Uint64(first) + 1
+	for ; n > uint64(s.opts.MaxTurns); n-- {
+		k, _ := c.First()
+		if err := b.Delete(bytes.Clone(k)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -115,7 +143,7 @@ func (s *Store) SetNativeID(k session.Key, native string) error {
 	if err := k.Check(); err != nil {
 		return fmt.Errorf("store: set native id: %w", err)
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		convs := tx.Bucket(bucketConversations)
 		name := joinKey(k.Channel, k.Binding)
 		if native == "" {
@@ -145,7 +173,7 @@ func (s *Store) SetNativeID(k session.Key, native string) error {
 // Forget starts the key fresh: its conversation, native id and every
 // watermark filed under its session key go, in one transaction.
 func (s *Store) Forget(k session.Key) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		convs := tx.Bucket(bucketConversations)
 		name := joinKey(k.Channel, k.Binding)
 		if convs.Bucket(name) != nil {

@@ -167,3 +167,33 @@ func TestKeysAndForget(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// FinishTurn writes the exchange and the watermarks together, or nothing.
+func TestFinishTurnIsOneTransaction(t *testing.T) {
+	s := openTest(t, Options{})
+	k := session.Key{Channel: "ch", Binding: "b"}
+	turns := []session.Turn{{Role: session.RoleUser, Text: "q", At: t0}, {Role: session.RoleAssistant, Text: "a", At: t0}}
+	wk := channel.WatermarkKey{Key: k}
+	thread := channel.WatermarkKey{Key: k, Thread: "r1"}
+	before := s.Commits()
+	if err := s.FinishTurn(k, turns, "n1", map[channel.WatermarkKey]channel.Seen{wk: {Seq: 3}, thread: {Marks: channel.Unedited("q")}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Commits() - before; n != 1 {
+		t.Fatalf("%d commits, want 1", n)
+	}
+	conv, _ := s.Conversation(k)
+	w, _, _ := s.Watermark(wk)
+	tw, _, _ := s.Watermark(thread)
+	if len(conv) != 2 || w.Seq != 3 || w.Native != "n1" || len(tw.Marks) != 1 {
+		t.Fatalf("after FinishTurn: %d turns, %+v, %+v", len(conv), w, tw)
+	}
+	// A bad staged key refuses the whole turn.
+	bad := map[channel.WatermarkKey]channel.Seen{{Key: session.Key{Channel: "ch"}}: {Seq: 9}}
+	if err := s.FinishTurn(k, turns, "n1", bad); err == nil {
+		t.Fatal("a watermark without a binding was accepted")
+	}
+	if conv, _ := s.Conversation(k); len(conv) != 2 {
+		t.Fatalf("a refused turn appended: %d turns", len(conv))
+	}
+}

@@ -29,7 +29,7 @@ func (s *Store) SetRoster(ch string, members []apitype.Member) error {
 	if err != nil {
 		return fmt.Errorf("store: set roster of channel %q: %w", ch, err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketRoster).Put([]byte(ch), v)
 	})
 	if err != nil {
@@ -66,7 +66,7 @@ func (s *Store) AddActivity(project string, items []apitype.Activity) error {
 	if len(items) == 0 {
 		return nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bucketActivity).CreateBucketIfNotExists([]byte(project))
 		if err != nil {
 			return err
@@ -142,7 +142,7 @@ func (s *Store) SetProject(ch, project string) error {
 	if ch == "" {
 		return fmt.Errorf("store: set project: channel must be set")
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketProjects)
 		if project == "" {
 			return b.Delete([]byte(ch))

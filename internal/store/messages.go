@@ -295,7 +295,7 @@ func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
 	if len(msgs) == 0 {
 		return res, nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		res = PutResult{}
 		touched := map[string]*channelBuckets{}
 		for _, m := range msgs {
@@ -337,7 +337,7 @@ func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
 // timeline and channel_history, and a later push of the same id is ignored.
 // An unknown channel or id is an error wrapping ErrNotFound.
 func (s *Store) DeleteMessage(ch, id string) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		cb := openChannel(tx, ch)
 		if cb == nil {
 			return fmt.Errorf("no message %q: %w (the channel holds no messages)", id, ErrNotFound)

@@ -54,6 +54,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -148,7 +149,23 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	commits atomic.Int64 // write transactions committed
 }
+
+// update runs fn in a write transaction and counts it once committed: each
+// one costs the file two fsyncs.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	err := s.db.Update(fn)
+	if err == nil {
+		s.commits.Add(1)
+	}
+	return err
+}
+
+// Commits reports how many write transactions the store has committed
+// since it was opened.
+func (s *Store) Commits() int64 { return s.commits.Load() }
 
 // Open opens (creating if needed) the database at path and migrates it to
 // SchemaVersion. The parent directory is created 0700 and the file 0600.

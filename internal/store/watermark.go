@@ -56,17 +56,10 @@ func (s *Store) CommitWatermark(wk channel.WatermarkKey, native string, seen cha
 		return channel.Watermark{}, fmt.Errorf("store: commit watermark %q: %w", wk, err)
 	}
 	var out channel.Watermark
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		cur, _, err := getWatermark(tx, wk)
-		if err != nil {
-			return err
-		}
-		out = cur.Advance(native, seen, s.opts.MaxWatermarkIDs)
-		v, err := json.Marshal(out)
-		if err != nil {
-			return err
-		}
-		return tx.Bucket(bucketWatermarks).Put(watermarkKey(wk), v)
+	err := s.update(func(tx *bolt.Tx) error {
+		var err error
+		out, err = s.commitWatermark(tx, wk, native, seen)
+		return err
 	})
 	if err != nil {
 		return channel.Watermark{}, fmt.Errorf("store: commit watermark %q: %w", wk, err)
@@ -74,9 +67,36 @@ func (s *Store) CommitWatermark(wk channel.WatermarkKey, native string, seen cha
 	return out, nil
 }
 
+func (s *Store) commitWatermark(tx *bolt.Tx, wk channel.WatermarkKey, native string, seen channel.Seen) (channel.Watermark, error) {
+	cur, _, err := getWatermark(tx, wk)
+	if err != nil {
+		return channel.Watermark{}, err
+	}
+	out := cur.Advance(native, seen, s.opts.MaxWatermarkIDs)
+	v, err := json.Marshal(out)
+	if err != nil {
+		return channel.Watermark{}, err
+	}
+	return out, tx.Bucket(bucketWatermarks).Put(watermarkKey(wk), v)
+}
+
+// CommitWatermarks moves every staged watermark for native session native in
+// one transaction (lease.Committer).
+func (s *Store) CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error {
+	if len(staged) == 0 {
+		return nil
+	}
+	var k session.Key
+	for wk := range staged {
+		k = wk.Key
+		break
+	}
+	return s.FinishTurn(k, nil, native, staged)
+}
+
 // DeleteWatermark drops one watermark; a missing one is not an error.
 func (s *Store) DeleteWatermark(wk channel.WatermarkKey) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketWatermarks).Delete(watermarkKey(wk))
 	})
 	if err != nil {
