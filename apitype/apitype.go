@@ -375,7 +375,7 @@ type MessagesRequest struct {
 type MessagesResponse struct {
 	Added      int `json:"added"`
 	Edited     int `json:"edited"`     // known ids pushed with a new body
-	Duplicates int `json:"duplicates"` // known ids with the same body, and deleted ids
+	Duplicates int `json:"duplicates"` // known ids with the same body, deleted ids, and messages retention already dropped
 }
 
 // MessageDeleted is DELETE /v1/messages/{channel}/{id}.

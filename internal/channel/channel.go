@@ -206,18 +206,22 @@ type Self struct {
 }
 
 // Wrote reports whether a post by author, carrying binding id binding (""
-// when the desktop app sent none), is the agent's own: the post names this
-// binding, or its author is the handle written with or without the leading
-// "@", in any letter case ("@claude", "claude", "Claude"). author_kind is not
-// needed: a desktop app that marks agent posts but writes a display name
-// should send binding_id.
-func (s Self) Wrote(author, binding string) bool {
+// when the desktop app sent none), is the agent's own. It is when the post
+// names this binding; or when it is marked author_kind agent (agent) and
+// its author is the handle written with or without the leading "@", in any
+// letter case ("@claude", "claude", "Claude"); or, whatever its kind, when
+// its author is exactly the handle. A person who merely shares the name
+// ("Claude" posting as a user) is not the agent.
+func (s Self) Wrote(author, binding string, agent bool) bool {
 	if binding != "" && binding == s.Binding {
+		return true
+	}
+	if s.Handle != "" && author == s.Handle {
 		return true
 	}
 	h := strings.TrimPrefix(strings.TrimSpace(s.Handle), "@")
 	a := strings.TrimPrefix(strings.TrimSpace(author), "@")
-	return h != "" && strings.EqualFold(a, h)
+	return agent && h != "" && strings.EqualFold(a, h)
 }
 
 // Candidate is one message a channel block may show, as the store's arrival
@@ -228,6 +232,7 @@ type Candidate struct {
 	At      time.Time // created_at: the block's display order
 	Author  string
 	Binding string // binding_id, "" when none
+	Agent   bool   // author_kind is agent
 	Edited  bool
 }
 

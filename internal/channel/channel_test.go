@@ -106,23 +106,26 @@ func TestSelfWrote(t *testing.T) {
 	s := Self{Handle: "@claude", Binding: "b-claude"}
 	for _, tt := range []struct {
 		author, binding string
-		want            bool
+		agent, want     bool
 	}{
-		{"@claude", "", true},
-		{"claude", "", true},
-		{"Claude", "", true},
-		{" @CLAUDE ", "", true},
-		{"Claude Code", "b-claude", true}, // a display name, marked with the binding
-		{"Claude Code", "", false},
-		{"@claude-2", "", false},
-		{"aiko", "b-other", false},
-		{"", "", false},
+		{"@claude", "", true, true},
+		{"@claude", "", false, true}, // the exact handle, whatever the kind
+		{"claude", "", true, true},
+		{"Claude", "", true, true},
+		{" @CLAUDE ", "", true, true},
+		{"Claude", "", false, false}, // a person who shares the name
+		{"claude", "", false, false},
+		{"Claude Code", "b-claude", false, true}, // a display name, marked with the binding
+		{"Claude Code", "", true, false},
+		{"@claude-2", "", true, false},
+		{"aiko", "b-other", false, false},
+		{"", "", true, false},
 	} {
-		if got := s.Wrote(tt.author, tt.binding); got != tt.want {
-			t.Errorf("Wrote(%q, %q) = %v, want %v", tt.author, tt.binding, got, tt.want)
+		if got := s.Wrote(tt.author, tt.binding, tt.agent); got != tt.want {
+			t.Errorf("Wrote(%q, %q, agent %v) = %v, want %v", tt.author, tt.binding, tt.agent, got, tt.want)
 		}
 	}
-	if (Self{}).Wrote("", "") {
+	if (Self{}).Wrote("", "", true) {
 		t.Error("an empty handle matched an empty author")
 	}
 }

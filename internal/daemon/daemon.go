@@ -198,7 +198,7 @@ func Outcome(err error) lease.Outcome {
 
 // compose reads what this turn's prompt is made of and hands it to
 // lease.Compose; the watermark it would move is staged on l.
-func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident) (string, string, *apitype.ContextReport, error) {
+func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident) (lease.Output, *apitype.ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
@@ -206,12 +206,12 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	wk := channel.WatermarkKey{Key: key, Thread: thread}
 	wm, err := d.watermark(wk)
 	if err != nil {
-		return "", "", nil, err
+		return lease.Output{}, nil, err
 	}
 	main := wm
 	if thread != "" {
 		if main, err = d.watermark(channel.WatermarkKey{Key: key}); err != nil {
-			return "", "", nil, err
+			return lease.Output{}, nil, err
 		}
 	}
 	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
@@ -242,7 +242,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		Render: delivery.RenderOptions{Limit: d.cfg.Context.Limit, MaxChars: d.cfg.Context.MaxChars},
 	})
 	if err != nil {
-		return "", "", nil, err
+		return lease.Output{}, nil, err
 	}
 	s.setBriefCount(out.BriefCount)
 	l.Stage(wk, out.Stage)
@@ -265,7 +265,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if rep.Shown == nil {
 		rep.Shown = []string{}
 	}
-	return out.Text, out.Stored, rep, nil
+	return out, rep, nil
 }
 
 // watermark reads the stored record of wk, nil when there is none.

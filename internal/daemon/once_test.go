@@ -226,7 +226,8 @@ func TestOwnPostForms(t *testing.T) {
 	h.post(
 		channel.Message{ID: "o1", Channel: "ch", Author: "@agent", AuthorKind: channel.KindAgent, Body: "own: exact handle"},
 		channel.Message{ID: "o2", Channel: "ch", Author: "agent", AuthorKind: channel.KindAgent, Body: "own: no @"},
-		channel.Message{ID: "o3", Channel: "ch", Author: "Agent", AuthorKind: channel.KindUser, Body: "own: other case"},
+		channel.Message{ID: "o3", Channel: "ch", Author: "Agent", AuthorKind: channel.KindAgent, Body: "own: other case"},
+		channel.Message{ID: "u2", Channel: "ch", Author: "Agent", AuthorKind: channel.KindUser, Body: "a person named Agent"},
 		channel.Message{ID: "o4", Channel: "ch", Author: "Resident Agent", AuthorKind: channel.KindAgent, BindingID: "b-builtin", Body: "own: display name and binding"},
 		channel.Message{ID: "x1", Channel: "ch", Author: "Codex", AuthorKind: channel.KindAgent, BindingID: "b-codex", Body: "another agent"},
 		channel.Message{ID: "u1", Channel: "ch", Author: "agentina", Body: "a person"},
@@ -234,7 +235,7 @@ func TestOwnPostForms(t *testing.T) {
 	r := h.mention("ch", "b-builtin", "q1", "@agent hi")
 	reply(t, r)
 	block := strings.Join(blockLines(got()[0]), "|")
-	if strings.Contains(block, "own:") || !strings.Contains(block, "another agent") || !strings.Contains(block, "a person") || r.done.Context.OwnOmitted != 4 {
+	if strings.Contains(block, "own:") || !strings.Contains(block, "another agent") || !strings.Contains(block, "a person") || !strings.Contains(block, "a person named Agent") || r.done.Context.OwnOmitted != 4 {
 		t.Fatalf("block %q context %+v", block, r.done.Context)
 	}
 }
@@ -322,5 +323,51 @@ func TestTurnIsOneCommit(t *testing.T) {
 	}
 	if n := h.st.Commits() - before; n != 0 {
 		t.Fatalf("a failed turn made %d commits", n)
+	}
+}
+
+// A mention in a thread whose root is itself a reply works.
+func TestNestedThreadTurn(t *testing.T) {
+	h, _ := recorded(t)
+	h.post(channel.Message{ID: "r", Channel: "ch", Author: "aiko", Body: "root"},
+		channel.Message{ID: "x", Channel: "ch", ThreadRoot: "r", Author: "ben", Body: "reply that starts a sub-thread"},
+		channel.Message{ID: "y", Channel: "ch", ThreadRoot: "x", Author: "ben", Body: "sub-reply"})
+	x := "x"
+	r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", ThreadRoot: &x, Text: "@agent ?"})
+	if reply(t, r); r.done.Context.Lines != 2 {
+		t.Fatalf("sub-thread block: %+v", r.done.Context)
+	}
+}
+
+// A new process gets a replayed mention in the version its turn answered:
+// an edit made afterwards is news to it, shown once.
+func TestEditOfReplayedMentionReachesANewProcess(t *testing.T) {
+	off := false
+	h, got := recorded(t, func(c *config.Config) { c.Bindings[0].Restore = &off })
+	reply(t, h.mention("ch", "b-builtin", "q1", "@agent deploy to staging"))
+	h.post(channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent deploy to PRODUCTION", CreatedAt: clock.t})
+	h.restart()
+	reply(t, h.mention("ch", "b-builtin", "q2", "@agent status?"))
+	reply(t, h.mention("ch", "b-builtin", "q3", "@agent and now?"))
+	all := got()
+	if n := strings.Count(strings.Join(all[1:], "\n"), "(edited): @agent deploy to PRODUCTION"); n != 1 {
+		t.Fatalf("the edit of q1 reached the new process %d times:\n%s", n, strings.Join(blockLines(all[1]), "\n"))
+	}
+}
+
+// A deleted mention is not replayed to a new process.
+func TestDeletedMentionIsNotReplayed(t *testing.T) {
+	off := false
+	h, got := recorded(t, func(c *config.Config) { c.Bindings[0].Restore = &off })
+	reply(t, h.mention("ch", "b-builtin", "q1", "@agent the password is hunter2"))
+	if err := h.d.DeleteMessage("ch", "q1"); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	r := h.mention("ch", "b-builtin", "q2", "@agent status?")
+	reply(t, r)
+	all := got()
+	if r.done.Shape != "cold" || strings.Contains(all[len(all)-1], "hunter2") {
+		t.Fatalf("shape %s; the deleted mention was replayed:\n%s", r.done.Shape, all[len(all)-1])
 	}
 }

@@ -155,6 +155,9 @@ type propRun struct {
 	// messages a pointer counted, to look up in channel_history
 	counted []*pmsg
 	lastOK  bool // the last turn succeeded
+	// the version of each answered mention its turn carried (1 when it was
+	// not pushed yet: the app's first version)
+	carried map[string]int
 }
 
 func runProperty(t *testing.T, seed uint64, steps int, restore bool) propCounts {
@@ -166,7 +169,7 @@ func runProperty(t *testing.T, seed uint64, steps int, restore bool) propCounts 
 		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
 	})
 	p := &propRun{t: t, h: h, rnd: rand.New(rand.NewPCG(seed, 0x5eed)), rec: rec, msgs: map[string]*pmsg{},
-		at: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), got: map[string]map[string]int{}}
+		at: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), got: map[string]map[string]int{}, carried: map[string]int{}}
 	for range steps {
 		switch x := p.rnd.IntN(100); {
 		case x < 34:
@@ -249,8 +252,8 @@ func (p *propRun) put(ms ...*pmsg) error {
 	in := make([]apitype.Message, len(ms))
 	for i, m := range ms {
 		kind := apitype.AuthorUser
-		if m.own && m.author != "Agent" {
-			kind = apitype.AuthorAgent
+		if m.own && m.binding == "" && m.author != "@agent" {
+			kind = apitype.AuthorAgent // the exact handle and a binding id need no kind
 		}
 		in[i] = apitype.Message{ID: m.id, Channel: m.ch, ThreadRoot: m.thread, Author: m.author, AuthorKind: kind, BindingID: m.binding, CreatedAt: m.at, Body: m.body()}
 	}
@@ -418,16 +421,23 @@ func (p *propRun) check(r propRecord, q *pmsg, done apitype.Event, arrived []*pm
 		got = map[string]int{}
 		p.got[r.Session] = got
 	}
-	known := map[string]bool{}
+	// The version of each mention the prompt carries: the current one for
+	// this turn's, the one its own turn answered for a replayed one.
+	known := map[string]int{}
 	for _, m := range propMention.FindAllStringSubmatch(r.Prompt, -1) {
-		known[m[1]] = true
+		if k := q.ch + "/" + m[1]; m[1] == q.id {
+			known[m[1]] = q.ver
+		} else {
+			known[m[1]] = p.carried[k]
+		}
 	}
+	carries := func(m *pmsg) bool { return m.ver <= known[m.id] }
 	// What the block must account for: every live message of the timeline
 	// (a thread's root included) this session has not been given.
 	var unseen []*pmsg
 	for _, m := range p.order {
 		inTimeline := m.thread == q.thread || (q.thread != "" && m.id == q.thread)
-		if m.ch != q.ch || !inTimeline || !m.pushed || m.deleted || got[m.key()] >= m.ver || known[m.id] || m.own || slices.Contains(arrived, m) {
+		if m.ch != q.ch || !inTimeline || !m.pushed || m.deleted || got[m.key()] >= m.ver || carries(m) || m.own || slices.Contains(arrived, m) {
 			continue
 		}
 		unseen = append(unseen, m)
@@ -455,7 +465,7 @@ func (p *propRun) check(r propRecord, q *pmsg, done apitype.Event, arrived []*pm
 			t.Errorf("turn %s shows %s v%d, current is v%d", q.id, m.id, ver, m.ver)
 		case edited != (ver > 1):
 			t.Errorf("turn %s: %s v%d marked edited=%v", q.id, m.id, ver, edited)
-		case got[m.key()] >= ver || known[m.id]:
+		case got[m.key()] >= ver || carries(m):
 			p.counts.Duplicates++
 			t.Errorf("turn %s (session %s) shows %s v%d again (given v%d before)", q.id, r.Session, m.id, ver, got[m.key()])
 		case m.own:
@@ -485,14 +495,15 @@ func (p *propRun) check(r propRecord, q *pmsg, done apitype.Event, arrived []*pm
 		}
 		got[m.key()] = m.ver
 	}
-	for id := range known {
+	for id, ver := range known {
 		if m := p.msgs[q.ch+"/"+id]; m != nil {
-			if got[m.key()] < m.ver {
+			if got[m.key()] < ver {
 				p.counts.Known++
 			}
-			got[m.key()] = max(got[m.key()], m.ver)
+			got[m.key()] = max(got[m.key()], ver)
 		}
 	}
+	p.carried[q.key()] = q.ver
 	if t.Failed() {
 		t.FailNow()
 	}

@@ -224,7 +224,8 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
 	req.RunID = r.ID
 
-	text, user, rep, err := d.compose(key, b, req, l, co.Session)
+	out, rep, err := d.compose(key, b, req, l, co.Session)
+	text, user := out.Text, out.Stored
 	if err != nil {
 		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
 		return apitype.Event{}, err
@@ -275,7 +276,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	wm := apitype.WatermarkNone
 	// The exchange and the watermarks go in one transaction.
 	n, cerr := l.Commit(turnCommit{st: d.st, key: key, turns: []session.Turn{
-		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID},
+		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
 	}})
 	for i := 0; i < n; i++ {

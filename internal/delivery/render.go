@@ -54,12 +54,14 @@ type SelectOptions struct {
 	Main *channel.Watermark
 	// Root is the thread's root id ("" for the main timeline).
 	Root string
-	// Known are ids the prompt carries another way: the mention itself,
-	// and the mentions a cold replay holds.
-	Known   []string
-	Self    channel.Self
-	OmitOwn bool // leave the agent's own posts out
-	Limit   int  // <= 0 means DefaultLimit
+	// Known are ids the prompt carries another way, in any version: the
+	// mention itself. Replayed are the mention versions a cold replay
+	// carries (Seq 0: any unedited one); a later edit of one is news.
+	Known    []string
+	Replayed []channel.Mark
+	Self     channel.Self
+	OmitOwn  bool // leave the agent's own posts out
+	Limit    int  // <= 0 means DefaultLimit
 }
 
 // Selection is what Select decided; Show indexes the candidates.
@@ -97,9 +99,9 @@ func Select(cands []channel.Candidate, o SelectOptions) Selection {
 		switch {
 		case inThread, inMain:
 			sel.Covered++
-		case slices.Contains(o.Known, c.ID):
+		case slices.Contains(o.Known, c.ID), carried(o.Replayed, c):
 			sel.Known++
-		case o.OmitOwn && o.Self.Wrote(c.Author, c.Binding):
+		case o.OmitOwn && o.Self.Wrote(c.Author, c.Binding, c.Agent):
 			sel.Own++
 		default:
 			keep = append(keep, i)
@@ -117,6 +119,12 @@ func Select(cands []channel.Candidate, o SelectOptions) Selection {
 	}
 	sel.Show = keep
 	return sel
+}
+
+// carried reports whether one of marks is c's version.
+func carried(marks []channel.Mark, c channel.Candidate) bool {
+	w := channel.Watermark{Marks: marks}
+	return w.Marked(c.ID, c.Seq, c.Edited)
 }
 
 // Report says what one block showed and why the rest was left out.

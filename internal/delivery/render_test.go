@@ -57,7 +57,7 @@ func through(rows []channel.Message, o SelectOptions, r RenderOptions) (string, 
 		}
 		hw = max(hw, m.Seq)
 		if m.Seq > after || (o.Root != "" && m.ID == o.Root) {
-			cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Edited: m.Edited})
+			cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Agent: m.AuthorKind == channel.KindAgent, Edited: m.Edited})
 			picks = append(picks, m)
 		}
 	}
@@ -140,13 +140,16 @@ func TestRenderRules(t *testing.T) {
 		{
 			name: "own posts in every form omitted",
 			rows: []channel.Message{
-				msg("o1", "@claude", "one", 1), msg("o2", "claude", "two", 2), msg("o3", "Claude", "three", 3),
-				{ID: "o4", Author: "Claude Code", AuthorKind: channel.KindAgent, BindingID: "b-claude", CreatedAt: t0.Add(4 * time.Minute), Body: "four"},
+				msg("o1", "@claude", "one", 1),
+				{ID: "o2", Author: "claude", AuthorKind: channel.KindAgent, CreatedAt: t0.Add(2 * time.Minute), Body: "two"},
+				{ID: "o3", Author: "Claude", AuthorKind: channel.KindAgent, CreatedAt: t0.Add(3 * time.Minute), Body: "three"},
+				{ID: "o4", Author: "Claude Code", AuthorKind: channel.KindUser, BindingID: "b-claude", CreatedAt: t0.Add(4 * time.Minute), Body: "four"},
 				msg("m5", "aiko", "thanks", 5),
+				msg("m6", "Claude", "a person who shares the name", 6),
 			},
 			sel:    SelectOptions{Self: claude, OmitOwn: true},
-			want:   HeaderSnapshot + "\n- [user] aiko: thanks",
-			report: Report{Lines: 1, Chars: 6, OwnOmitted: 4},
+			want:   HeaderSnapshot + "\n- [user] aiko: thanks\n- [user] Claude: a person who shares the name",
+			report: Report{Lines: 2, Chars: 34, OwnOmitted: 4},
 		},
 		{
 			name:   "other agents kept",

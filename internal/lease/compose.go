@@ -63,6 +63,9 @@ type Output struct {
 	// carried for their own timelines.
 	Stage channel.Seen
 	Marks map[string][]channel.Mark
+	// MentionSeq is the arrival of the mention's current version (0: not
+	// pushed yet), kept with the stored turn.
+	MentionSeq uint64
 }
 
 // Header names the context block that went out: "new" (since the
@@ -106,7 +109,10 @@ func Compose(in Input) (Output, error) {
 	var out Output
 	blank := strings.TrimSpace(in.Mention.Text) == ""
 	replay := blank || in.Shape == Cold
-	var conv []session.Turn
+	var (
+		conv     []session.Turn
+		replayed []channel.Mark // the mention versions a replay carries
+	)
 	known := []string{in.Mention.MessageID}
 	if replay {
 		var err error
@@ -116,12 +122,13 @@ func Compose(in Input) (Output, error) {
 		for _, t := range conv {
 			if t.MessageID != "" && !slices.Contains(known, t.MessageID) {
 				known = append(known, t.MessageID)
+				replayed = append(replayed, channel.Mark{ID: t.MessageID, Seq: t.MessageSeq})
 			}
 		}
 	}
 
 	wm := in.own(in.Watermark)
-	opt := delivery.SelectOptions{Watermark: wm, Main: in.own(in.Main), Known: known, Self: in.Self, OmitOwn: in.OmitOwn, Limit: in.Render.Limit}
+	opt := delivery.SelectOptions{Watermark: wm, Main: in.own(in.Main), Known: known[:1], Replayed: replayed, Self: in.Self, OmitOwn: in.OmitOwn, Limit: in.Render.Limit}
 	if in.Mention.ThreadRootID != nil {
 		opt.Root = *in.Mention.ThreadRootID
 	}
@@ -143,7 +150,12 @@ func Compose(in Input) (Output, error) {
 	out.Context = rep
 	if in.KeepsSession {
 		out.Stage = stage(wm, view.Seq, view.Known)
-		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, in.Mention.MessageID, view.Known)
+		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, replayed, view.Known)
+	}
+	for _, k := range view.Known {
+		if k.ID == in.Mention.MessageID {
+			out.MentionSeq = k.Seq
+		}
 	}
 
 	brief := in.Brief
@@ -212,24 +224,26 @@ func stage(wm *channel.Watermark, seq uint64, known []channel.Known) channel.See
 // marks places what this delivery gave the session outside its own
 // timeline's prefix. A thread's root is marked for the main timeline. A
 // replay gives a new process every mention of the conversation, whatever
-// timeline each lives in: each is marked for its own timeline at its
-// current version, and one the channel does not hold yet for the main
-// timeline as "any unedited version": the main watermark's marks hold in
-// every timeline, since nobody knows yet where it will live.
-func marks(main *channel.Watermark, thread string, root *channel.Mark, mention string, known []channel.Known) map[string][]channel.Mark {
+// timeline each lives in, in the version its turn answered: each is marked
+// for its own timeline up to that version, and one the channel does not
+// hold yet for the main timeline as "any unedited version": the main
+// watermark's marks hold in every timeline, since nobody knows yet where it
+// will live. The current timeline needs no mark: its prefix covers all.
+func marks(main *channel.Watermark, thread string, root *channel.Mark, replayed []channel.Mark, known []channel.Known) map[string][]channel.Mark {
 	out := map[string][]channel.Mark{}
 	if root != nil {
 		out[""] = append(out[""], *root)
 	}
-	for _, k := range known {
+	for _, r := range replayed {
+		i := slices.IndexFunc(known, func(k channel.Known) bool { return k.ID == r.ID })
 		switch {
-		case k.ID == "" || k.ID == mention:
-		case k.Seq == 0:
-			if m := (channel.Mark{ID: k.ID}); main == nil || !slices.Contains(main.Marks, m) {
+		case i < 0:
+		case known[i].Seq == 0:
+			if m := (channel.Mark{ID: r.ID}); main == nil || !slices.Contains(main.Marks, m) {
 				out[""] = append(out[""], m)
 			}
-		case k.Thread != thread:
-			out[k.Thread] = append(out[k.Thread], channel.Mark{ID: k.ID, Seq: k.Seq})
+		case known[i].Thread != thread:
+			out[known[i].Thread] = append(out[known[i].Thread], r)
 		}
 	}
 	if len(out) == 0 {

@@ -52,7 +52,7 @@ func unseen(rows []channel.Message) func(uint64, []string, func([]channel.Candid
 			}
 			v.Seq = max(v.Seq, m.Seq)
 			if m.Seq > after {
-				cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Edited: m.Edited})
+				cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Agent: m.AuthorKind == channel.KindAgent, Edited: m.Edited})
 				msgs = append(msgs, m)
 			}
 		}

@@ -30,7 +30,7 @@ var (
 	ExitKinds       = child.ExitKinds
 	ReadyMethods    = []string{"new", "load"}
 	RestoreResults  = []string{"ok", "failed"}
-	LineFates       = []string{"sent", "seen", "bound", "own"}
+	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
 	BriefPlacements = labels(delivery.Placements)
 	IngestResults   = []string{"added", "edited", "duplicate", "rejected", "deleted"}

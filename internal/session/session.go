@@ -67,4 +67,8 @@ type Turn struct {
 	// MessageID is the channel message a user turn answered: a replay
 	// carries it, so the replay's channel block leaves it out.
 	MessageID string `json:"message_id,omitempty"`
+	// MessageSeq is the arrival of the version of that message the turn
+	// answered, 0 when the channel did not hold it yet: a replay carries
+	// that version, and a later edit is still news.
+	MessageSeq uint64 `json:"message_seq,omitempty"`
 }

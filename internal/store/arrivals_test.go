@@ -273,3 +273,59 @@ func TestConvertWatermarkKeepsStragglers(t *testing.T) {
 		t.Fatalf("convert = %+v, want seq 1 and c kept hidden", w)
 	}
 }
+
+// A thread whose root is itself a reply in another thread reads fine.
+func TestUnseenNestedThreadRoot(t *testing.T) {
+	s := openTest(t, Options{})
+	put(t, s, msg("ch", "r", 1, ""), msg("ch", "x", 2, "r"), msg("ch", "y", 3, "x"))
+	if ok, err := s.ThreadKnown("ch", "x"); !ok || err != nil {
+		t.Fatalf("ThreadKnown x: %v %v", ok, err)
+	}
+	got, _ := candidates(t, s, "ch", "x", 0)
+	if candIDs(got) != "[x@2 y@3]" {
+		t.Fatalf("thread x: %s", candIDs(got))
+	}
+}
+
+// A message retention dropped is not taken back by a backfill: sessions
+// that saw it would get it again as news.
+func TestTrimmedRepushIsNotNews(t *testing.T) {
+	s := openTest(t, Options{MaxChannelMessages: 3})
+	put(t, s, msg("ch", "m1", 1, ""), msg("ch", "m2", 2, ""), msg("ch", "m3", 3, ""))
+	put(t, s, msg("ch", "m4", 4, "")) // m1 is trimmed
+	_, v := candidates(t, s, "ch", "", 0)
+	if err := s.DeleteMessage("ch", "m4"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.PutMessages([]channel.Message{msg("ch", "m1", 1, ""), msg("ch", "m0", 0, ""), msg("ch", "m5", 5, "")})
+	if err != nil || res != (PutResult{Added: 1, Duplicates: 2}) {
+		t.Fatalf("backfill past retention: %+v %v", res, err)
+	}
+	if got, _ := candidates(t, s, "ch", "", v.Seq); candIDs(got) != "[m5@5]" {
+		t.Fatalf("after the backfill: %s", candIDs(got))
+	}
+}
+
+// Deleting a message blanks the stored user turns that answered it.
+func TestDeleteRedactsTheConversation(t *testing.T) {
+	s := openTest(t, Options{})
+	k := session.Key{Channel: "ch", Binding: "b"}
+	other := session.Key{Channel: "ch2", Binding: "b"}
+	put(t, s, msg("ch", "q1", 1, ""))
+	for _, key := range []session.Key{k, other} {
+		if err := s.AppendTurns(key, session.Turn{Role: session.RoleUser, Text: "the password is hunter2", MessageID: "q1", At: t0}, session.Turn{Role: session.RoleAssistant, Text: "noted", At: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteMessage("ch", "q1"); err != nil {
+		t.Fatal(err)
+	}
+	conv, _ := s.Conversation(k)
+	if len(conv) != 2 || conv[0].Text != deletedTurn || conv[0].MessageID != "q1" || conv[1].Text != "noted" {
+		t.Fatalf("conversation after delete: %+v", conv)
+	}
+	// Another channel's conversation is not this message's.
+	if conv, _ := s.Conversation(other); conv[0].Text != "the password is hunter2" {
+		t.Fatalf("another channel's turn was redacted: %+v", conv)
+	}
+}

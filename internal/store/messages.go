@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // DefaultHistoryLimit is the page size History uses for a limit <= 0.
@@ -134,6 +135,9 @@ func arrival(m channel.Message, mk []byte) []byte {
 	if m.Edited {
 		flags |= 1
 	}
+	if m.AuthorKind == channel.KindAgent {
+		flags |= 2
+	}
 	v := append([]byte{flags}, joinKey(m.Author, m.BindingID)...)
 	return append(v, mk...)
 }
@@ -142,7 +146,7 @@ func parseArrival(seq uint64, v []byte) (channel.Candidate, []byte, error) {
 	if len(v) < 1 {
 		return channel.Candidate{}, nil, errBadKey
 	}
-	c := channel.Candidate{Seq: seq, Edited: v[0]&1 != 0}
+	c := channel.Candidate{Seq: seq, Edited: v[0]&1 != 0, Agent: v[0]&2 != 0}
 	rest := v[1:]
 	var parts [2]string
 	for i := range parts {
@@ -194,10 +198,18 @@ const (
 // body it is an edit: the body is replaced, the message marked edited and
 // given a new arrival number (so a session that saw it sees it once more),
 // and every other field of the first push is kept. A deleted id stays
-// deleted.
+// deleted, and a message at or before what retention already dropped (by
+// created_at, id) is not taken back.
 func (cb *channelBuckets) put(m channel.Message) (putResult, error) {
 	if cb.gone.Get([]byte(m.ID)) != nil {
 		return putDuplicate, nil
+	}
+	if _, _, known := cb.lookup(m.ID); !known {
+		// Retention dropped everything up to the floor: a backfill of such
+		// a message would come back as news to sessions that saw it.
+		if floor := cb.ch.Get(keyFloor); floor != nil && bytes.Compare(msgKey(m.CreatedAt, m.ID), floor) <= 0 {
+			return putDuplicate, nil
+		}
 	}
 	if mk, _, ok := cb.lookup(m.ID); ok {
 		old, err := cb.message(mk)
@@ -265,7 +277,11 @@ func (cb *channelBuckets) trim(max int) error {
 		if k == nil {
 			return cb.setCount(0)
 		}
-		if err := cb.remove(bytes.Clone(k)); err != nil {
+		mk := bytes.Clone(k)
+		if err := cb.remove(mk); err != nil {
+			return err
+		}
+		if err := cb.ch.Put(keyFloor, mk); err != nil {
 			return err
 		}
 	}
@@ -276,7 +292,7 @@ func (cb *channelBuckets) trim(max int) error {
 type PutResult struct {
 	Added      int // new ids
 	Edited     int // known ids with a new body
-	Duplicates int // known ids with the same body, and deleted ids
+	Duplicates int // known ids with the same body, deleted ids, messages past retention
 }
 
 // PutMessages stores msgs in one transaction. Every message is validated
@@ -334,7 +350,9 @@ func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
 }
 
 // DeleteMessage deletes message id of channel ch for good: it leaves every
-// timeline and channel_history, and a later push of the same id is ignored.
+// timeline and channel_history, a stored user turn that answered it keeps
+// no trace of its text (a replay into a new process does not carry it), and
+// a later push of the same id is ignored.
 // An unknown channel or id is an error wrapping ErrNotFound.
 func (s *Store) DeleteMessage(ch, id string) error {
 	err := s.update(func(tx *bolt.Tx) error {
@@ -348,6 +366,9 @@ func (s *Store) DeleteMessage(ch, id string) error {
 		}
 		if err := cb.remove(bytes.Clone(mk)); err != nil {
 			return err
+		}
+		if err := redactTurns(tx, ch, id); err != nil {
+			return fmt.Errorf("redact the conversations of channel %q: %w", ch, err)
 		}
 		return cb.gone.Put([]byte(id), nil)
 	})
@@ -395,8 +416,13 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 		if thread != "" {
 			if mk, seq, ok := cb.lookup(thread); ok {
 				v.Total++
-				raw := cb.arrivals.Get(binary.BigEndian.AppendUint64(joinKey(""), seq))
-				c, _, err := parseArrival(seq, raw)
+				// The root may itself be a reply in another thread: its
+				// arrival is filed under its own timeline.
+				root, err := cb.message(mk)
+				if err != nil {
+					return err
+				}
+				c, _, err := parseArrival(seq, cb.arrivals.Get(arrivalKey(root)))
 				if err != nil {
 					return fmt.Errorf("arrival of thread root %q: %w", thread, err)
 				}
@@ -593,4 +619,56 @@ func (s *Store) Channels() ([]string, error) {
 		return nil, fmt.Errorf("store: list channels: %w", err)
 	}
 	return out, nil
+}
+
+// deletedTurn replaces the text of a stored user turn whose mention was
+// deleted.
+const deletedTurn = "(The message of this turn was deleted.)"
+
+// redactTurns blanks the user turns of channel ch's conversations that
+// answered message id.
+func redactTurns(tx *bolt.Tx, ch, id string) error {
+	convs := tx.Bucket(bucketConversations)
+	prefix := joinKey(ch)
+	var keys [][]byte
+	c := convs.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if v == nil { // a key's bucket
+			if parts, err := splitKey(k, 2); err == nil && parts[0] == ch {
+				keys = append(keys, bytes.Clone(k))
+			}
+		}
+	}
+	for _, k := range keys {
+		turns := convs.Bucket(k).Bucket(keyTurns)
+		if turns == nil {
+			continue
+		}
+		type update struct{ k, v []byte }
+		var updates []update
+		if err := turns.ForEach(func(tk, v []byte) error {
+			var t session.Turn
+			if err := json.Unmarshal(v, &t); err != nil {
+				return err
+			}
+			if t.Role != session.RoleUser || t.MessageID != id {
+				return nil
+			}
+			t.Text = deletedTurn
+			nv, err := json.Marshal(t)
+			if err != nil {
+				return err
+			}
+			updates = append(updates, update{bytes.Clone(tk), nv})
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, u := range updates {
+			if err := turns.Put(u.k, u.v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -16,6 +16,7 @@
 //	  <channel id>               bucket per channel
 //	    count                    -> uint64 big-endian number of messages
 //	    seq                      -> uint64 big-endian newest arrival number (since 3)
+//	    floor                    -> the msgs key retention dropped last (since 3)
 //	    msgs
 //	      <created_at><id>       -> channel.Message (JSON)
 //	    ids
@@ -107,6 +108,7 @@ var (
 	keyArrivals       = []byte("arrivals")
 	keyTimelineCounts = []byte("tcounts")
 	keyGone           = []byte("gone")
+	keyFloor          = []byte("floor")
 )
 
 // Options bounds the store; zero fields take the defaults above.
