@@ -112,12 +112,14 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	errc := make(chan error, 1)
 	s.setListener(apitype.Listener{Name: "api", Addr: s.Listener.Addr().String()})
+	// The metrics listener is opened (or has failed) before the socket
+	// answers, so the first health request already reports it.
+	metrics := s.serveMetrics(ctx, log)
 	go func() {
 		if err := s.API.Serve(s.Listener); err != nil {
 			errc <- fmt.Errorf("server: api on %s: %w", s.Listener.Addr(), err)
 		}
 	}()
-	metrics := s.serveMetrics(ctx, log)
 	service.Ready()
 	if s.Ready != nil {
 		s.Ready()
