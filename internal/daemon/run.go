@@ -83,13 +83,13 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	d.mu.Unlock()
 	go func() {
 		defer d.turns.Done()
-		defer func() {
-			d.mu.Lock()
-			delete(d.cancels, req.RunID)
-			d.mu.Unlock()
-			cancel(nil)
-		}()
+		defer cancel(nil)
 		done, err := d.execute(ctx, r, b, req)
+		// No longer cancellable before the last event is out: a client that
+		// saw done and cancels gets run_ended.
+		d.mu.Lock()
+		delete(d.cancels, req.RunID)
+		d.mu.Unlock()
 		if err != nil {
 			r.Finish(apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error()}, err)
 			return
