@@ -640,34 +640,48 @@ func redactTurns(tx *bolt.Tx, ch, id string) error {
 		}
 	}
 	for _, k := range keys {
-		turns := convs.Bucket(k).Bucket(keyTurns)
-		if turns == nil {
-			continue
-		}
-		type update struct{ k, v []byte }
-		var updates []update
-		if err := turns.ForEach(func(tk, v []byte) error {
-			var t session.Turn
-			if err := json.Unmarshal(v, &t); err != nil {
-				return err
-			}
-			if t.Role != session.RoleUser || t.MessageID != id {
-				return nil
+		if err := rewriteUserTurns(convs.Bucket(k).Bucket(keyTurns), func(t *session.Turn) bool {
+			if t.MessageID != id {
+				return false
 			}
 			t.Text = deletedTurn
-			nv, err := json.Marshal(t)
-			if err != nil {
-				return err
-			}
-			updates = append(updates, update{bytes.Clone(tk), nv})
-			return nil
+			return true
 		}); err != nil {
 			return err
 		}
-		for _, u := range updates {
-			if err := turns.Put(u.k, u.v); err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// rewriteUserTurns lets edit change each stored user turn of a turns
+// bucket (nil: none) and writes back those it reports changed.
+func rewriteUserTurns(turns *bolt.Bucket, edit func(*session.Turn) bool) error {
+	if turns == nil {
+		return nil
+	}
+	type update struct{ k, v []byte }
+	var updates []update
+	// Collected first: writing under a live cursor can skip keys.
+	if err := turns.ForEach(func(k, v []byte) error {
+		var t session.Turn
+		if err := json.Unmarshal(v, &t); err != nil {
+			return fmt.Errorf("turn %x: %w", k, err)
+		}
+		if t.Role != session.RoleUser || !edit(&t) {
+			return nil
+		}
+		nv, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		updates = append(updates, update{bytes.Clone(k), nv})
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, u := range updates {
+		if err := turns.Put(u.k, u.v); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -135,41 +135,15 @@ func convertWatermark(old legacyWatermark, msgs []arrived) channel.Watermark {
 
 // compactConversations rewrites stored user turns to their compact form.
 func compactConversations(tx *bolt.Tx) error {
-	return tx.Bucket(bucketConversations).ForEachBucket(func(name []byte) error {
-		turns := tx.Bucket(bucketConversations).Bucket(name).Bucket(keyTurns)
-		if turns == nil {
-			return nil
-		}
-		type update struct{ k, v []byte }
-		var updates []update
-		if err := turns.ForEach(func(k, v []byte) error {
-			var t session.Turn
-			if err := json.Unmarshal(v, &t); err != nil {
-				return fmt.Errorf("turn %x: %w", k, err)
-			}
-			if t.Role != session.RoleUser {
-				return nil
-			}
+	convs := tx.Bucket(bucketConversations)
+	return convs.ForEachBucket(func(name []byte) error {
+		return rewriteUserTurns(convs.Bucket(name).Bucket(keyTurns), func(t *session.Turn) bool {
 			text, id, ok := compactTurn(t.Text)
-			if !ok {
-				return nil
+			if ok {
+				t.Text, t.MessageID = text, id
 			}
-			t.Text, t.MessageID = text, id
-			nv, err := json.Marshal(t)
-			if err != nil {
-				return err
-			}
-			updates = append(updates, update{bytes.Clone(k), nv})
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, u := range updates {
-			if err := turns.Put(u.k, u.v); err != nil {
-				return err
-			}
-		}
-		return nil
+			return ok
+		})
 	})
 }
 
