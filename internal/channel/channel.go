@@ -64,8 +64,7 @@ func (m Message) Validate() error {
 	return nil
 }
 
-// MaxWatermarkIDs bounds the addressed ids a watermark remembers; the
-// oldest go first.
+// MaxWatermarkIDs bounds the marks a watermark keeps; the oldest go first.
 const MaxWatermarkIDs = 200
 
 // WatermarkKey names one watermark: what a resident session has been shown
@@ -147,7 +146,13 @@ func (w Watermark) Covers(id string, seq uint64, edited bool) bool {
 // the session was given outside this timeline's prefix (a mention, a
 // replayed mention, a thread's root), which holds in every timeline.
 func (w Watermark) Marked(id string, seq uint64, edited bool) bool {
-	for _, m := range w.Marks {
+	return MarksCover(w.Marks, id, seq, edited)
+}
+
+// MarksCover reports whether one of marks covers the version of message id
+// that arrived as seq (edited: that version is an edit).
+func MarksCover(marks []Mark, id string, seq uint64, edited bool) bool {
+	for _, m := range marks {
 		if m.ID == id && (m.Seq == 0 && !edited || m.Seq != 0 && seq <= m.Seq) {
 			return true
 		}
@@ -167,11 +172,11 @@ func (s Seen) Empty() bool { return s.Seq == 0 && len(s.Marks) == 0 }
 
 // Advance returns w moved past s for native session native. A watermark of
 // another native session is replaced, never merged: that process saw nothing
-// of the old one. Marks the new Seq covers are dropped; at most max are kept
+// of the old one. Marks the new Seq covers are dropped; at most limit are kept
 // (MaxWatermarkIDs when max <= 0), the oldest dropped first.
-func (w Watermark) Advance(native string, s Seen, max int) Watermark {
-	if max <= 0 {
-		max = MaxWatermarkIDs
+func (w Watermark) Advance(native string, s Seen, limit int) Watermark {
+	if limit <= 0 {
+		limit = MaxWatermarkIDs
 	}
 	out := Watermark{Native: native}
 	var marks []Mark
@@ -179,24 +184,17 @@ func (w Watermark) Advance(native string, s Seen, max int) Watermark {
 		out.Seq = own.Seq
 		marks = append(marks, own.Marks...)
 	}
-	out.Seq = max64(out.Seq, s.Seq)
+	out.Seq = max(out.Seq, s.Seq)
 	marks = append(marks, s.Marks...)
 	for _, m := range marks {
 		if (m.Seq == 0 || m.Seq > out.Seq) && !slices.Contains(out.Marks, m) {
 			out.Marks = append(out.Marks, m)
 		}
 	}
-	if len(out.Marks) > max {
-		out.Marks = append([]Mark(nil), out.Marks[len(out.Marks)-max:]...)
+	if len(out.Marks) > limit {
+		out.Marks = append([]Mark(nil), out.Marks[len(out.Marks)-limit:]...)
 	}
 	return out
-}
-
-func max64(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // Self names the answering agent, to recognise its own channel posts.

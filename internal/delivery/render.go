@@ -54,10 +54,10 @@ type SelectOptions struct {
 	Main *channel.Watermark
 	// Root is the thread's root id ("" for the main timeline).
 	Root string
-	// Known are ids the prompt carries another way, in any version: the
-	// mention itself. Replayed are the mention versions a cold replay
-	// carries (Seq 0: any unedited one); a later edit of one is news.
-	Known    []string
+	// Mention is the message the payload carries, in any version.
+	// Replayed are the mention versions a cold replay carries (Seq 0: any
+	// unedited one); a later edit of one is news.
+	Mention  string
 	Replayed []channel.Mark
 	Self     channel.Self
 	OmitOwn  bool // leave the agent's own posts out
@@ -99,7 +99,7 @@ func Select(cands []channel.Candidate, o SelectOptions) Selection {
 		switch {
 		case inThread, inMain:
 			sel.Covered++
-		case slices.Contains(o.Known, c.ID), carried(o.Replayed, c):
+		case o.Mention != "" && c.ID == o.Mention, channel.MarksCover(o.Replayed, c.ID, c.Seq, c.Edited):
 			sel.Known++
 		case o.OmitOwn && o.Self.Wrote(c.Author, c.Binding, c.Agent):
 			sel.Own++
@@ -119,12 +119,6 @@ func Select(cands []channel.Candidate, o SelectOptions) Selection {
 	}
 	sel.Show = keep
 	return sel
-}
-
-// carried reports whether one of marks is c's version.
-func carried(marks []channel.Mark, c channel.Candidate) bool {
-	w := channel.Watermark{Marks: marks}
-	return w.Marked(c.ID, c.Seq, c.Edited)
 }
 
 // Report says what one block showed and why the rest was left out.

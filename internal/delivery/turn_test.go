@@ -132,7 +132,7 @@ func TestStoredTurnIsCompact(t *testing.T) {
 func BenchmarkUserTurn(b *testing.B) {
 	p := specPayload()
 	rows := benchRows(30)
-	block, _ := through(rows, SelectOptions{Known: []string{"m029"}}, DefaultRenderOptions())
+	block, _ := through(rows, SelectOptions{Mention: "m029"}, DefaultRenderOptions())
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = UserTurn(p, DefaultBrief, block)

@@ -128,7 +128,7 @@ func Compose(in Input) (Output, error) {
 	}
 
 	wm := in.own(in.Watermark)
-	opt := delivery.SelectOptions{Watermark: wm, Main: in.own(in.Main), Known: known[:1], Replayed: replayed, Self: in.Self, OmitOwn: in.OmitOwn, Limit: in.Render.Limit}
+	opt := delivery.SelectOptions{Watermark: wm, Main: in.own(in.Main), Mention: in.Mention.MessageID, Replayed: replayed, Self: in.Self, OmitOwn: in.OmitOwn, Limit: in.Render.Limit}
 	if in.Mention.ThreadRootID != nil {
 		opt.Root = *in.Mention.ThreadRootID
 	}
@@ -148,14 +148,14 @@ func Compose(in Input) (Output, error) {
 	// was pushed) has seen no block yet: the first one is a snapshot.
 	block, rep := delivery.Build(view, sel, wm != nil && wm.Seq > 0, in.Render)
 	out.Context = rep
-	if in.KeepsSession {
-		out.Stage = stage(wm, view.Seq, view.Known)
-		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, replayed, view.Known)
+	var mention channel.Known
+	if i := slices.IndexFunc(view.Known, func(k channel.Known) bool { return k.ID == in.Mention.MessageID }); i >= 0 {
+		mention = view.Known[i]
 	}
-	for _, k := range view.Known {
-		if k.ID == in.Mention.MessageID {
-			out.MentionSeq = k.Seq
-		}
+	out.MentionSeq = mention.Seq
+	if in.KeepsSession {
+		out.Stage = stage(wm, view.Seq, mention)
+		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, replayed, view.Known)
 	}
 
 	brief := in.Brief
@@ -204,16 +204,15 @@ func Compose(in Input) (Output, error) {
 	return out, nil
 }
 
-// stage is what a successful turn commits: the arrival number the block was
-// read at, and the ids the prompt carried that the channel did not hold yet
-// (a mention pushed after its turn is then not news). It is empty when the
-// watermark would not move, so such a turn writes nothing.
-func stage(wm *channel.Watermark, seq uint64, known []channel.Known) channel.Seen {
+// stage is what a successful turn commits to its timeline: the arrival
+// number the block was read at, and the mention when the channel did not
+// hold it yet (pushed after its turn, it is then not news; replayed
+// mentions are placed by marks). It is empty when the watermark would not
+// move, so such a turn writes nothing.
+func stage(wm *channel.Watermark, seq uint64, mention channel.Known) channel.Seen {
 	s := channel.Seen{Seq: seq}
-	for _, k := range known {
-		if m := (channel.Mark{ID: k.ID}); k.ID != "" && k.Seq == 0 && (wm == nil || !slices.Contains(wm.Marks, m)) {
-			s.Marks = append(s.Marks, m)
-		}
+	if m := (channel.Mark{ID: mention.ID}); mention.ID != "" && mention.Seq == 0 && (wm == nil || !slices.Contains(wm.Marks, m)) {
+		s.Marks = append(s.Marks, m)
 	}
 	if wm != nil && seq <= wm.Seq && len(s.Marks) == 0 {
 		return channel.Seen{}

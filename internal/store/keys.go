@@ -28,19 +28,26 @@ var errBadKey = errors.New("malformed composite key")
 
 // splitKey decodes want parts from a joinKey encoding; the parts are copies.
 func splitKey(b []byte, want int) ([]string, error) {
+	out, rest, err := cutKey(b, want)
+	if err == nil && len(rest) != 0 {
+		err = errBadKey
+	}
+	return out, err
+}
+
+// cutKey decodes want leading joinKey parts of b and returns the bytes
+// after them.
+func cutKey(b []byte, want int) ([]string, []byte, error) {
 	out := make([]string, 0, want)
 	for range want {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || uint64(len(b)-n) < l {
-			return nil, errBadKey
+			return nil, nil, errBadKey
 		}
 		out = append(out, string(b[n:n+int(l)]))
 		b = b[n+int(l):]
 	}
-	if len(b) != 0 {
-		return nil, errBadKey
-	}
-	return out, nil
+	return out, b, nil
 }
 
 func u64(v uint64) []byte {

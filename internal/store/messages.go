@@ -147,17 +147,8 @@ func parseArrival(seq uint64, v []byte) (channel.Candidate, []byte, error) {
 		return channel.Candidate{}, nil, errBadKey
 	}
 	c := channel.Candidate{Seq: seq, Edited: v[0]&1 != 0, Agent: v[0]&2 != 0}
-	rest := v[1:]
-	var parts [2]string
-	for i := range parts {
-		l, n := binary.Uvarint(rest)
-		if n <= 0 || uint64(len(rest)-n) < l {
-			return c, nil, errBadKey
-		}
-		parts[i] = string(rest[n : n+int(l)])
-		rest = rest[n+int(l):]
-	}
-	if len(rest) < 8 {
+	parts, rest, err := cutKey(v[1:], 2)
+	if err != nil || len(rest) < 8 {
 		return c, nil, errBadKey
 	}
 	c.Author, c.Binding = parts[0], parts[1]
