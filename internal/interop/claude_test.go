@@ -18,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // claudeFraming is the system framing of the claude bindings.
@@ -70,7 +71,8 @@ func claudeBinding(t testing.TB, home string, env map[string]string) config.Bind
 func TestClaudeWithoutCredentials(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, "nobody should ask for this")
-	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL()}))
+	home := t.TempDir()
+	h := newHarness(t, claudeBinding(t, home, map[string]string{"ANTHROPIC_BASE_URL": api.URL()}))
 	ctx := testCtx(t)
 	h.post(apitype.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"},
 		apitype.Message{ID: "a2", Channel: "ch", Author: "aiko", Body: "it fails on the webhook retry"})
@@ -92,7 +94,15 @@ func TestClaudeWithoutCredentials(t *testing.T) {
 		t.Fatalf("saved native id %q (err %v), want %q", n, err, r.start.Native)
 	}
 
-	// A new process loads the session that only ever saw a failed turn.
+	// A new process loads the session that only ever saw a failed turn. The
+	// CLI writes its transcript after it has answered (0.1–15 ms later here,
+	// more under load); a daemon stopped before that finds nothing to load and
+	// starts cold, so the test waits for the agent's own record first.
+	transcript := filepath.Join(home, ".claude", "projects", "*", r.start.Native+".jsonl")
+	testkit.WaitFor(t, 30*time.Second, func() bool {
+		m, _ := filepath.Glob(transcript)
+		return len(m) > 0
+	}, testkit.Waiting("claude-agent-acp to write its transcript %s", transcript))
 	h.restart()
 	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude still there?")
 	t.Logf("claude-agent-acp restore (spawn, initialize, session/load) through residentd: %v", r2.ready)
