@@ -152,6 +152,7 @@ func New(o Options) (*Daemon, error) {
 		},
 	}, (*spawner)(d))
 	d.m.SetGauges(d)
+	d.m.SetStore(d.st)
 	return d, nil
 }
 

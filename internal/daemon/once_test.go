@@ -293,7 +293,21 @@ func TestColdReplayIsLean(t *testing.T) {
 // staged in one write transaction, whatever the block showed.
 func TestTurnIsOneCommit(t *testing.T) {
 	h := newHarness(t)
-	reply(t, h.mention("ch", "b-builtin", "q1", "@agent first")) // cold: agent record, native id, the turn
+	// Cold: the agent record (durable before the prompt, for the leftover
+	// sweep), then the turn with the new native id in its one commit.
+	h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: "before the first mention"},
+		channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent first"})
+	before := h.st.Commits()
+	first := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q1", Text: "@agent first"})
+	if reply(t, first); first.done.Shape != "cold" || first.done.Context.Lines != 1 {
+		t.Fatalf("first turn: %+v", first.done)
+	}
+	if n := h.st.Commits() - before; n != 2 {
+		t.Fatalf("cold turn: %d commits, want 2", n)
+	}
+	if native, _ := h.st.NativeID(session.Key{Channel: "ch", Binding: "b-builtin"}); native == "" {
+		t.Fatal("the cold turn did not save its native session id")
+	}
 	root := "r1"
 	for _, step := range []struct {
 		name string
@@ -316,13 +330,25 @@ func TestTurnIsOneCommit(t *testing.T) {
 			t.Fatalf("%s: %d commits (shape %s), want 1", step.name, n, r.done.Shape)
 		}
 	}
-	// A failed turn writes nothing.
-	before := h.st.Commits()
+	// A failed warm turn writes nothing.
+	before = h.st.Commits()
 	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "qf", Text: "@agent [[fault:fail-turn]]"}); r.err == nil {
 		t.Fatal("the fault turn succeeded")
 	}
 	if n := h.st.Commits() - before; n != 0 {
 		t.Fatalf("a failed turn made %d commits", n)
+	}
+	// A failed cold turn keeps its agent record and its native id, so the
+	// session it opened can still be restored: two commits.
+	before = h.st.Commits()
+	if r := h.turn(apitype.TurnRequest{Channel: "ch2", Binding: "b-builtin", MessageID: "qf2", Text: "@agent [[fault:fail-turn]]"}); r.err == nil || r.start.Shape != "cold" {
+		t.Fatalf("the cold fault turn: shape %q err %v", r.start.Shape, r.err)
+	}
+	if n := h.st.Commits() - before; n != 2 {
+		t.Fatalf("a failed cold turn made %d commits, want 2", n)
+	}
+	if native, _ := h.st.NativeID(session.Key{Channel: "ch2", Binding: "b-builtin"}); native == "" {
+		t.Fatal("a failed cold turn lost its native session id")
 	}
 }
 

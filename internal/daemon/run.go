@@ -207,6 +207,9 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	}
 	d.m.ObserveQueueWait(co.Waited)
 	done, err := d.answer(ctx, r, b, req, co, start, log)
+	if err != nil {
+		d.saveNative(co.Key, co.Session, log)
+	}
 	// Every exit path that did not commit discards: a failed run may never
 	// have shown the agent anything. Discard after Commit is a no-op.
 	for n := co.Lease.Discard(); n > 0; n-- {
@@ -275,10 +278,14 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	d.spawnOK(b.ID)
 	wm := apitype.WatermarkNone
 	// The exchange and the watermarks go in one transaction.
-	n, cerr := l.Commit(turnCommit{st: d.st, key: key, turns: []session.Turn{
+	save := co.Session.takeUnsaved()
+	n, cerr := l.Commit(turnCommit{st: d.st, key: key, save: save, turns: []session.Turn{
 		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
 	}})
+	if cerr != nil && save {
+		co.Session.keepUnsaved()
+	}
 	for i := 0; i < n; i++ {
 		d.m.Watermark(true)
 	}
@@ -294,15 +301,29 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage}, nil
 }
 
-// turnCommit stores a successful turn's exchange with its watermarks.
+// turnCommit stores a successful turn's exchange with its watermarks and,
+// on a new session's first turn, its native id.
 type turnCommit struct {
 	st    *store.Store
 	key   session.Key
+	save  bool
 	turns []session.Turn
 }
 
 func (c turnCommit) CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error {
-	return c.st.FinishTurn(c.key, c.turns, native, staged)
+	return c.st.FinishTurn(c.key, store.Finish{Turns: c.turns, Native: native, SaveNative: c.save, Staged: staged})
+}
+
+// saveNative saves a new session's id after a turn that stored nothing, so
+// a later process can still restore the session the agent keeps.
+func (d *Daemon) saveNative(k session.Key, s *resident, log *zap.Logger) {
+	if !s.takeUnsaved() {
+		return
+	}
+	if err := d.st.SetNativeID(k, s.native); err != nil {
+		s.keepUnsaved()
+		log.Error("save native session id failed", zap.String("native", s.native), zap.Error(err))
+	}
 }
 
 // asker routes a native session's permission requests to its running run.

@@ -28,8 +28,26 @@ type resident struct {
 	a      *acp.Agent
 	native string
 
-	mu     sync.Mutex // guards briefN
-	briefN int        // warm turns since the brief last went out in full (brief in framing)
+	mu      sync.Mutex // guards briefN and unsaved
+	briefN  int        // warm turns since the brief last went out in full (brief in framing)
+	unsaved bool       // native is new and not yet the key's saved session id
+}
+
+// takeUnsaved reports whether the native id still has to be saved, and
+// hands that job to the caller.
+func (s *resident) takeUnsaved() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.unsaved
+	s.unsaved = false
+	return u
+}
+
+// keepUnsaved gives the job back after the caller failed to save.
+func (s *resident) keepUnsaved() {
+	s.mu.Lock()
+	s.unsaved = true
+	s.mu.Unlock()
 }
 
 func (s *resident) briefCount() int {
@@ -141,13 +159,11 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 		return nil, lease.Cold, err
 	}
 	d.m.ObserveSessionReady("new", d.now().Sub(t1))
-	if b.KeepsSession() {
-		if err := d.st.SetNativeID(k, native); err != nil {
-			log.Error("save native session id failed", zap.Error(err))
-		}
-	}
 	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
-	return &resident{a: a, native: native}, lease.Cold, nil
+	// The id is saved with the first turn's exchange, in its one commit
+	// (saveNative when the turn fails), so a cold turn costs two commits:
+	// the agent record above and the turn.
+	return &resident{a: a, native: native, unsaved: b.KeepsSession()}, lease.Cold, nil
 }
 
 // recordAgent notes a spawned agent in the store so that a daemon restarted

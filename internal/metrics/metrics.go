@@ -53,6 +53,13 @@ type Gauges interface {
 	Queued() int
 }
 
+// StoreStats is what the store reports about its writes, read at scrape
+// time like Gauges.
+type StoreStats interface {
+	Commits() int64 // write transactions committed
+	Writes() int64  // writes they carried
+}
+
 // Metrics holds every residentd series on a registry of its own (never the
 // global default, so tests and embedders get no cross-talk).
 type Metrics struct {
@@ -83,6 +90,13 @@ type Metrics struct {
 
 // SetGauges makes scrapes read the live, busy and queued counts from g.
 func (m *Metrics) SetGauges(g Gauges) { m.gauges.set(g) }
+
+// SetStore makes scrapes read the store's commit and write counts from s.
+func (m *Metrics) SetStore(s StoreStats) {
+	m.gauges.mu.Lock()
+	m.gauges.st = s
+	m.gauges.mu.Unlock()
+}
 
 // Buckets sized for agent turns, which run from sub-second to many minutes.
 var (
@@ -335,12 +349,15 @@ func add64(c prometheus.Counter, n int64) {
 	}
 }
 
-// gaugeCollector reads the pool's live numbers at scrape time.
+// gaugeCollector reads the pool's live numbers and the store's counts at
+// scrape time.
 type gaugeCollector struct {
 	live, busy, queued *prometheus.Desc
+	commits, writes    *prometheus.Desc
 
-	mu sync.Mutex // guards g
+	mu sync.Mutex // guards g and st
 	g  Gauges
+	st StoreStats
 }
 
 func (c *gaugeCollector) set(g Gauges) {
@@ -355,6 +372,10 @@ func newGaugeCollector(g Gauges) *gaugeCollector {
 		live:   prometheus.NewDesc("residentd_agents_live", "Agent processes currently alive in the pool.", nil, nil),
 		busy:   prometheus.NewDesc("residentd_agents_busy", "Agent processes currently running a turn.", nil, nil),
 		queued: prometheus.NewDesc("residentd_turns_queued", "Turns waiting in the pool queue for a process.", nil, nil),
+		commits: prometheus.NewDesc("residentd_store_commits_total",
+			"bbolt write transactions committed (two fsyncs each): one per warm turn, at most two per cold turn, fewer than turns when concurrent turns share a group commit.", nil, nil),
+		writes: prometheus.NewDesc("residentd_store_writes_total",
+			"Writes the committed transactions carried; writes over commits is how many callers shared each fsync pair.", nil, nil),
 	}
 }
 
@@ -362,17 +383,25 @@ func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.live
 	ch <- c.busy
 	ch <- c.queued
+	ch <- c.commits
+	ch <- c.writes
 }
 
 func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	var live, busy, queued int
+	var commits, writes int64
 	c.mu.Lock()
-	g := c.g
+	g, st := c.g, c.st
 	c.mu.Unlock()
 	if g != nil {
 		live, busy, queued = g.Live(), g.Busy(), g.Queued()
 	}
+	if st != nil {
+		commits, writes = st.Commits(), st.Writes()
+	}
 	ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(live))
 	ch <- prometheus.MustNewConstMetric(c.busy, prometheus.GaugeValue, float64(busy))
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued))
+	ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(commits))
+	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(writes))
 }

@@ -51,6 +51,8 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_agents_live":                   1,
 		"residentd_agents_busy":                   1,
 		"residentd_turns_queued":                  1,
+		"residentd_store_commits_total":           1,
+		"residentd_store_writes_total":            1,
 		"residentd_agent_spawn_seconds":           1,
 		"residentd_session_ready_seconds":         len(ReadyMethods),
 		"residentd_agent_exits_total":             len(ExitKinds),

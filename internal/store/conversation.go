@@ -43,38 +43,55 @@ func (s *Store) Conversation(k session.Key) ([]session.Turn, error) {
 // AppendTurns adds turns to the key's conversation in one transaction and
 // drops the oldest beyond Options.MaxTurns.
 func (s *Store) AppendTurns(k session.Key, turns ...session.Turn) error {
-	return s.FinishTurn(k, turns, "", nil)
+	return s.FinishTurn(k, Finish{Turns: turns})
+}
+
+// Finish is what a successful turn leaves behind.
+type Finish struct {
+	Turns      []session.Turn                        // the exchange, appended to the key's conversation
+	Native     string                                // the native session the turn ran on
+	SaveNative bool                                  // Native is new: save it as the key's native id too
+	Staged     map[channel.WatermarkKey]channel.Seen // watermarks to move for Native
 }
 
 // FinishTurn stores what a successful turn leaves behind in one
-// transaction (one fsync pair): its exchange appended to the key's
-// conversation (the oldest beyond Options.MaxTurns dropped), and the
-// watermarks it staged moved for native session native.
-func (s *Store) FinishTurn(k session.Key, turns []session.Turn, native string, staged map[channel.WatermarkKey]channel.Seen) error {
+// transaction (one fsync pair, shared with concurrent turns): its exchange
+// appended to the key's conversation (the oldest beyond Options.MaxTurns
+// dropped), the key's native session id when it is new, and the watermarks
+// it staged moved for that native session.
+func (s *Store) FinishTurn(k session.Key, f Finish) error {
 	if err := k.Check(); err != nil {
 		return fmt.Errorf("store: finish turn: %w", err)
 	}
-	for i, t := range turns {
+	for i, t := range f.Turns {
 		if !t.Role.Stored() {
 			return fmt.Errorf("store: append turns to %q: turn %d: role must be %q or %q, got %q", k, i, session.RoleUser, session.RoleAssistant, t.Role)
 		}
 	}
-	for wk := range staged {
+	for wk := range f.Staged {
 		if err := wk.Key.Check(); err != nil {
 			return fmt.Errorf("store: commit watermark %q: %w", wk, err)
 		}
 	}
-	if len(turns) == 0 && len(staged) == 0 {
+	if f.SaveNative && f.Native == "" {
+		return fmt.Errorf("store: finish turn of %q: no native session id to save", k)
+	}
+	if len(f.Turns) == 0 && len(f.Staged) == 0 && !f.SaveNative {
 		return nil
 	}
 	err := s.update(func(tx *bolt.Tx) error {
-		if len(turns) > 0 {
-			if err := s.appendTurns(tx, k, turns); err != nil {
+		if len(f.Turns) > 0 {
+			if err := s.appendTurns(tx, k, f.Turns); err != nil {
 				return fmt.Errorf("append turns to %q: %w", k, err)
 			}
 		}
-		for wk, seen := range staged {
-			if _, err := s.commitWatermark(tx, wk, native, seen); err != nil {
+		if f.SaveNative {
+			if err := setNativeID(tx, k, f.Native); err != nil {
+				return fmt.Errorf("save native session id of %q: %w", k, err)
+			}
+		}
+		for wk, seen := range f.Staged {
+			if _, err := s.commitWatermark(tx, wk, f.Native, seen); err != nil {
 				return fmt.Errorf("commit watermark %q: %w", wk, err)
 			}
 		}
@@ -143,31 +160,33 @@ func (s *Store) SetNativeID(k session.Key, native string) error {
 	if err := k.Check(); err != nil {
 		return fmt.Errorf("store: set native id: %w", err)
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		convs := tx.Bucket(bucketConversations)
-		name := joinKey(k.Channel, k.Binding)
-		if native == "" {
-			kb := convs.Bucket(name)
-			if kb == nil {
-				return nil
-			}
-			if kb.Bucket(keyTurns) == nil {
-				// Nothing else is kept for the key: drop it so Keys stops
-				// listing it.
-				return convs.DeleteBucket(name)
-			}
-			return kb.Delete(keyNative)
-		}
-		kb, err := convs.CreateBucketIfNotExists(name)
-		if err != nil {
-			return err
-		}
-		return kb.Put(keyNative, []byte(native))
-	})
+	err := s.update(func(tx *bolt.Tx) error { return setNativeID(tx, k, native) })
 	if err != nil {
 		return fmt.Errorf("store: set native id of %q: %w", k, err)
 	}
 	return nil
+}
+
+func setNativeID(tx *bolt.Tx, k session.Key, native string) error {
+	convs := tx.Bucket(bucketConversations)
+	name := joinKey(k.Channel, k.Binding)
+	if native == "" {
+		kb := convs.Bucket(name)
+		if kb == nil {
+			return nil
+		}
+		if kb.Bucket(keyTurns) == nil {
+			// Nothing else is kept for the key: drop it so Keys stops
+			// listing it.
+			return convs.DeleteBucket(name)
+		}
+		return kb.Delete(keyNative)
+	}
+	kb, err := convs.CreateBucketIfNotExists(name)
+	if err != nil {
+		return err
+	}
+	return kb.Put(keyNative, []byte(native))
 }
 
 // Forget starts the key fresh: its conversation, native id and every

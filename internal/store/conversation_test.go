@@ -176,7 +176,7 @@ func TestFinishTurnIsOneTransaction(t *testing.T) {
 	wk := channel.WatermarkKey{Key: k}
 	thread := channel.WatermarkKey{Key: k, Thread: "r1"}
 	before := s.Commits()
-	if err := s.FinishTurn(k, turns, "n1", map[channel.WatermarkKey]channel.Seen{wk: {Seq: 3}, thread: {Marks: channel.Unedited("q")}}); err != nil {
+	if err := s.FinishTurn(k, Finish{Turns: turns, Native: "n1", SaveNative: true, Staged: map[channel.WatermarkKey]channel.Seen{wk: {Seq: 3}, thread: {Marks: channel.Unedited("q")}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.Commits() - before; n != 1 {
@@ -185,15 +185,19 @@ func TestFinishTurnIsOneTransaction(t *testing.T) {
 	conv, _ := s.Conversation(k)
 	w, _, _ := s.Watermark(wk)
 	tw, _, _ := s.Watermark(thread)
-	if len(conv) != 2 || w.Seq != 3 || w.Native != "n1" || len(tw.Marks) != 1 {
-		t.Fatalf("after FinishTurn: %d turns, %+v, %+v", len(conv), w, tw)
+	native, _ := s.NativeID(k)
+	if len(conv) != 2 || w.Seq != 3 || w.Native != "n1" || len(tw.Marks) != 1 || native != "n1" {
+		t.Fatalf("after FinishTurn: %d turns, native %q, %+v, %+v", len(conv), native, w, tw)
 	}
 	// A bad staged key refuses the whole turn.
 	bad := map[channel.WatermarkKey]channel.Seen{{Key: session.Key{Channel: "ch"}}: {Seq: 9}}
-	if err := s.FinishTurn(k, turns, "n1", bad); err == nil {
+	if err := s.FinishTurn(k, Finish{Turns: turns, Native: "n2", SaveNative: true, Staged: bad}); err == nil {
 		t.Fatal("a watermark without a binding was accepted")
 	}
 	if conv, _ := s.Conversation(k); len(conv) != 2 {
 		t.Fatalf("a refused turn appended: %d turns", len(conv))
+	}
+	if native, _ := s.NativeID(k); native != "n1" {
+		t.Fatalf("a refused turn saved native %q", native)
 	}
 }

@@ -152,22 +152,105 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	gmu     sync.Mutex // guards leading and pending
+	leading bool       // a caller is running write transactions for the group
+	pending []*write   // writes waiting for the next transaction
+
 	commits atomic.Int64 // write transactions committed
+	writes  atomic.Int64 // writes committed (several can share a transaction)
 }
 
-// update runs fn in a write transaction and counts it once committed: each
-// one costs the file two fsyncs.
+// write is one caller's part of a group transaction.
+type write struct {
+	fn   func(*bolt.Tx) error
+	err  error
+	done chan struct{} // closed once err is final
+	lead chan struct{} // closed when this caller is to run the next transaction
+}
+
+// update runs fn in a write transaction and returns once it is durable.
+// Writes that arrive while a transaction is committing share the next one:
+// bbolt holds its writer lock through both fsyncs, so callers on different
+// keys would otherwise queue for one fsync pair each. A lone write starts at
+// once (there is no batching delay); the caller whose write opened a
+// transaction runs it and hands the next one to the first write that
+// arrived meanwhile, so no goroutine outlives its caller. fn may run more
+// than once (a group is retried without a write whose fn failed), so it
+// sets, never accumulates, what it reports to its caller.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
-	err := s.db.Update(fn)
-	if err == nil {
-		s.commits.Add(1)
+	w := &write{fn: fn, done: make(chan struct{}), lead: make(chan struct{})}
+	s.gmu.Lock()
+	s.pending = append(s.pending, w)
+	if s.leading {
+		s.gmu.Unlock()
+		select {
+		case <-w.done:
+			return w.err
+		case <-w.lead:
+		}
+		s.gmu.Lock()
 	}
-	return err
+	s.leading = true
+	group := s.pending
+	s.pending = nil
+	s.gmu.Unlock()
+
+	s.commitGroup(group)
+
+	s.gmu.Lock()
+	if len(s.pending) > 0 {
+		close(s.pending[0].lead)
+	} else {
+		s.leading = false
+	}
+	s.gmu.Unlock()
+	<-w.done
+	return w.err
+}
+
+// commitGroup runs the writes in one transaction. A write whose fn fails
+// gets its error and the others run again without it, so one bad write
+// never fails (or commits half of) its neighbours.
+func (s *Store) commitGroup(group []*write) {
+	for len(group) > 0 {
+		failed := -1
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, w := range group {
+				if err := w.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 && len(group) > 1 {
+			group[failed].finish(err)
+			group = append(group[:failed:failed], group[failed+1:]...)
+			continue
+		}
+		if err == nil {
+			s.commits.Add(1)
+			s.writes.Add(int64(len(group)))
+		}
+		for _, w := range group {
+			w.finish(err)
+		}
+		return
+	}
+}
+
+func (w *write) finish(err error) {
+	w.err = err
+	close(w.done)
 }
 
 // Commits reports how many write transactions the store has committed
-// since it was opened.
+// since it was opened; each one costs the file two fsyncs.
 func (s *Store) Commits() int64 { return s.commits.Load() }
+
+// Writes reports how many writes those transactions carried: Writes over
+// Commits is how many callers shared an fsync pair.
+func (s *Store) Writes() int64 { return s.writes.Load() }
 
 // Open opens (creating if needed) the database at path and migrates it to
 // SchemaVersion. The parent directory is created 0700 and the file 0600.

@@ -91,7 +91,7 @@ func (s *Store) CommitWatermarks(native string, staged map[channel.WatermarkKey]
 		k = wk.Key
 		break
 	}
-	return s.FinishTurn(k, nil, native, staged)
+	return s.FinishTurn(k, Finish{Native: native, Staged: staged})
 }
 
 // DeleteWatermark drops one watermark; a missing one is not an error.
