@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/residentd/residentd/apitype"
@@ -231,7 +232,7 @@ func (c *Client) Turn(ctx context.Context, req apitype.TurnRequest, on func(apit
 		return apitype.Event{}, err
 	}
 	defer closeBody(resp)
-	return readStream(resp.Body, on)
+	return c.readStream(ctx, resp.Body, on)
 }
 
 // Submit starts a run for a mention without following it and returns the
@@ -253,7 +254,7 @@ func (c *Client) Follow(ctx context.Context, runID string, after int64, on func(
 		return apitype.Event{}, err
 	}
 	defer closeBody(resp)
-	return readStream(resp.Body, on)
+	return c.readStream(ctx, resp.Body, on)
 }
 
 // Run returns one run: its state and, once it ended, its result.
@@ -283,10 +284,16 @@ func (c *Client) Version(ctx context.Context) (apitype.Version, error) {
 	return out, err
 }
 
-// readStream reads NDJSON events up to the done or error line.
-func readStream(r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
+// readStream reads NDJSON events up to the done or error line. The stream's
+// done event leaves out the reply text its chunks already carried; the
+// returned one has it, joined from the chunks when the stream held every
+// event from the first, else read from the run's result.
+func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var text strings.Builder
+	var seq int64 // the last seq read; whole while every one followed the one before
+	whole := true
 	for sc.Scan() {
 		var ev apitype.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
@@ -294,6 +301,26 @@ func readStream(r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 		}
 		if ev.Event == apitype.EventKeepalive {
 			continue
+		}
+		if ev.Seq != seq+1 {
+			whole = false
+		}
+		seq = ev.Seq
+		if ev.Update != nil && ev.Update.Kind == apitype.UpdateMessage {
+			text.WriteString(ev.Update.Text)
+		}
+		if ev.Event == apitype.EventDone && ev.Text == "" {
+			if whole {
+				ev.Text = text.String()
+			} else {
+				run, err := c.Run(ctx, ev.RunID)
+				if err != nil {
+					return ev, fmt.Errorf("client: read the reply of run %q: %w", ev.RunID, err)
+				}
+				if run.Result != nil {
+					ev.Text = run.Result.Text
+				}
+			}
 		}
 		if on != nil {
 			on(ev)

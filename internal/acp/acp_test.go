@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/permission"
@@ -617,5 +620,32 @@ func TestAgentEnvironment(t *testing.T) {
 		if strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, "LISTEN_FDS=") {
 			t.Errorf("agent inherited the daemon's %s", kv)
 		}
+	}
+}
+
+// toUpdate sends a text chunk as its text alone; every other update keeps
+// the agent's own form in raw.
+func TestUpdateRawOnlyWhereTypedFieldsFallShort(t *testing.T) {
+	mode := sdk.SessionUpdate{CurrentModeUpdate: &sdk.SessionCurrentModeUpdate{CurrentModeId: "plan", SessionUpdate: "current_mode_update"}}
+	for _, tc := range []struct {
+		name     string
+		su       sdk.SessionUpdate
+		kind     string
+		text     string
+		raw      bool
+		rawHolds string
+	}{
+		{"text chunk", sdk.UpdateAgentMessageText("hello"), apitype.UpdateMessage, "hello", false, ""},
+		{"thought", sdk.UpdateAgentThoughtText("hmm"), apitype.UpdateThought, "hmm", false, ""},
+		{"image chunk", sdk.UpdateAgentMessage(sdk.ImageBlock("aGk=", "image/png")), apitype.UpdateMessage, "", true, "image/png"},
+		{"tool call", sdk.StartToolCall("tc-1", "Run go test"), apitype.UpdateToolCall, "Run go test", true, "tc-1"},
+		{"unknown kind", mode, apitype.UpdateOther, "", true, "current_mode_update"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := toUpdate(tc.su).Update
+			if u.Kind != tc.kind || u.Text != tc.text || (len(u.Raw) > 0) != tc.raw || !strings.Contains(string(u.Raw), tc.rawHolds) {
+				t.Fatalf("toUpdate: kind %q text %q raw %s; want kind %q text %q raw %v holding %q", u.Kind, u.Text, u.Raw, tc.kind, tc.text, tc.raw, tc.rawHolds)
+			}
+		})
 	}
 }

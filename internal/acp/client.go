@@ -54,15 +54,20 @@ func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) e
 	return nil
 }
 
-// toUpdate types an SDK session update as the local API reports it.
+// toUpdate types an SDK session update as the local API reports it. Raw
+// (the update encoded again) goes with every update but a text chunk: a
+// text chunk is its text, and it is the hot path of a reply, which would
+// otherwise be encoded and sent twice.
 func toUpdate(su sdk.SessionUpdate) Update {
-	raw, _ := json.Marshal(su)
-	u := apitype.Update{Kind: apitype.UpdateOther, Raw: raw}
+	u := apitype.Update{Kind: apitype.UpdateOther}
+	typed := false
 	switch {
 	case su.AgentMessageChunk != nil:
 		u.Kind, u.Text = apitype.UpdateMessage, blockText(su.AgentMessageChunk.Content)
+		typed = su.AgentMessageChunk.Content.Text != nil && su.AgentMessageChunk.Meta == nil
 	case su.AgentThoughtChunk != nil:
 		u.Kind, u.Text = apitype.UpdateThought, blockText(su.AgentThoughtChunk.Content)
+		typed = su.AgentThoughtChunk.Content.Text != nil && su.AgentThoughtChunk.Meta == nil
 	case su.ToolCall != nil:
 		tc := su.ToolCall
 		u.Kind, u.Text = apitype.UpdateToolCall, tc.Title
@@ -91,6 +96,9 @@ func toUpdate(su sdk.SessionUpdate) Update {
 		u.Kind = apitype.UpdateUsage
 		u.Text = fmt.Sprintf("used=%d size=%d", su.UsageUpdate.Used, su.UsageUpdate.Size)
 		u.Context = &apitype.ContextUsage{Used: int64(su.UsageUpdate.Used), Size: int64(su.UsageUpdate.Size)}
+	}
+	if !typed {
+		u.Raw, _ = json.Marshal(su)
 	}
 	return Update{Update: u}
 }

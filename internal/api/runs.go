@@ -75,6 +75,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	s.follow(w, r, rn, after, false)
 }
 
+// startHold is how long a started event may wait for the turn's first
+// output before it is flushed on its own.
+const startHold = 5 * time.Millisecond
+
 // follow streams rn's events after seq after until the run ends or the
 // client goes away, with a keepalive line whenever the stream has been
 // quiet for the keepalive interval.
@@ -90,6 +94,11 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 	}
 	keep := time.NewTimer(s.keepalive)
 	defer keep.Stop()
+	// A started event waits briefly for the turn's first output so that
+	// both go out in one write; a turn that takes longer flushes it alone.
+	hold := time.NewTimer(startHold)
+	hold.Stop()
+	defer hold.Stop()
 	for {
 		b := rn.Read(after)
 		if b.Gone {
@@ -116,7 +125,12 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 					return // the client went away; the run goes on
 				}
 			}
-			if flusher != nil {
+			switch {
+			case flusher == nil:
+			case b.Hold && !b.Ended:
+				hold.Reset(startHold)
+			default:
+				hold.Stop()
 				flusher.Flush()
 			}
 			after = b.Last
@@ -127,6 +141,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 		}
 		select {
 		case <-b.Changed:
+		case <-hold.C:
+			if flusher != nil {
+				flusher.Flush()
+			}
 		case <-keep.C:
 			start()
 			line, _ := json.Marshal(apitype.Event{Event: apitype.EventKeepalive, RunID: rn.ID, At: time.Now()})

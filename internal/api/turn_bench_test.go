@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -128,8 +127,7 @@ func BenchmarkWarmTurnDirectACP(b *testing.B) {
 func BenchmarkRunMachinery(b *testing.B) {
 	g := run.NewRegistry(run.Limits{}, nil)
 	k := session.Key{Channel: "ch", Binding: "b-builtin"}
-	chunk := &apitype.Update{Kind: apitype.UpdateMessage, Text: "builtin turn=2 ",
-		Raw: json.RawMessage(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"builtin turn=2 "}}`)}
+	chunk := &apitype.Update{Kind: apitype.UpdateMessage, Text: "builtin turn=2 "}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

@@ -82,6 +82,7 @@ type Run struct {
 	started  time.Time
 	ended    time.Time
 	lines    []line // buffered events, seq order
+	chunked  bool   // reply chunks were logged: the done line need not repeat the text
 	bytes    int
 	last     int64         // the last seq handed out
 	changed  chan struct{} // closed and replaced on every change
@@ -93,8 +94,9 @@ type Run struct {
 }
 
 type line struct {
-	seq  int64
-	data []byte // the event's JSON and a newline
+	seq   int64
+	data  []byte // the event's JSON and a newline
+	start bool   // a started event: the turn's first output follows within moments
 }
 
 // ask is a permission request waiting for a person.
@@ -141,7 +143,14 @@ func (r *Run) Finish(ev apitype.Event, err error) {
 	if ev.Shape == "" {
 		ev.Shape = r.shape
 	}
-	logged := r.appendLocked(ev)
+	// The stream already carried the reply in its chunks; the done line
+	// leaves the text out (the result, GET /v1/runs/{run}, keeps it).
+	line := ev
+	if ev.Event == apitype.EventDone && r.chunked {
+		line.Text = ""
+	}
+	logged := r.appendLocked(line)
+	logged.Text = ev.Text
 	r.result, r.err, r.ended = &logged, err, r.now()
 	r.qReason, r.qPos = "", 0
 	for _, a := range r.pending {
@@ -168,7 +177,10 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 		buf.Reset()
 		_ = enc.Encode(ev)
 	}
-	r.lines = append(r.lines, line{seq: ev.Seq, data: buf.Bytes()})
+	if ev.Update != nil && ev.Update.Kind == apitype.UpdateMessage {
+		r.chunked = true
+	}
+	r.lines = append(r.lines, line{seq: ev.Seq, data: buf.Bytes(), start: ev.Event == apitype.EventStarted})
 	r.bytes += buf.Len()
 	// Keep the newest within both bounds, and always the newest one.
 	for len(r.lines) > 1 && (len(r.lines) > r.limits.Events || r.bytes > r.limits.Bytes) {
@@ -187,6 +199,7 @@ type Batch struct {
 	Last    int64           // the seq of the last line, or the asked one when none
 	Ended   bool            // the run has ended and Lines hold everything up to its end
 	Gone    bool            // events after the asked sequence fell out of the buffer
+	Hold    bool            // the last line is the started event: the next ones follow within moments
 	Changed <-chan struct{} // closed when there is more to read
 }
 
@@ -203,6 +216,7 @@ func (r *Run) Read(after int64) Batch {
 	for _, l := range r.lines[i:] {
 		b.Lines = append(b.Lines, l.data)
 		b.Last = l.seq
+		b.Hold = l.start
 	}
 	b.Ended = r.result != nil && b.Last == r.last
 	return b
