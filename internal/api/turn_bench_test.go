@@ -148,3 +148,27 @@ func BenchmarkRunMachinery(b *testing.B) {
 		r.Snapshot()
 	}
 }
+
+// BenchmarkWarmTurnCommit is the one store commit of a warm turn alone (its
+// exchange appended in one fsynced transaction), on a file in the same
+// place as BenchmarkWarmTurnSocket's: socket - direct ACP - this is what
+// the daemon adds beyond the agent and the disk.
+func BenchmarkWarmTurnCommit(b *testing.B) {
+	st, err := store.Open(filepath.Join(b.TempDir(), "residentd.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	k := session.Key{Channel: "ch", Binding: "b-builtin"}
+	user := delivery.UserTurn(delivery.Payload{ChannelID: "ch", MessageID: "q", Text: benchText}, "", "")
+	at := time.Now()
+	for b.Loop() {
+		err := st.FinishTurn(k, store.Finish{Native: "nat-1", Turns: []session.Turn{
+			{Role: session.RoleUser, Text: user, At: at, MessageID: "q"},
+			{Role: session.RoleAssistant, Text: "builtin turn=2 framing=no users=0 assistants=0 mention=q context=0", At: at},
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
