@@ -120,6 +120,12 @@ type Config struct {
 	Context      Context   `json:"context,omitempty"`
 	Bindings     []Binding `json:"bindings"`
 
+	// YieldAfter is how many turns in a row a key's live process may serve
+	// while turns of other keys wait for a slot; its next turn then gives
+	// the slot up to the longest waiter (eviction reason "yield") and queues
+	// behind them, so every key gets a share of the slots; default 4.
+	YieldAfter int `json:"yield_after,omitempty"`
+
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
 	AgentCancelGrace Duration `json:"agent_cancel_grace,omitempty"`
@@ -240,6 +246,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.QueueTimeout <= 0 {
 		c.QueueTimeout = Duration(2 * time.Minute)
+	}
+	if c.YieldAfter <= 0 {
+		c.YieldAfter = 4
 	}
 	if c.AgentGrace <= 0 {
 		c.AgentGrace = Duration(5 * time.Second)

@@ -26,7 +26,7 @@ func TestExampleConfigLoadsAndValidates(t *testing.T) {
 	if !ok || b.Env["ENABLE_PROMPT_CACHING_1H"] != "1" || !b.KeepsSession() || !b.RestoreOn() {
 		t.Fatalf("b-claude = %+v", b)
 	}
-	if time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context.Limit != 12 {
+	if time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context.Limit != 12 || c.YieldAfter != 4 {
 		t.Fatalf("config = %+v", c)
 	}
 }
@@ -41,7 +41,7 @@ func TestReadyClaudeBindingMatchesExample(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	c := &Config{Bindings: []Binding{Builtin("/bin/residentd", "/state")}}
 	c.SetDefaults()
-	if c.MaxLive != 4 || time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context != (Context{Limit: 12, MaxChars: 600, MaxIDs: 200}) {
+	if c.MaxLive != 4 || c.YieldAfter != 4 || time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context != (Context{Limit: 12, MaxChars: 600, MaxIDs: 200}) {
 		t.Fatalf("defaults = %+v", c)
 	}
 	b := c.Bindings[0]

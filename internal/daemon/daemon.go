@@ -142,6 +142,7 @@ func New(o Options) (*Daemon, error) {
 		IdleTimeout:  time.Duration(o.Config.IdleTimeout),
 		QueueLen:     o.Config.QueueLen,
 		QueueTimeout: time.Duration(o.Config.QueueTimeout),
+		YieldAfter:   o.Config.YieldAfter,
 		Now:          o.Now,
 		OnEvict: func(k session.Key, r pool.Reason) {
 			d.m.Evicted(string(r))

@@ -7,12 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
@@ -200,4 +203,94 @@ func rssKB(b *testing.B, pid string) int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkFairness16Keys4Slots keeps sixteen keys sending turns over the
+// default four slots for five seconds (run it with -benchtime 1x), two
+// senders per key so each key always has a turn queued behind the one it
+// runs, and reports how evenly the slots were shared: keys that got no turn,
+// the worst wait of the worst-off key, the median of the keys' worst waits
+// and their ratio. A wait is from asking for the turn to its started event;
+// a turn still waiting when the time is up counts its wait so far. Per-key
+// turns go to the log.
+func BenchmarkFairness16Keys4Slots(b *testing.B) {
+	const keys, senders, span = 16, 2, 5 * time.Second
+	d := benchDaemon(b)
+	type tally struct {
+		mu    sync.Mutex // the key's senders share it
+		turns int
+		worst time.Duration
+		err   error
+	}
+	tallies := make([]tally, keys)
+	ctx, cancel := context.WithTimeout(context.Background(), span)
+	defer cancel()
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for i := range keys * senders {
+		wg.Add(1)
+		go func(t *tally, ch string) {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				asked := time.Now()
+				var started atomic.Int64 // unix nanos of the started event
+				_, err := d.Turn(ctx, apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "q", Text: "@agent why is the refund spec flaky?"},
+					func(ev apitype.Event) {
+						if ev.Event == apitype.EventStarted {
+							started.CompareAndSwap(0, time.Now().UnixNano())
+						}
+					})
+				wait := time.Since(asked)
+				if s := started.Load(); s != 0 {
+					wait = time.Unix(0, s).Sub(asked)
+				}
+				t.mu.Lock()
+				t.worst = max(t.worst, wait)
+				failed := err != nil && ctx.Err() == nil
+				switch {
+				case err == nil:
+					t.turns++
+				case failed:
+					t.err = fmt.Errorf("turn on %s: %w", ch, err)
+				}
+				t.mu.Unlock()
+				if failed {
+					return
+				}
+			}
+		}(&tallies[i%keys], fmt.Sprintf("ch-%02d", i%keys))
+	}
+	wg.Wait()
+	b.StopTimer()
+
+	worsts := make([]time.Duration, 0, keys)
+	zero, total := 0, 0
+	for i := range tallies {
+		t := &tallies[i]
+		if t.err != nil {
+			b.Error(t.err)
+		}
+		if t.turns == 0 {
+			zero++
+		}
+		total += t.turns
+		worsts = append(worsts, t.worst)
+		b.Logf("ch-%02d: %4d turns, worst wait %v", i, t.turns, t.worst.Round(time.Millisecond))
+	}
+	slices.Sort(worsts)
+	worst, median := worsts[keys-1], (worsts[keys/2-1]+worsts[keys/2])/2
+	ratio := float64(worst) / float64(max(median, time.Microsecond))
+	yields := testutil.ToFloat64(d.m.Evictions.WithLabelValues("yield"))
+	capacity := testutil.ToFloat64(d.m.Evictions.WithLabelValues("capacity"))
+	b.Logf("%d turns in %v; %d keys without a turn; worst wait %v, median of the keys' worst %v, ratio %.1f; evictions: %v yield, %v capacity",
+		total, span, zero, worst.Round(time.Millisecond), median.Round(time.Millisecond), ratio, yields, capacity)
+	b.ReportMetric(float64(zero), "zero-turn-keys")
+	b.ReportMetric(float64(worst)/float64(time.Millisecond), "worst-wait-ms")
+	b.ReportMetric(float64(median)/float64(time.Millisecond), "median-wait-ms")
+	b.ReportMetric(ratio, "worst/median")
+	b.ReportMetric(float64(total)/span.Seconds(), "turns/s")
+	b.ReportMetric(yields, "yields")
+	if zero > 0 || ratio > 10 {
+		b.Errorf("unfair: %d keys got no turn, worst wait %v is %.1f× the median %v", zero, worst, ratio, median)
+	}
 }

@@ -1,6 +1,8 @@
 // Package pool owns the live agent processes: one per (channel, binding)
 // key, at most MaxLive at once, reaped when idle, evicted least recently used
-// when a new key needs a slot, never while a turn runs.
+// when a new key needs a slot, never while a turn runs. Slots are shared
+// fairly: while turns wait for one, a key that keeps its process busy yields
+// it after YieldAfter turns.
 package pool
 
 import (
@@ -21,13 +23,14 @@ type Reason string
 const (
 	ReasonIdle     Reason = "idle"     // idle longer than IdleTimeout
 	ReasonCapacity Reason = "capacity" // least recently used when a new key needed a slot
+	ReasonYield    Reason = "yield"    // served YieldAfter turns in a row while other keys waited for a slot
 	ReasonCrash    Reason = "crash"    // the process exited by itself
 	ReasonFresh    Reason = "fresh"    // "start fresh" for the key
 	ReasonShutdown Reason = "shutdown" // the daemon is stopping
 )
 
 // Reasons lists every eviction reason, for metrics that pre-create series.
-var Reasons = []Reason{ReasonIdle, ReasonCapacity, ReasonCrash, ReasonFresh, ReasonShutdown}
+var Reasons = []Reason{ReasonIdle, ReasonCapacity, ReasonYield, ReasonCrash, ReasonFresh, ReasonShutdown}
 
 // Errors a caller can tell apart with errors.Is.
 var (
@@ -60,7 +63,11 @@ type Config struct {
 	ReapInterval time.Duration // how often the reaper looks; default IdleTimeout/10, at most 1m
 	QueueLen     int           // turns waiting for a slot; default 64
 	QueueTimeout time.Duration // longest wait for a slot; default 2m
-	Now          func() time.Time
+	// YieldAfter is how many turns in a row a key's process may serve while
+	// other keys wait for a slot; the key's next turn then stops it (reason
+	// yield) and queues for a slot behind them. Default 4.
+	YieldAfter int
+	Now        func() time.Time
 	// OnEvict is called (outside the pool's lock) for every process that
 	// leaves the pool for a Reason, once it is stopped and before its slot is
 	// free again.
@@ -82,6 +89,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.QueueTimeout <= 0 {
 		c.QueueTimeout = 2 * time.Minute
+	}
+	if c.YieldAfter <= 0 {
+		c.YieldAfter = 4
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -143,6 +153,9 @@ type entry[S Session] struct {
 	lastUsed time.Time
 	started  time.Time
 	turns    [3]int // by shape
+	// streak counts the process's turns in a row that began while turns
+	// waited for a slot; a turn that began with none waiting resets it.
+	streak int
 }
 
 type keyWaiter struct {
@@ -245,15 +258,19 @@ type AcquireOptions struct {
 
 // Acquire waits for the key (turns on one key run one at a time, in arrival
 // order) and for a slot, then returns the key's process: warm when it was
-// alive, otherwise newly spawned (cold or restored).
+// alive, otherwise newly spawned (cold or restored). A key whose process has
+// served YieldAfter turns in a row while others waited for a slot gives it
+// up first and waits its turn for a slot like them.
 func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, o AcquireOptions) (*Checkout[S], error) {
 	start := p.cfg.Now()
 	e, err := p.holdKey(ctx, k, o.Owner, o.OnWait)
 	if err != nil {
 		return nil, err
 	}
+	queued := p.yield(e, o.OnWait)
 	warm, err := p.settle(ctx, e, true)
 	if err != nil {
+		p.leaveSlotQueue(queued)
 		p.releaseKey(e)
 		return nil, err
 	}
@@ -261,12 +278,13 @@ func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, o AcquireOptions) 
 		p.mu.Lock()
 		p.setLocked(e, busy)
 		e.turns[lease.Warm]++
+		p.countStreakLocked(e)
 		sess := e.sess
 		p.mu.Unlock()
 		return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(lease.Warm, sess.Native()), Waited: p.cfg.Now().Sub(start), p: p, e: e}, nil
 	}
 
-	if err := p.takeSlot(ctx, e, o.OnWait); err != nil {
+	if err := p.takeSlot(ctx, e, o.OnWait, queued); err != nil {
 		p.releaseKey(e)
 		return nil, err
 	}
@@ -298,8 +316,36 @@ func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, o AcquireOptions) 
 	}
 	p.setLocked(e, busy)
 	e.turns[shape]++
+	e.streak = 0
+	p.countStreakLocked(e)
 	p.mu.Unlock()
 	return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(shape, sess.Native()), Waited: waited, p: p, e: e}, nil
+}
+
+// yield stops e's idle process (reason yield) when turns wait for a slot
+// and it has served YieldAfter turns in a row with them waiting: the freed
+// slot goes to the longest waiter. The caller's turn, which holds e's key,
+// joins the slot queue behind them at once, even when the queue is full: it
+// was displaced, not turned away. yield returns its place in line, or nil
+// when the process stays.
+func (p *Pool[S]) yield(e *entry[S], onWait func(Wait)) *slotWaiter {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e.state != ready || dead(e.sess) || len(p.slotQ) == 0 || e.streak < p.cfg.YieldAfter {
+		return nil
+	}
+	p.stopLocked(e, ReasonYield)
+	return p.queueLocked(onWait)
+}
+
+// countStreakLocked counts a turn that has just got e's process towards its
+// streak, or ends the streak when no turn waits for a slot.
+func (p *Pool[S]) countStreakLocked(e *entry[S]) {
+	if len(p.slotQ) == 0 {
+		e.streak = 0
+		return
+	}
+	e.streak++
 }
 
 // settle waits, holding e's key, until its process is either ready (true)
@@ -455,9 +501,9 @@ func (p *Pool[S]) reportSlotsLocked() {
 
 // takeSlot moves e from gone to starting once a slot is free, evicting the
 // least recently used idle process when every slot is taken, or waiting in
-// FIFO order. On success it has added one to p.wg for the spawn.
-func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait)) error {
-	var me *slotWaiter
+// FIFO order; me is the turn's place in line when it has one already (see
+// yield). On success it has added one to p.wg for the spawn.
+func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait), me *slotWaiter) error {
 	var timeout <-chan time.Time
 	for {
 		p.mu.Lock()
@@ -490,9 +536,9 @@ func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait)) 
 				p.mu.Unlock()
 				return fmt.Errorf("%w (%d waiting); try again later or raise max_live", ErrQueueFull, p.cfg.QueueLen)
 			}
-			me = &slotWaiter{ch: make(chan struct{}, 1), wait: waitReport{on: onWait}}
-			p.slotQ = append(p.slotQ, me)
-			me.wait.report(Wait{Slot: true, Position: len(p.slotQ)})
+			me = p.queueLocked(onWait)
+		}
+		if timeout == nil {
 			t := time.NewTimer(p.cfg.QueueTimeout)
 			defer t.Stop()
 			timeout = t.C
@@ -502,19 +548,33 @@ func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait)) 
 		case <-me.ch:
 		case <-evicted:
 		case <-timeout:
-			p.mu.Lock()
-			p.removeSlotWaiterLocked(me)
-			p.signalSlotLocked()
-			p.mu.Unlock()
+			p.leaveSlotQueue(me)
 			return fmt.Errorf("%w (%s) for channel %q; try again later or raise max_live", ErrQueueTimeout, p.cfg.QueueTimeout, e.key.Channel)
 		case <-ctx.Done():
-			p.mu.Lock()
-			p.removeSlotWaiterLocked(me)
-			p.signalSlotLocked()
-			p.mu.Unlock()
+			p.leaveSlotQueue(me)
 			return ctx.Err()
 		}
 	}
+}
+
+// queueLocked puts a turn at the back of the slot queue.
+func (p *Pool[S]) queueLocked(onWait func(Wait)) *slotWaiter {
+	me := &slotWaiter{ch: make(chan struct{}, 1), wait: waitReport{on: onWait}}
+	p.slotQ = append(p.slotQ, me)
+	me.wait.report(Wait{Slot: true, Position: len(p.slotQ)})
+	return me
+}
+
+// leaveSlotQueue takes a turn that gives up out of the slot queue (nil: it
+// was not in it) and wakes the new head.
+func (p *Pool[S]) leaveSlotQueue(me *slotWaiter) {
+	if me == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.removeSlotWaiterLocked(me)
+	p.signalSlotLocked()
 }
 
 func (p *Pool[S]) anyStoppingLocked() bool {

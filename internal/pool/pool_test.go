@@ -713,3 +713,200 @@ func TestWaitReports(t *testing.T) {
 	r0 := <-c0
 	p.Release(r0.co, false)
 }
+
+// pending is one Acquire running in a goroutine: waits hears its Wait
+// reports, got its checkout.
+type pending struct {
+	k     session.Key
+	waits chan Wait
+	got   chan *Checkout[*proc]
+}
+
+func start(t *testing.T, p *Pool[*proc], k session.Key) *pending {
+	t.Helper()
+	w := &pending{k: k, waits: make(chan Wait, 16), got: make(chan *Checkout[*proc], 1)}
+	go func() {
+		co, err := p.Acquire(context.Background(), k, AcquireOptions{OnWait: func(x Wait) { w.waits <- x }})
+		if err != nil {
+			t.Errorf("Acquire %s: %v", k, err)
+		}
+		w.got <- co
+	}()
+	return w
+}
+
+// heard waits until the turn reports want.
+func (w *pending) heard(t *testing.T, want Wait) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case x := <-w.waits:
+			if x == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("turn on %s never reported %+v", w.k, want)
+		}
+	}
+}
+
+func (w *pending) checkout(t *testing.T) *Checkout[*proc] {
+	t.Helper()
+	select {
+	case co := <-w.got:
+		if co == nil {
+			t.Fatalf("turn on %s failed", w.k)
+		}
+		return co
+	case <-time.After(20 * time.Second):
+		t.Fatalf("turn on %s never got its process", w.k)
+		return nil
+	}
+}
+
+// waiting fails the test if the turn already has its process.
+func (w *pending) waiting(t *testing.T) {
+	t.Helper()
+	select {
+	case co := <-w.got:
+		t.Fatalf("turn on %s got a %s process while it should still wait", w.k, co.Lease.Shape)
+	default:
+	}
+}
+
+// queueBehind queues key k's next turn behind the one co holds, then ends co's
+// turn: the key passes straight to the queued turn, so k's process never
+// idles and only the fairness bound can take it.
+func queueBehind(t *testing.T, p *Pool[*proc], co *Checkout[*proc]) *pending {
+	t.Helper()
+	w := start(t, p, co.Key)
+	w.heard(t, Wait{Position: 1})
+	p.Release(co, true)
+	return w
+}
+
+// With a turn of another key waiting for the only slot, a key that keeps
+// its process busy serves YieldAfter turns, then its next turn gives the
+// slot to the waiter (reason yield) and queues behind it, even though the
+// queue is full.
+func TestSlotHolderYieldsAfterTheBound(t *testing.T) {
+	p, sp, ev := newPool(t, Config{MaxLive: 1, YieldAfter: 2, QueueLen: 1})
+	co := acquire(t, p, key(0)) // nobody waits yet: not counted
+	other := start(t, p, key(1))
+	other.heard(t, Wait{Slot: true, Position: 1})
+	for i := 1; i <= 2; i++ {
+		co = queueBehind(t, p, co).checkout(t)
+		if co.Lease.Shape != lease.Warm {
+			t.Fatalf("turn %d with key 1 waiting: %s, want warm (the bound is 2)", i, co.Lease.Shape)
+		}
+		other.waiting(t)
+	}
+	third := queueBehind(t, p, co)
+	third.heard(t, Wait{Slot: true, Position: 2}) // displaced, so past the queue's length of 1
+	if got := ev.wait(t); got != key(0).String()+" yield" {
+		t.Fatalf("eviction %q, want %s yield", got, key(0))
+	}
+	oc := other.checkout(t)
+	if oc.Lease.Shape != lease.Cold {
+		t.Fatalf("waiting key's turn: %s, want cold", oc.Lease.Shape)
+	}
+	third.heard(t, Wait{Slot: true, Position: 1})
+	third.waiting(t)
+	p.Release(oc, true) // key 1 goes idle: key 0's turn takes the slot back
+	if got := ev.wait(t); got != key(1).String()+" capacity" {
+		t.Fatalf("eviction %q, want %s capacity", got, key(1))
+	}
+	tc := third.checkout(t)
+	if tc.Lease.Shape != lease.Cold {
+		t.Fatalf("key 0's turn after yielding: %s, want a new process", tc.Lease.Shape)
+	}
+	p.Release(tc, true)
+	if _, _, spawned := sp.counts(); spawned != 3 {
+		t.Fatalf("spawned %d processes, want 3 (key 0, key 1, key 0 again)", spawned)
+	}
+}
+
+// The turns queued on a key that yields still run one at a time in arrival
+// order: the displaced turn first, then the ones behind it.
+func TestYieldKeepsTheKeysTurnsInOrder(t *testing.T) {
+	p, _, ev := newPool(t, Config{MaxLive: 1, YieldAfter: 1})
+	co := acquire(t, p, key(0))
+	other := start(t, p, key(1))
+	other.heard(t, Wait{Slot: true, Position: 1})
+	co = queueBehind(t, p, co).checkout(t) // the one turn the bound allows
+	const n = 4
+	turns := make([]*pending, n)
+	for i := range turns {
+		turns[i] = start(t, p, key(0))
+		turns[i].heard(t, Wait{Position: i + 1})
+	}
+	p.Release(co, true)
+	turns[0].heard(t, Wait{Slot: true, Position: 2})
+	if got := ev.wait(t); got != key(0).String()+" yield" {
+		t.Fatalf("eviction %q, want %s yield", got, key(0))
+	}
+	p.Release(other.checkout(t), true)
+	for i, w := range turns {
+		co := w.checkout(t)
+		for _, later := range turns[i+1:] {
+			later.waiting(t)
+		}
+		if want := lease.Warm; i > 0 && co.Lease.Shape != want {
+			t.Fatalf("turn %d on key 0: %s, want %s (nobody waits for a slot now)", i, co.Lease.Shape, want)
+		}
+		p.Release(co, true)
+	}
+}
+
+// The slot a key yields goes to the turn that has waited longest, and the
+// displaced turn waits behind every turn that was already in line.
+func TestYieldedSlotGoesToTheLongestWaiter(t *testing.T) {
+	p, _, _ := newPool(t, Config{MaxLive: 1, YieldAfter: 1})
+	co := acquire(t, p, key(0))
+	var line []*pending
+	for i := 1; i <= 3; i++ {
+		w := start(t, p, key(i))
+		w.heard(t, Wait{Slot: true, Position: i})
+		line = append(line, w)
+	}
+	co = queueBehind(t, p, co).checkout(t)
+	displaced := queueBehind(t, p, co)
+	displaced.heard(t, Wait{Slot: true, Position: 4})
+	for i, w := range append(line, displaced) {
+		co := w.checkout(t)
+		for _, later := range line[min(i+1, len(line)):] {
+			later.waiting(t)
+		}
+		if w != displaced {
+			displaced.waiting(t)
+		}
+		p.Release(co, true)
+	}
+}
+
+// With nobody waiting for a slot a key keeps its warm process however many
+// turns it runs, its own queued turns included: fairness evicts nothing.
+func TestNoYieldWithoutSlotWaiters(t *testing.T) {
+	p, sp, _ := newPool(t, Config{MaxLive: 2, YieldAfter: 1})
+	a := acquire(t, p, key(0))
+	b := acquire(t, p, key(1)) // every slot taken, no turn waiting for one
+	for i := 0; i < 5; i++ {
+		a = queueBehind(t, p, a).checkout(t)
+		if a.Lease.Shape != lease.Warm {
+			t.Fatalf("turn %d on key 0: %s, want warm", i, a.Lease.Shape)
+		}
+	}
+	p.Release(a, true)
+	p.Release(b, true)
+	for i := 0; i < 3; i++ {
+		co := acquire(t, p, key(0))
+		if co.Lease.Shape != lease.Warm {
+			t.Fatalf("turn %d on idle key 0: %s, want warm", i, co.Lease.Shape)
+		}
+		p.Release(co, true)
+	}
+	if _, _, spawned := sp.counts(); spawned != 2 || p.Live() != 2 {
+		t.Fatalf("spawned %d, live %d; want the two first processes only", spawned, p.Live())
+	}
+}
