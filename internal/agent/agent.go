@@ -55,17 +55,25 @@ var knownFaults = map[string]bool{
 // exitFaultCode is the exit status of every fault that makes the agent quit.
 const exitFaultCode = 3
 
+// The directives compile on the first prompt, not at package init: init
+// runs in every process of the binary, and the agent's start is on the
+// daemon's spawn path.
 var (
-	faultDirective = regexp.MustCompile(`\[\[fault:([a-z-]+)\]\]`)
+	faultDirective = lazyRegexp(`\[\[fault:([a-z-]+)\]\]`)
 	// Test directives make the agent exercise the client's methods; the
 	// outcome is reported as an agent_thought_chunk so the reply stays stable.
-	readDirective  = regexp.MustCompile(`\[\[read:([^\]]+)\]\]`)
-	writeDirective = regexp.MustCompile(`\[\[write:([^\]]+)\]\]`)
-	permDirective  = regexp.MustCompile(`\[\[permission:([a-z_]+)\]\]`)
+	readDirective  = lazyRegexp(`\[\[read:([^\]]+)\]\]`)
+	writeDirective = lazyRegexp(`\[\[write:([^\]]+)\]\]`)
+	permDirective  = lazyRegexp(`\[\[permission:([a-z_]+)\]\]`)
 )
+
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 type options struct {
 	state     string
+	history   int
 	record    string
 	noLoad    bool
 	fault     string
@@ -86,6 +94,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o options
 	fs.StringVar(&o.state, "state", "", "directory that persists session history so session/load works in a new process")
+	fs.IntVar(&o.history, "history", DefaultHistory, "turns a session keeps in memory and in --state, and replays on session/load")
 	fs.StringVar(&o.record, "record", "", "file that gets one JSON line per prompt, session/new and session/load")
 	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
@@ -97,6 +106,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if o.hold {
 		blockForever()
+	}
+	if o.history < 1 {
+		fmt.Fprintf(stderr, "builtin: --history %d: keep at least 1 turn\n", o.history)
+		return 2
 	}
 	if o.fault != "" && !knownFaults[o.fault] {
 		fmt.Fprintf(stderr, "builtin: unknown --fault %q\n", o.fault)
@@ -189,15 +202,22 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 type turn struct {
+	N     int    `json:"n"` // 1 for a session's first turn; numbering outlives the cap
 	User  string `json:"user"`
 	Reply string `json:"reply"`
 }
 
+// session is guarded by builtin.mu, except logged, which io guards with
+// the state file it counts.
 type session struct {
-	ID         string          `json:"id"`
-	Cwd        string          `json:"cwd"`
-	MCPServers json.RawMessage `json:"mcp_servers"`
-	Turns      []turn          `json:"turns"`
+	ID         string
+	Cwd        string
+	MCPServers json.RawMessage
+	turns      []turn // the newest --history turns, oldest first
+	count      int    // turns taken, kept or not
+
+	io     sync.Mutex
+	logged int // turn records in the state file
 }
 
 type builtin struct {
@@ -259,7 +279,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 	mcp, _ := json.Marshal(p.McpServers)
 	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp}
 	b.record(map[string]any{"method": acp.AgentMethodSessionNew, "session": s.ID, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
-	if err := b.save(s); err != nil {
+	if err := b.create(s); err != nil {
 		return acp.NewSessionResponse{}, err
 	}
 	b.mu.Lock()
@@ -284,7 +304,7 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 	}
 	b.mu.Lock()
 	s.Cwd, s.MCPServers = p.Cwd, mcp
-	turns := append([]turn(nil), s.Turns...)
+	turns := append([]turn(nil), s.turns...)
 	b.mu.Unlock()
 	for _, t := range turns {
 		if err := b.send(ctx, id, acp.UpdateUserMessageText(t.User)); err != nil {
@@ -317,12 +337,12 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 	text := strings.Join(parts, "\n")
 	b.mu.Lock()
-	n, cwd, mcp := len(s.Turns)+1, s.Cwd, s.MCPServers
+	n, cwd, mcp := s.count+1, s.Cwd, s.MCPServers
 	b.mu.Unlock()
 	b.record(map[string]any{"method": acp.AgentMethodSessionPrompt, "session": id, "turn": n, "prompt": text, "cwd": cwd, "mcp_servers": mcp})
 
 	fault := b.opts.fault
-	if m := faultDirective.FindAllStringSubmatch(text, -1); len(m) > 0 {
+	if m := faultDirective().FindAllStringSubmatch(text, -1); len(m) > 0 {
 		fault = m[len(m)-1][1]
 	}
 	reply := Summary(text, b.opts.framing, n)
@@ -375,10 +395,7 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		Meta: map[string]any{"inputTokens": in, "outputTokens": out},
 	}})
 
-	b.mu.Lock()
-	s.Turns = append(s.Turns, turn{User: text, Reply: reply})
-	b.mu.Unlock()
-	if err := b.save(s); err != nil {
+	if err := b.commit(s, turn{N: n, User: text, Reply: reply}); err != nil {
 		return acp.PromptResponse{}, err
 	}
 	stop := acp.StopReasonEndTurn
@@ -393,15 +410,15 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 
 // directives runs the test-only client calls found in the prompt.
 func (b *builtin) directives(ctx context.Context, id, text string) {
-	for _, m := range readDirective.FindAllStringSubmatch(text, -1) {
+	for _, m := range readDirective().FindAllStringSubmatch(text, -1) {
 		resp, err := b.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: acp.SessionId(id), Path: m[1]})
 		b.thought(ctx, id, "read "+m[1], resp.Content, err)
 	}
-	for _, m := range writeDirective.FindAllStringSubmatch(text, -1) {
+	for _, m := range writeDirective().FindAllStringSubmatch(text, -1) {
 		_, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: acp.SessionId(id), Path: m[1], Content: "written by builtin\n"})
 		b.thought(ctx, id, "write "+m[1], "", err)
 	}
-	for _, m := range permDirective.FindAllStringSubmatch(text, -1) {
+	for _, m := range permDirective().FindAllStringSubmatch(text, -1) {
 		kind := acp.ToolKind(m[1])
 		title := "builtin " + m[1] + " tool"
 		resp, err := b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{

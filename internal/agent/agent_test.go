@@ -148,7 +148,7 @@ func TestRoundTripInProcess(t *testing.T) {
 	if want := Summary(prompt, "You are ", 1); text.String() != want || chunks < 2 || usage != 1 {
 		t.Fatalf("streamed %q in %d chunks with %d usage updates, want %q", text.String(), chunks, usage, want)
 	}
-	if _, err := os.Stat(filepath.Join(state, id+".json")); err != nil {
+	if _, err := os.Stat(filepath.Join(state, id+logExt)); err != nil {
 		t.Fatalf("history not persisted under --state: %v", err)
 	}
 

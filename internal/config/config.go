@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/residentd/residentd/internal/channel"
@@ -216,7 +217,10 @@ type Context struct {
 // ErrInvalid classifies configuration errors.
 var ErrInvalid = errors.New("invalid configuration")
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// idRE is compiled on first use: the bounded repeat expands to 64 states,
+// work every process of this binary (the built-in agent too) would
+// otherwise pay at start.
+var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 // Load reads a JSON config file; unknown fields are errors.
 func Load(path string) (*Config, error) {
@@ -311,7 +315,7 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for i, b := range c.Bindings {
 		switch {
-		case !idRE.MatchString(b.ID):
+		case !idRE().MatchString(b.ID):
 			return fmt.Errorf("%w: binding %d: id %q must be 1-64 letters, digits, '.', '_' or '-'", ErrInvalid, i, b.ID)
 		case seen[b.ID]:
 			return fmt.Errorf("%w: binding %q is defined twice", ErrInvalid, b.ID)

@@ -141,8 +141,10 @@ func BenchmarkWarmTurnsParallel4(b *testing.B) {
 
 // BenchmarkResidentSoak runs b.N warm turns round-robin over four live
 // sessions and reports the daemon's goroutines and open files before and
-// after, and the RSS of the daemon and of its four agents. Run it long with
-// -benchtime 10000x.
+// after, and the RSS of the daemon and of its four agents. The agents' is
+// also sampled after one turn each (start) and after a fifth of the turns
+// (warm, once each Go heap has reached its steady size); growth is from warm
+// to the end. Run it long with -benchtime 10000x.
 func BenchmarkResidentSoak(b *testing.B) {
 	d := benchDaemon(b)
 	for i := range 4 {
@@ -150,8 +152,15 @@ func BenchmarkResidentSoak(b *testing.B) {
 	}
 	runtime.GC()
 	g0, fd0 := runtime.NumGoroutine(), openFiles(b)
+	agents0 := agentsRSSKB(b, d)
+	var agentsWarm int64
 	b.ResetTimer()
 	for i := range b.N {
+		if i == b.N/5 {
+			b.StopTimer()
+			agentsWarm = agentsRSSKB(b, d)
+			b.StartTimer()
+		}
 		benchTurn(b, d, fmt.Sprintf("ch-%d", i%4))
 	}
 	b.StopTimer()
@@ -163,21 +172,32 @@ func BenchmarkResidentSoak(b *testing.B) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fd1 := openFiles(b)
-	agents := int64(0)
+	agents := agentsRSSKB(b, d)
 	infos := d.pool.Sessions()
-	for _, in := range infos {
-		agents += rssKB(b, strconv.Itoa(in.Pid))
-	}
 	b.ReportMetric(float64(g0), "goroutines-before")
 	b.ReportMetric(float64(g1), "goroutines-after")
 	b.ReportMetric(float64(fd0), "fds-before")
 	b.ReportMetric(float64(fd1), "fds-after")
 	b.ReportMetric(float64(len(infos)), "live-agents")
 	b.ReportMetric(float64(rssKB(b, "self"))/1024, "daemon-rss-MB")
+	b.ReportMetric(float64(agents0)/1024, "agents-rss-MB-start")
+	b.ReportMetric(float64(agentsWarm)/1024, "agents-rss-MB-warm")
 	b.ReportMetric(float64(agents)/1024, "agents-rss-MB")
+	if agentsWarm > 0 {
+		b.ReportMetric(100*float64(agents-agentsWarm)/float64(agentsWarm), "agents-rss-growth-%")
+	}
 	if len(infos) != 4 || g1 > g0+2 || fd1 > fd0+2 {
 		b.Fatalf("after %d turns: %d live agents, goroutines %d -> %d, fds %d -> %d", b.N, len(infos), g0, g1, fd0, fd1)
 	}
+}
+
+// agentsRSSKB is the summed RSS of the daemon's live agents.
+func agentsRSSKB(b *testing.B, d *Daemon) int64 {
+	var kb int64
+	for _, in := range d.pool.Sessions() {
+		kb += rssKB(b, strconv.Itoa(in.Pid))
+	}
+	return kb
 }
 
 func openFiles(b *testing.B) int {
