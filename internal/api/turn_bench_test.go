@@ -26,7 +26,7 @@ const benchText = "@agent why is the refund spec flaky? look at the last runs"
 
 // benchClient serves a daemon with the built-in agent on a real Unix socket
 // and returns a client for it; everything stops when b ends.
-func benchClient(b *testing.B) *client.Client {
+func benchClient(b *testing.B) (*client.Client, *store.Store) {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -66,17 +66,19 @@ func benchClient(b *testing.B) *client.Client {
 		st.Close()
 		os.RemoveAll(sdir)
 	})
-	return c
+	return c, st
 }
 
 // BenchmarkWarmTurnSocket is a warm turn as the desktop app sends it: POST
 // /v1/turns over the Unix socket, streamed back, through the whole daemon.
+// It reports the store commits per turn (each one two fsyncs).
 func BenchmarkWarmTurnSocket(b *testing.B) {
-	c := benchClient(b)
+	c, st := benchClient(b)
 	req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
 	if _, err := c.Turn(context.Background(), req, nil); err != nil {
 		b.Fatal(err)
 	}
+	commits := st.Commits()
 	b.ResetTimer()
 	for range b.N {
 		ev, err := c.Turn(context.Background(), req, nil)
@@ -84,6 +86,36 @@ func BenchmarkWarmTurnSocket(b *testing.B) {
 			b.Fatalf("turn: shape %q err %v", ev.Shape, err)
 		}
 	}
+	b.ReportMetric(float64(st.Commits()-commits)/float64(b.N), "commits/turn")
+}
+
+// BenchmarkWarmTurnSocketNewLine is the same warm turn with one new channel
+// line pushed before each (the push, the desktop app's own request, is not
+// timed): the block shows it and the watermark moves in the turn's commit.
+func BenchmarkWarmTurnSocketNewLine(b *testing.B) {
+	c, st := benchClient(b)
+	ctx := context.Background()
+	req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
+	if _, err := c.Turn(ctx, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	var commits int64
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		msg := apitype.Message{ID: "m" + strconv.Itoa(i), Channel: "ch", Author: "aiko", AuthorKind: "user", Body: "the webhook retry failed again on run " + strconv.Itoa(i), CreatedAt: time.Now()}
+		if _, err := c.PutMessages(ctx, []apitype.Message{msg}); err != nil {
+			b.Fatal(err)
+		}
+		before := st.Commits()
+		b.StartTimer()
+		ev, err := c.Turn(ctx, req, nil)
+		if err != nil || ev.Shape != "warm" || ev.Context == nil || ev.Context.Lines != 1 {
+			b.Fatalf("turn: %+v err %v", ev, err)
+		}
+		commits += st.Commits() - before
+	}
+	b.ReportMetric(float64(commits)/float64(b.N), "commits/turn")
 }
 
 // BenchmarkWarmTurnDirectACP sends the same warm user turn straight to the
