@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -19,29 +18,9 @@ import (
 // waitQueued waits until r has logged a queued event for reason.
 func waitQueued(t *testing.T, r *run.Run, reason string) {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
-	var after int64
-	for {
-		b := r.Read(after)
-		for _, l := range b.Lines {
-			ev, err := decodeEvent(l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ev.Event == apitype.EventQueued && ev.Reason == reason {
-				return
-			}
-		}
-		if b.Ended {
-			t.Fatalf("run %s ended without queueing for %s", r.ID, reason)
-		}
-		after = b.Last
-		select {
-		case <-b.Changed:
-		case <-timeout:
-			t.Fatalf("run %s never queued for %s", r.ID, reason)
-		}
-	}
+	waitMatch(t, r, "a queued event for "+reason, func(ev apitype.Event) bool {
+		return ev.Event == apitype.EventQueued && ev.Reason == reason
+	})
 }
 
 // A key that keeps its process busy while another channel waits for the

@@ -69,6 +69,13 @@ func TestShutdownGrace(t *testing.T) {
 // waitEvent waits until r has logged an event of kind and returns it.
 func waitEvent(t *testing.T, r *run.Run, kind string) apitype.Event {
 	t.Helper()
+	return waitMatch(t, r, "a "+kind+" event", func(ev apitype.Event) bool { return ev.Event == kind })
+}
+
+// waitMatch waits until r has logged an event match accepts (what names it
+// in a failure) and returns it.
+func waitMatch(t *testing.T, r *run.Run, what string, match func(apitype.Event) bool) apitype.Event {
+	t.Helper()
 	timeout := time.After(30 * time.Second)
 	var after int64
 	for {
@@ -78,19 +85,19 @@ func waitEvent(t *testing.T, r *run.Run, kind string) apitype.Event {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev.Event == kind {
+			if match(ev) {
 				return ev
 			}
 		}
 		if b.Ended {
 			ev, err, _ := r.Result()
-			t.Fatalf("run %s ended (%+v, %v) without a %s event", r.ID, ev, err, kind)
+			t.Fatalf("run %s ended (%+v, %v) without %s", r.ID, ev, err, what)
 		}
 		after = b.Last
 		select {
 		case <-b.Changed:
 		case <-timeout:
-			t.Fatalf("run %s logged no %s event", r.ID, kind)
+			t.Fatalf("run %s logged no %s", r.ID, what)
 		}
 	}
 }
