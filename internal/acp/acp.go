@@ -48,6 +48,7 @@ type Spec struct {
 
 	Grace        time.Duration // SIGTERM -> SIGKILL on Close (default 5s)
 	CancelGrace  time.Duration // session/cancel -> kill (default 5s)
+	EarlyHold    time.Duration // how long updates for a session not yet known are held (default 5s)
 	StartTimeout time.Duration // spawn + initialize (default 30s)
 	StderrTail   int           // bytes of stderr kept (default 8 KiB)
 
@@ -100,8 +101,23 @@ type Agent struct {
 	canLoad bool
 
 	mu     sync.Mutex
-	routes map[string]*route // native session id -> its update route
+	routes map[string]*route         // native session id -> its update route
+	early  map[string]*earlyUpdates // updates for ids not routed yet
+	closed bool
 }
+
+// earlyUpdates are the updates of a session id the caller has not
+// registered yet: an agent may send one (available commands, say) just
+// before its session/new reply, and the SDK may hand it over before the
+// reply reaches the caller. They wait for the route, up to Spec.EarlyHold.
+type earlyUpdates struct {
+	updates []sdk.SessionUpdate
+	dropped int // past maxEarly
+	timer   *time.Timer
+}
+
+// maxEarly bounds the updates held for one unknown session id.
+const maxEarly = 64
 
 // route carries a session's updates to the caller of the running Prompt.
 // Its mutex is held while on runs, so detaching under it guarantees on is
@@ -119,6 +135,9 @@ func (s *Spec) defaults() {
 	}
 	if s.Grace <= 0 {
 		s.Grace = 5 * time.Second
+	}
+	if s.EarlyHold <= 0 {
+		s.EarlyHold = 5 * time.Second
 	}
 	if s.CancelGrace <= 0 {
 		s.CancelGrace = 5 * time.Second
@@ -166,6 +185,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		root:   root,
 		log:    log.With(zap.String("command", spec.Command)),
 		routes: make(map[string]*route),
+		early:  make(map[string]*earlyUpdates),
 	}
 	if err := a.spawn(path); err != nil {
 		return nil, err
@@ -234,7 +254,16 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 
 // Close stops the agent: close stdin, SIGTERM the group, wait Grace, SIGKILL
 // the group, and wait for the reap. Idempotent and safe concurrently.
-func (a *Agent) Close() error { return a.proc.Close() }
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	a.closed = true
+	for id, e := range a.early {
+		e.timer.Stop()
+		delete(a.early, id)
+	}
+	a.mu.Unlock()
+	return a.proc.Close()
+}
 
 // Pid is the agent's process id (and its process group id).
 func (a *Agent) Pid() int { return a.pid }
@@ -268,10 +297,12 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 	}
 	native := string(resp.SessionId)
 	a.mu.Lock()
-	if _, ok := a.routes[native]; !ok {
-		a.routes[native] = &route{}
+	r, ok := a.routes[native]
+	if !ok {
+		r = &route{}
+		a.routes[native] = r
 	}
-	a.mu.Unlock()
+	a.releaseEarlyLocked(native, r)
 	return native, nil
 }
 
@@ -286,10 +317,11 @@ func (a *Agent) LoadSession(ctx context.Context, native string) error {
 		r.mu.Lock()
 		r.loading = true
 		r.mu.Unlock()
+		a.mu.Unlock()
 	} else {
 		a.routes[native] = r
+		a.releaseEarlyLocked(native, r)
 	}
-	a.mu.Unlock()
 	_, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
 	// The SDK returns only after the notifications sent before the response
 	// were handled, so the whole replay has been swallowed by now.

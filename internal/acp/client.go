@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
@@ -32,26 +33,87 @@ func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) e
 	id := string(n.SessionId)
 	a.mu.Lock()
 	r := a.routes[id]
-	a.mu.Unlock()
 	if r == nil {
-		a.log.Warn("dropping session/update for a session this agent never opened", zap.String("session", id))
+		a.holdEarlyLocked(id, n.Update)
+		a.mu.Unlock()
 		return nil
 	}
-	u := toUpdate(n.Update)
+	a.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	a.deliverLocked(r, id, n.Update)
+	return nil
+}
+
+// deliverLocked hands one update to r's caller; r.mu is held.
+func (a *Agent) deliverLocked(r *route, id string, su sdk.SessionUpdate) {
 	if r.loading {
-		return nil // replayed history of session/load: the caller already has it
+		return // replayed history of session/load: the caller already has it
 	}
+	u := toUpdate(su)
 	if r.on == nil {
 		a.log.Debug("dropping session/update outside a prompt", zap.String("session", id), zap.String("kind", u.Kind))
-		return nil
+		return
 	}
 	if u.Kind == "agent_message_chunk" {
 		r.text.WriteString(u.Text)
 	}
 	r.on(u)
-	return nil
+}
+
+// holdEarlyLocked keeps an update for a session id nobody registered yet,
+// until the id's session/new or session/load reply registers it or
+// Spec.EarlyHold passes; a.mu is held.
+func (a *Agent) holdEarlyLocked(id string, su sdk.SessionUpdate) {
+	if a.closed {
+		return
+	}
+	e := a.early[id]
+	if e == nil {
+		e = &earlyUpdates{}
+		e.timer = time.AfterFunc(a.spec.EarlyHold, func() { a.dropEarly(id) })
+		a.early[id] = e
+	}
+	if len(e.updates) < maxEarly {
+		e.updates = append(e.updates, su)
+	} else {
+		e.dropped++
+	}
+}
+
+// dropEarly gives up on the held updates of id: no session of that id was
+// created or loaded on this agent in time.
+func (a *Agent) dropEarly(id string) {
+	a.mu.Lock()
+	e := a.early[id]
+	delete(a.early, id)
+	a.mu.Unlock()
+	if e != nil {
+		a.log.Warn("dropping session/update for a session this agent never opened", zap.String("session", id),
+			zap.Int("updates", len(e.updates)+e.dropped), zap.Duration("held", a.spec.EarlyHold))
+	}
+}
+
+// releaseEarlyLocked delivers the updates held for native to its new
+// route, in order and before any later one (r.mu is taken before a.mu is
+// released), then unlocks a.mu.
+func (a *Agent) releaseEarlyLocked(native string, r *route) {
+	e := a.early[native]
+	delete(a.early, native)
+	if e == nil {
+		a.mu.Unlock()
+		return
+	}
+	e.timer.Stop()
+	r.mu.Lock()
+	a.mu.Unlock()
+	defer r.mu.Unlock()
+	for _, su := range e.updates {
+		a.deliverLocked(r, native, su)
+	}
+	if e.dropped > 0 {
+		a.log.Warn("dropped session/updates the agent sent before its session was known, past the hold bound", zap.String("session", native), zap.Int("dropped", e.dropped), zap.Int("bound", maxEarly))
+	}
 }
 
 // toUpdate types an SDK session update as the local API reports it. Raw

@@ -41,7 +41,8 @@ const (
 	FaultFailTurn             = "fail-turn"
 	FaultRefusal              = "refusal"
 	FaultLoadFail             = "load-fail"
-	FaultStallStdin           = "stall-stdin" // stop reading stdin and never answer: the client's writes fill the pipe
+	FaultStallStdin           = "stall-stdin"  // stop reading stdin and never answer: the client's writes fill the pipe
+	FaultEarlyUpdate          = "early-update" // send a session/update for a new session before the session/new reply
 )
 
 var knownFaults = map[string]bool{
@@ -49,7 +50,7 @@ var knownFaults = map[string]bool{
 	FaultHangIgnoreCancel: true, FaultGarbageStdout: true, FaultPartialJSON: true,
 	FaultFloodStderr: true, FaultUnknownSessionUpdate: true, FaultIgnoreSigterm: true,
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
-	FaultLoadFail: true, FaultStallStdin: true,
+	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -285,6 +286,11 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 	b.mu.Lock()
 	b.sessions[s.ID] = s
 	b.mu.Unlock()
+	if b.opts.fault == FaultEarlyUpdate {
+		// As agents announce their commands: before the client knows the id.
+		_ = b.send(ctx, s.ID, acp.SessionUpdate{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{
+			SessionUpdate: "available_commands_update", AvailableCommands: []acp.AvailableCommand{{Name: "review", Description: "review the change"}}}})
+	}
 	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID)}, nil
 }
 
