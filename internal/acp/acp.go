@@ -49,6 +49,7 @@ type Spec struct {
 	Grace        time.Duration // SIGTERM -> SIGKILL on Close (default 5s)
 	CancelGrace  time.Duration // session/cancel -> kill (default 5s)
 	EarlyHold    time.Duration // how long updates for a session not yet known are held (default 5s)
+	CloseTimeout time.Duration // session/close before the stop sequence, when advertised (default 2s)
 	StartTimeout time.Duration // spawn + initialize (default 30s)
 	StderrTail   int           // bytes of stderr kept (default 8 KiB)
 
@@ -97,8 +98,9 @@ type Agent struct {
 	proc    *child.Process
 	pid     int
 	done    <-chan struct{} // proc.Done()
-	conn    *sdk.ClientSideConnection
-	canLoad bool
+	conn     *sdk.ClientSideConnection
+	canLoad  bool
+	canClose bool
 
 	mu     sync.Mutex
 	routes map[string]*route         // native session id -> its update route
@@ -135,6 +137,9 @@ func (s *Spec) defaults() {
 	}
 	if s.Grace <= 0 {
 		s.Grace = 5 * time.Second
+	}
+	if s.CloseTimeout <= 0 {
+		s.CloseTimeout = 2 * time.Second
 	}
 	if s.EarlyHold <= 0 {
 		s.EarlyHold = 5 * time.Second
@@ -210,6 +215,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		a.log.Warn("agent speaks another ACP protocol version", zap.Int("agent_version", int(resp.ProtocolVersion)), zap.Int("client_version", sdk.ProtocolVersionNumber))
 	}
 	a.canLoad = resp.AgentCapabilities.LoadSession
+	a.canClose = resp.AgentCapabilities.SessionCapabilities.Close != nil
 	return a, nil
 }
 
@@ -254,7 +260,12 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 
 // Close stops the agent: close stdin, SIGTERM the group, wait Grace, SIGKILL
 // the group, and wait for the reap. Idempotent and safe concurrently.
+// Close stops the agent: session/close for each of its sessions when the
+// agent advertises it (so it can finish writing what it keeps, within
+// Spec.CloseTimeout for them all), then the stop sequence. Later calls
+// return the first result.
 func (a *Agent) Close() error {
+	a.closeSessions()
 	a.mu.Lock()
 	a.closed = true
 	for id, e := range a.early {
@@ -285,6 +296,52 @@ func (a *Agent) Mark() string { return a.proc.Mark() }
 
 // Cgroup is the agent's own cgroup directory, "" without one.
 func (a *Agent) Cgroup() string { return a.proc.Cgroup() }
+
+// CanClose reports the agent's session/close capability.
+func (a *Agent) CanClose() bool { return a.canClose }
+
+// closeSessions sends session/close for every session of a live agent that
+// advertises it, once, bounded by Spec.CloseTimeout for them all. A failure
+// only logs: the stop sequence follows anyway.
+func (a *Agent) closeSessions() {
+	a.mu.Lock()
+	if a.closed || !a.canClose || a.conn == nil {
+		a.mu.Unlock()
+		return
+	}
+	a.closed = true // no second round, no more held updates
+	natives := make([]string, 0, len(a.routes))
+	for id := range a.routes {
+		natives = append(natives, id)
+	}
+	a.mu.Unlock()
+	select {
+	case <-a.done:
+		return // nothing left to tell
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.spec.CloseTimeout)
+	defer cancel()
+	// A request can block in a write to an agent that stopped reading; the
+	// goroutine ends when the stop sequence closes the pipe.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, id := range natives {
+			if _, err := a.conn.CloseSession(ctx, sdk.CloseSessionRequest{SessionId: sdk.SessionId(id)}); err != nil {
+				a.log.Info("session/close failed; stopping the agent anyway", zap.String("session", id), zap.Error(a.callErr(ctx, "close session", err)))
+				continue
+			}
+			a.log.Debug("session closed", zap.String("session", id))
+		}
+	}()
+	select {
+	case <-done:
+	case <-a.done:
+	case <-ctx.Done():
+		a.log.Info("session/close did not answer in time; stopping the agent", zap.Duration("timeout", a.spec.CloseTimeout))
+	}
+}
 
 // CanLoad reports the agent's loadSession capability.
 func (a *Agent) CanLoad() bool { return a.canLoad }

@@ -77,6 +77,7 @@ type options struct {
 	history   int
 	record    string
 	noLoad    bool
+	noClose   bool
 	fault     string
 	slow      time.Duration
 	framing   string
@@ -98,6 +99,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.history, "history", DefaultHistory, "turns a session keeps in memory and in --state, and replays on session/load")
 	fs.StringVar(&o.record, "record", "", "file that gets one JSON line per prompt, session/new and session/load")
 	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
+	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
@@ -254,7 +256,7 @@ func (b *builtin) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.
 	}
 	return acp.InitializeResponse{
 		ProtocolVersion:   acp.ProtocolVersionNumber,
-		AgentCapabilities: acp.AgentCapabilities{LoadSession: !b.opts.noLoad},
+		AgentCapabilities: b.capabilities(),
 		AgentInfo:         &acp.Implementation{Name: "residentd-builtin", Version: "1"},
 		AuthMethods:       []acp.AuthMethod{},
 	}, nil
@@ -490,7 +492,20 @@ func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest)
 	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
 }
 
+// capabilities is what the agent advertises at initialize.
+func (b *builtin) capabilities() acp.AgentCapabilities {
+	c := acp.AgentCapabilities{LoadSession: !b.opts.noLoad}
+	if !b.opts.noClose {
+		c.SessionCapabilities.Close = &acp.SessionCloseCapabilities{}
+	}
+	return c
+}
+
 func (b *builtin) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	b.record(map[string]any{"method": acp.AgentMethodSessionClose, "session": string(p.SessionId)})
+	if b.opts.noClose {
+		return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
+	}
 	b.mu.Lock()
 	delete(b.sessions, string(p.SessionId))
 	b.mu.Unlock()
