@@ -288,6 +288,16 @@ type Health struct {
 	// --metrics-addr, the metrics one; a listener that could not be opened
 	// or failed carries its error while the daemon serves on.
 	Listeners []Listener `json:"listeners,omitempty"`
+	// RestoreStopped are the bindings whose session restores failed
+	// restore_failures times in a row: the daemon no longer tries them.
+	RestoreStopped []RestoreStop `json:"restore_stopped,omitempty"`
+}
+
+// RestoreStop is a binding whose restores stopped, in Health.
+type RestoreStop struct {
+	Binding   string `json:"binding_id"`
+	Failures  int    `json:"failures"`
+	LastError string `json:"last_error"`
 }
 
 // Listener is one of the daemon's listeners in Health.
@@ -311,6 +321,12 @@ type Session struct {
 	// MemorySource is "cgroup", the process's resident set when "rss".
 	RSSBytes     int64  `json:"rss_bytes,omitempty"`
 	MemorySource string `json:"memory_source,omitempty"`
+	// RestoredBy is how the process reopened the key's saved session:
+	// "resume" or "load"; empty for a new session.
+	RestoredBy string `json:"restored_by,omitempty"`
+	// RestoreStopped is set when the binding's restores stopped (see
+	// Health.RestoreStopped): its next processes start cold.
+	RestoreStopped bool `json:"restore_stopped,omitempty"`
 }
 
 // Sessions is GET /v1/sessions.

@@ -366,12 +366,19 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "%s listener %s is not serving: %s\n", l.Name, l.Addr, l.Error)
 		}
 	}
+	for _, r := range h.RestoreStopped {
+		fmt.Fprintf(stdout, "binding %s: session restores stopped after %d failures in a row (last: %s); its new processes start cold until the daemon restarts\n", r.Binding, r.Failures, r.LastError)
+	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tSTATE\tCOLD\tWARM\tRESTORED\tIDLE\tPID\tRSS\tNATIVE")
+	fmt.Fprintln(tw, "KEY\tSTATE\tCOLD\tWARM\tRESTORED\tBY\tIDLE\tPID\tRSS\tNATIVE")
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, s.State,
-			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"],
+		by := s.RestoredBy
+		if by == "" {
+			by = "-"
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, s.State,
+			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"], by,
 			(time.Duration(s.IdleS) * time.Second).Round(time.Second), s.Pid, humanBytes(s.RSSBytes), s.Native)
 	}
 	return tw.Flush()

@@ -95,15 +95,16 @@ type Agent struct {
 	root string // Spec.Dir with symlinks resolved: the fs confinement root
 	log  *zap.Logger
 
-	proc    *child.Process
-	pid     int
-	done    <-chan struct{} // proc.Done()
-	conn     *sdk.ClientSideConnection
-	canLoad  bool
-	canClose bool
+	proc      *child.Process
+	pid       int
+	done      <-chan struct{} // proc.Done()
+	conn      *sdk.ClientSideConnection
+	canLoad   bool
+	canResume bool
+	canClose  bool
 
 	mu     sync.Mutex
-	routes map[string]*route         // native session id -> its update route
+	routes map[string]*route        // native session id -> its update route
 	early  map[string]*earlyUpdates // updates for ids not routed yet
 	closed bool
 }
@@ -216,6 +217,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	}
 	a.canLoad = resp.AgentCapabilities.LoadSession
 	a.canClose = resp.AgentCapabilities.SessionCapabilities.Close != nil
+	a.canResume = resp.AgentCapabilities.SessionCapabilities.Resume != nil
 	return a, nil
 }
 
@@ -297,6 +299,9 @@ func (a *Agent) Mark() string { return a.proc.Mark() }
 // Cgroup is the agent's own cgroup directory, "" without one.
 func (a *Agent) Cgroup() string { return a.proc.Cgroup() }
 
+// CanResume reports the agent's session/resume capability.
+func (a *Agent) CanResume() bool { return a.canResume }
+
 // CanClose reports the agent's session/close capability.
 func (a *Agent) CanClose() bool { return a.canClose }
 
@@ -366,6 +371,24 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 // LoadSession runs session/load; the history the agent replays meanwhile is
 // swallowed because the caller already has it.
 func (a *Agent) LoadSession(ctx context.Context, native string) error {
+	return a.reopen(ctx, native, "load", func() error {
+		_, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		return err
+	})
+}
+
+// ResumeSession runs session/resume for native: the agent reopens the
+// session without replaying its history. Use it when CanResume.
+func (a *Agent) ResumeSession(ctx context.Context, native string) error {
+	return a.reopen(ctx, native, "resume", func() error {
+		_, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		return err
+	})
+}
+
+// reopen routes native while call (session/load or session/resume) runs,
+// swallowing what the agent replays, and unroutes it if call fails.
+func (a *Agent) reopen(ctx context.Context, native, how string, call func() error) error {
 	r := &route{loading: true}
 	a.mu.Lock()
 	old, existed := a.routes[native]
@@ -379,7 +402,7 @@ func (a *Agent) LoadSession(ctx context.Context, native string) error {
 		a.routes[native] = r
 		a.releaseEarlyLocked(native, r)
 	}
-	_, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+	err := call()
 	// The SDK returns only after the notifications sent before the response
 	// were handled, so the whole replay has been swallowed by now.
 	r.mu.Lock()
@@ -392,7 +415,7 @@ func (a *Agent) LoadSession(ctx context.Context, native string) error {
 			delete(a.routes, native)
 		}
 		a.mu.Unlock()
-		return a.callErr(ctx, fmt.Sprintf("load session %q", native), err)
+		return a.callErr(ctx, fmt.Sprintf("%s session %q", how, native), err)
 	}
 	return nil
 }

@@ -43,6 +43,8 @@ const (
 	FaultLoadFail             = "load-fail"
 	FaultStallStdin           = "stall-stdin"  // stop reading stdin and never answer: the client's writes fill the pipe
 	FaultEarlyUpdate          = "early-update" // send a session/update for a new session before the session/new reply
+	FaultResumeFail           = "resume-fail"
+	FaultRestoreFail          = "restore-fail" // both session/resume and session/load fail
 )
 
 var knownFaults = map[string]bool{
@@ -51,6 +53,7 @@ var knownFaults = map[string]bool{
 	FaultFloodStderr: true, FaultUnknownSessionUpdate: true, FaultIgnoreSigterm: true,
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
+	FaultResumeFail: true, FaultRestoreFail: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -78,6 +81,7 @@ type options struct {
 	record    string
 	noLoad    bool
 	noClose   bool
+	noResume  bool
 	fault     string
 	slow      time.Duration
 	framing   string
@@ -100,6 +104,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.record, "record", "", "file that gets one JSON line per prompt, session/new and session/load")
 	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
+	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
@@ -303,7 +308,7 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 	if b.opts.noLoad {
 		return acp.LoadSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionLoad)
 	}
-	if b.opts.fault == FaultLoadFail {
+	if b.opts.fault == FaultLoadFail || b.opts.fault == FaultRestoreFail {
 		return acp.LoadSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced load failure"}
 	}
 	s, err := b.lookup(id)
@@ -488,8 +493,26 @@ func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (
 	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
 }
 
+// ResumeSession reopens a saved session as LoadSession does, without
+// replaying its history to the client.
 func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+	id := string(p.SessionId)
+	mcp, _ := json.Marshal(p.McpServers)
+	b.record(map[string]any{"method": acp.AgentMethodSessionResume, "session": id, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
+	if b.opts.noResume {
+		return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+	}
+	if b.opts.fault == FaultResumeFail || b.opts.fault == FaultRestoreFail {
+		return acp.ResumeSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced resume failure"}
+	}
+	s, err := b.lookup(id)
+	if err != nil {
+		return acp.ResumeSessionResponse{}, err
+	}
+	b.mu.Lock()
+	s.Cwd, s.MCPServers = p.Cwd, mcp
+	b.mu.Unlock()
+	return acp.ResumeSessionResponse{}, nil
 }
 
 // capabilities is what the agent advertises at initialize.
@@ -497,6 +520,9 @@ func (b *builtin) capabilities() acp.AgentCapabilities {
 	c := acp.AgentCapabilities{LoadSession: !b.opts.noLoad}
 	if !b.opts.noClose {
 		c.SessionCapabilities.Close = &acp.SessionCloseCapabilities{}
+	}
+	if !b.opts.noResume {
+		c.SessionCapabilities.Resume = &acp.SessionResumeCapabilities{}
 	}
 	return c
 }

@@ -127,6 +127,12 @@ type Config struct {
 	// behind them, so every key gets a share of the slots; default 4.
 	YieldAfter int `json:"yield_after,omitempty"`
 
+	// RestoreFailures is how many restores in a row (every way the agent
+	// offers failed: resume, then load) a binding may fail before the daemon
+	// stops trying to restore its sessions for the rest of its run; its new
+	// processes then start cold at once; default 3.
+	RestoreFailures int `json:"restore_failures,omitempty"`
+
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
 	AgentCancelGrace Duration `json:"agent_cancel_grace,omitempty"`
@@ -250,6 +256,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.QueueTimeout <= 0 {
 		c.QueueTimeout = Duration(2 * time.Minute)
+	}
+	if c.RestoreFailures <= 0 {
+		c.RestoreFailures = 3
 	}
 	if c.YieldAfter <= 0 {
 		c.YieldAfter = 4

@@ -88,12 +88,15 @@ type Daemon struct {
 	turns    sync.WaitGroup // runs in flight
 	watchers sync.WaitGroup // agent exit watchers
 
+	restoredBy sync.Map // agent pid -> "resume" or "load", while it lives
+
 	mu       sync.Mutex                         // guards the fields below
 	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
 	asking   map[string]*asker                  // native session -> the run its permission requests go to
 	framing  map[string]string                  // binding -> framing of its last cold turn
 	warnedFr map[string]bool
-	loops    map[string]*crashLoop // binding -> its crash loop, while failing
+	loops    map[string]*crashLoop  // binding -> its crash loop, while failing
+	restores map[string]*restoreRun // binding -> its failed restores in a row
 	closing  bool
 
 	backoffBase, backoffCap time.Duration
@@ -118,6 +121,7 @@ func New(o Options) (*Daemon, error) {
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
 		}, o.Now),
 		loops:       map[string]*crashLoop{},
+		restores:    map[string]*restoreRun{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 	}
 	if d.backoffBase <= 0 {

@@ -168,7 +168,7 @@ func TestAgentFaults(t *testing.T) {
 	}{
 		{name: "exit during initialize", start: []string{"--fault", "exit-initialize"}, wantErr: acp.ErrExited,
 			wantMsg: []string{`spawn binding "b-fault"`, "initialize", "exit-initialize"}, outcome: "crash", dies: true},
-		{name: "exit during session/new", start: []string{"--no-load", "--fault", "exit-new"}, wantErr: acp.ErrExited,
+		{name: "exit during session/new", start: []string{"--no-load", "--no-resume", "--fault", "exit-new"}, wantErr: acp.ErrExited,
 			wantMsg: []string{`spawn binding "b-fault"`, "new session", "exit-new"}, outcome: "crash", dies: true},
 		{name: "exit mid-turn", text: "[[fault:exit-turn]]", wantErr: acp.ErrExited,
 			wantMsg: []string{`binding "b-fault"`, "prompt session", "exit-turn"}, outcome: "crash", staged: true, dies: true},

@@ -134,22 +134,15 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 		}
 		want = id
 	}
-	if want != "" && a.CanLoad() {
-		t1 := d.now()
-		// Once per process: some agents leak children on repeated loads.
-		if err := a.LoadSession(ctx, want); err == nil {
-			d.m.ObserveSessionReady("load", d.now().Sub(t1))
-			d.m.Restore(true)
-			log.Info("session restored", zap.String("native", want), zap.Int("pid", a.Pid()))
-			return &resident{a: a, native: want}, lease.Restored, nil
-		} else {
-			d.m.Restore(false)
-			log.Warn("session restore failed; starting a new session", zap.String("native", want), zap.Error(err))
+	if want != "" {
+		how, err := d.restore(ctx, a, b.ID, want, log)
+		if err != nil {
+			a.Close()
+			return nil, lease.Cold, err
 		}
-		select {
-		case <-a.Done():
-			return nil, lease.Cold, fmt.Errorf("agent exited during session/load: %w", a.ExitErr())
-		default:
+		if how != "" {
+			d.restoredBy.Store(a.Pid(), how)
+			return &resident{a: a, native: want}, lease.Restored, nil
 		}
 	}
 	t1 := d.now()
@@ -192,6 +185,7 @@ func (d *Daemon) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release
 	go func() {
 		defer d.watchers.Done()
 		<-a.Done()
+		d.restoredBy.Delete(a.Pid())
 		release()
 		if err := d.st.ForgetAgent(a.Pid()); err != nil {
 			log.Warn("forget agent record failed", zap.Int("pid", a.Pid()), zap.Error(err))

@@ -264,13 +264,14 @@ func methods(recs []map[string]any) map[string]int {
 	return n
 }
 
-// Restore calls session/load exactly once per new process and keeps the
-// history the agent replays during the load out of the caller's stream.
+// Restore with an agent that can only load calls session/load exactly once
+// per new process and keeps the history the agent replays during the load
+// out of the caller's stream.
 func TestRestoreLoadsOnceAndHidesReplay(t *testing.T) {
 	var rec string
 	h := newHarness(t, func(c *config.Config) {
 		rec = filepath.Join(c.StateDir, "record.jsonl")
-		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec, "--no-resume")
 	})
 	first := h.mention("ch", "b-builtin", "q1", "@agent one")
 	reply(t, first)
@@ -309,8 +310,8 @@ func TestFailedLoadFallsBackToCold(t *testing.T) {
 	first := h.mention("ch", "b-builtin", "q1", "@agent one")
 	reply(t, first)
 	h.close()
-	// The next process refuses every session/load.
-	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--fault", "load-fail")
+	// The next process refuses every session/load and offers no resume.
+	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--fault", "load-fail", "--no-resume")
 	h.open()
 	r := h.mention("ch", "b-builtin", "q2", "@agent two")
 	got := reply(t, r)
@@ -320,7 +321,7 @@ func TestFailedLoadFallsBackToCold(t *testing.T) {
 	if r.done.Context.Header != "snapshot" {
 		t.Fatalf("after a failed load the new session got %q context, want a snapshot", r.done.Context.Header)
 	}
-	if n := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("failed")); n != 1 {
+	if n := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("load", "failed")); n != 1 {
 		t.Fatalf("failed restores = %v, want 1", n)
 	}
 }

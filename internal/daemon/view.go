@@ -13,7 +13,7 @@ import (
 func (d *Daemon) Status() apitype.Health {
 	return apitype.Health{
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
-		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings),
+		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.RestoreStops(),
 	}
 }
 
@@ -28,9 +28,12 @@ func (d *Daemon) Sessions() []apitype.Session {
 		if err != nil {
 			source = ""
 		}
+		how, _ := d.restoredBy.Load(in.Pid)
+		s, _ := how.(string)
 		out = append(out, apitype.Session{
 			Channel: in.Key.Channel, Binding: in.Key.Binding, Pid: in.Pid, Native: in.Native, State: in.State,
 			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns, RSSBytes: rss, MemorySource: source,
+			RestoredBy: s, RestoreStopped: d.restoreStopped(in.Key.Binding),
 		})
 	}
 	return out

@@ -110,7 +110,7 @@ func TestClaudeWithoutCredentials(t *testing.T) {
 		t.Fatalf("after restart: start %+v (err %v); want restored %s in a new process", r2.start, r2.err, r.start.Native)
 	}
 	authFailed(t, r2)
-	if ok := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("ok")); ok != 1 {
+	if ok := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("load", "ok")); ok != 1 {
 		t.Fatalf("session restores ok = %v, want 1", ok)
 	}
 	if n := testutil.ToFloat64(h.m.WatermarkDiscards); n != 1 {

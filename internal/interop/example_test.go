@@ -85,5 +85,5 @@ func exampleReply(t *testing.T, r result, shape string) {
 
 // restores counts session/load attempts, whatever their result.
 func restores(h *harness) float64 {
-	return testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("ok")) + testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("failed"))
+	return testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("load", "ok")) + testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("load", "failed"))
 }

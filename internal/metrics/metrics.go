@@ -28,7 +28,8 @@ var (
 	Outcomes        = labels(lease.Outcomes)
 	EvictReasons    = labels(pool.Reasons)
 	ExitKinds       = child.ExitKinds
-	ReadyMethods    = []string{"new", "load"}
+	ReadyMethods    = []string{"new", "resume", "load"}
+	RestoreMethods  = []string{"resume", "load"}
 	RestoreResults  = []string{"ok", "failed"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
@@ -73,7 +74,8 @@ type Metrics struct {
 	AgentSpawn        prometheus.Histogram
 	SessionReady      *prometheus.HistogramVec // method
 	AgentExits        *prometheus.CounterVec   // kind
-	SessionRestores   *prometheus.CounterVec   // result
+	SessionRestores   *prometheus.CounterVec   // method, result
+	RestoreStopped    *prometheus.GaugeVec     // binding
 	WatermarkCommits  prometheus.Counter
 	WatermarkDiscards prometheus.Counter
 	ChannelLines      *prometheus.CounterVec // fate
@@ -153,8 +155,12 @@ func New(version string, g Gauges) *Metrics {
 	}, []string{"kind"})
 	m.SessionRestores = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_session_restores_total",
-		Help: "Attempts to reload a saved native session into a new process, by result.",
-	}, []string{"result"})
+		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result.",
+	}, []string{"method", "result"})
+	m.RestoreStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "residentd_restore_stopped",
+		Help: "1 for a binding whose session restores failed restore_failures times in a row: the daemon no longer tries them and starts its processes cold.",
+	}, []string{"binding"})
 	m.WatermarkCommits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "residentd_watermark_commits_total",
 		Help: "Staged watermarks committed after a successful run.",
@@ -198,7 +204,7 @@ func New(version string, g Gauges) *Metrics {
 
 	r.MustRegister(
 		m.Turns, m.TurnDuration, m.TurnFirstUpdate, m.QueueWait, m.Evictions,
-		m.AgentSpawn, m.SessionReady, m.AgentExits, m.SessionRestores,
+		m.AgentSpawn, m.SessionReady, m.AgentExits, m.SessionRestores, m.RestoreStopped,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
 		m.MessagesIngested, m.BuildInfo,
@@ -220,7 +226,11 @@ func New(version string, g Gauges) *Metrics {
 	}
 	initVec(m.Evictions, EvictReasons)
 	initVec(m.AgentExits, ExitKinds)
-	initVec(m.SessionRestores, RestoreResults)
+	for _, meth := range RestoreMethods {
+		for _, r := range RestoreResults {
+			m.SessionRestores.WithLabelValues(meth, r)
+		}
+	}
 	initVec(m.ChannelLines, LineFates)
 	initVec(m.BriefTokensSent, BriefPlacements)
 	initVec(m.MessagesIngested, IngestResults)
@@ -241,6 +251,9 @@ func initVec(v *prometheus.CounterVec, values []string) {
 // keeps the label's cardinality bounded.
 func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.FramingChanges, ids)
+	for _, id := range ids {
+		m.RestoreStopped.WithLabelValues(id)
+	}
 }
 
 // Handler serves this registry (and only it) in the Prometheus exposition format.
@@ -280,12 +293,13 @@ func (m *Metrics) ObserveSessionReady(method string, d time.Duration) {
 }
 
 // Restore counts one attempt to reload a saved session.
-func (m *Metrics) Restore(ok bool) {
+// Restore counts one attempt to reopen a saved session by method.
+func (m *Metrics) Restore(method string, ok bool) {
 	r := "failed"
 	if ok {
 		r = "ok"
 	}
-	m.SessionRestores.WithLabelValues(r).Inc()
+	m.SessionRestores.WithLabelValues(method, r).Inc()
 }
 
 // Watermark counts a staged watermark being committed or discarded.

@@ -56,7 +56,8 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_agent_spawn_seconds":           1,
 		"residentd_session_ready_seconds":         len(ReadyMethods),
 		"residentd_agent_exits_total":             len(ExitKinds),
-		"residentd_session_restores_total":        len(RestoreResults),
+		"residentd_session_restores_total":        len(RestoreMethods) * len(RestoreResults),
+		"residentd_restore_stopped":               2,
 		"residentd_watermark_commits_total":       1,
 		"residentd_watermark_discards_total":      1,
 		"residentd_channel_lines_total":           len(LineFates),
@@ -160,9 +161,9 @@ func TestHelpers(t *testing.T) {
 	m.AgentExited("signal")
 	m.ObserveSpawn(time.Second)
 	m.ObserveSessionReady("load", time.Second)
-	m.Restore(true)
-	m.Restore(false)
-	m.Restore(false)
+	m.Restore("resume", true)
+	m.Restore("resume", false)
+	m.Restore("load", false)
 	m.Watermark(true)
 	m.Watermark(false)
 	m.Watermark(false)
@@ -184,8 +185,9 @@ func TestHelpers(t *testing.T) {
 		{"evictions idle", testutil.ToFloat64(m.Evictions.WithLabelValues("idle")), 1},
 		{"evictions crash", testutil.ToFloat64(m.Evictions.WithLabelValues("crash")), 0},
 		{"exits signal", testutil.ToFloat64(m.AgentExits.WithLabelValues("signal")), 1},
-		{"restores ok", testutil.ToFloat64(m.SessionRestores.WithLabelValues("ok")), 1},
-		{"restores failed", testutil.ToFloat64(m.SessionRestores.WithLabelValues("failed")), 2},
+		{"restores resume ok", testutil.ToFloat64(m.SessionRestores.WithLabelValues("resume", "ok")), 1},
+		{"restores resume failed", testutil.ToFloat64(m.SessionRestores.WithLabelValues("resume", "failed")), 1},
+		{"restores load failed", testutil.ToFloat64(m.SessionRestores.WithLabelValues("load", "failed")), 1},
 		{"wm commits", testutil.ToFloat64(m.WatermarkCommits), 1},
 		{"wm discards", testutil.ToFloat64(m.WatermarkDiscards), 2},
 		{"lines sent", testutil.ToFloat64(m.ChannelLines.WithLabelValues("sent")), 3},

@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
+)
+
+// restoreRun is one binding's restores that failed in a row.
+type restoreRun struct {
+	n       int
+	last    string // the last failure
+	stopped bool   // restore_failures reached: no more tries this run
+}
+
+// restoreWay is one way to reopen a saved session.
+type restoreWay struct {
+	method string
+	call   func(context.Context, string) error
+}
+
+// restoreWays are the ways a new process may reopen a saved session, in
+// the order they are tried: resume (the agent reopens it without replaying
+// it), then load (it replays the history, which residentd swallows).
+func restoreWays(a *acp.Agent) []restoreWay {
+	var out []restoreWay
+	if a.CanResume() {
+		out = append(out, restoreWay{"resume", a.ResumeSession})
+	}
+	if a.CanLoad() {
+		out = append(out, restoreWay{"load", a.LoadSession})
+	}
+	return out
+}
+
+// restore reopens native on a with the first way that works and says which
+// ("" when none did or none was tried: the turn goes cold). Each failure is
+// logged with the way that failed; restore_failures failed restores in a row
+// stop a binding's restores for the rest of the daemon's run.
+func (d *Daemon) restore(ctx context.Context, a *acp.Agent, binding, native string, log *zap.Logger) (string, error) {
+	if d.restoreStopped(binding) {
+		return "", nil
+	}
+	ways := restoreWays(a)
+	var last error
+	for i, w := range ways {
+		t0 := d.now()
+		err := w.call(ctx, native)
+		if err == nil {
+			d.m.ObserveSessionReady(w.method, d.now().Sub(t0))
+			d.m.Restore(w.method, true)
+			d.restoreWorked(binding)
+			log.Info("session restored", zap.String("native", native), zap.String("method", w.method), zap.Int("pid", a.Pid()))
+			return w.method, nil
+		}
+		d.m.Restore(w.method, false)
+		last = err
+		next := "starting a new session"
+		if i+1 < len(ways) {
+			next = "trying session/" + ways[i+1].method
+		}
+		log.Warn("session/"+w.method+" failed; "+next, zap.String("native", native), zap.Error(err))
+		select {
+		case <-a.Done():
+			return "", fmt.Errorf("agent exited during session/%s: %w", w.method, a.ExitErr())
+		default:
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+	}
+	if last != nil {
+		d.restoreFailed(binding, last, log)
+	}
+	return "", nil
+}
+
+func (d *Daemon) restoreStopped(binding string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.restores[binding]
+	return r != nil && r.stopped
+}
+
+func (d *Daemon) restoreWorked(binding string) {
+	d.mu.Lock()
+	delete(d.restores, binding)
+	d.mu.Unlock()
+}
+
+func (d *Daemon) restoreFailed(binding string, err error, log *zap.Logger) {
+	d.mu.Lock()
+	r := d.restores[binding]
+	if r == nil {
+		r = &restoreRun{}
+		d.restores[binding] = r
+	}
+	r.n++
+	r.last = err.Error()
+	stop := !r.stopped && r.n >= d.cfg.RestoreFailures
+	if stop {
+		r.stopped = true
+	}
+	n := r.n
+	d.mu.Unlock()
+	if stop {
+		d.m.RestoreStopped.WithLabelValues(binding).Set(1)
+		log.Warn("session restores of this binding keep failing; not trying them again until the daemon restarts: its new processes start cold",
+			zap.Int("failures", n), zap.Int("restore_failures", d.cfg.RestoreFailures), zap.Error(err))
+	}
+}
+
+// RestoreStops lists the bindings whose restores stopped, by id.
+func (d *Daemon) RestoreStops() []apitype.RestoreStop {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []apitype.RestoreStop
+	for id, r := range d.restores {
+		if r.stopped {
+			out = append(out, apitype.RestoreStop{Binding: id, Failures: r.n, LastError: r.last})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Binding < out[j].Binding })
+	return out
+}
