@@ -67,7 +67,7 @@ func claudeBinding(t testing.TB, home string, env map[string]string) config.Bind
 // TestClaudeWithoutCredentials: initialize and session/new work without any
 // credentials; the prompt fails with the agent's own auth error, which the
 // caller sees, and the turn's watermark is discarded. A restarted daemon
-// restores the session with session/load.
+// restores the session with session/resume, which the agent advertises.
 func TestClaudeWithoutCredentials(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, "nobody should ask for this")
@@ -105,12 +105,12 @@ func TestClaudeWithoutCredentials(t *testing.T) {
 	}, testkit.Waiting("claude-agent-acp to write its transcript %s", transcript))
 	h.restart()
 	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude still there?")
-	t.Logf("claude-agent-acp restore (spawn, initialize, session/load) through residentd: %v", r2.ready)
+	t.Logf("claude-agent-acp restore (spawn, initialize, session/resume) through residentd: %v", r2.ready)
 	if r2.start.Shape != "restored" || r2.start.Native != r.start.Native || r2.start.Pid == r.start.Pid {
 		t.Fatalf("after restart: start %+v (err %v); want restored %s in a new process", r2.start, r2.err, r.start.Native)
 	}
 	authFailed(t, r2)
-	if ok := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("load", "ok")); ok != 1 {
+	if ok := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("resume", "ok")); ok != 1 {
 		t.Fatalf("session restores ok = %v, want 1", ok)
 	}
 	if n := testutil.ToFloat64(h.m.WatermarkDiscards); n != 1 {
