@@ -42,8 +42,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // Binding says how to start one agent and how to talk to it.
 type Binding struct {
 	ID      string            `json:"id"`
-	Handle  string            `json:"handle"`  // the agent's chat handle, e.g. "@claude"
-	Runtime string            `json:"runtime"` // reported in the mention payload
+	Comment string            `json:"comment,omitempty"` // for the people who read the file (JSON has no comments); ignored
+	Handle  string            `json:"handle"`            // the agent's chat handle, e.g. "@claude"
+	Runtime string            `json:"runtime"`           // reported in the mention payload
 	Command string            `json:"command"`
 	Args    []string          `json:"args,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
