@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
@@ -309,6 +311,21 @@ func TestToleratedAgentFaults(t *testing.T) {
 	if got := reply(t, r); r.done.Shape != "cold" || got["turn"] != "1" {
 		t.Fatalf("slow start: %+v", r.done)
 	}
+	// The queue wait is the wait for the key and a slot only: the slow start
+	// is in the spawn histogram, not in the queue wait.
+	if wait, spawn := histSum(t, h.m.QueueWait), histSum(t, h.m.AgentSpawn); spawn < 0.3 || wait >= spawn {
+		t.Fatalf("queue wait %.3fs, spawn %.3fs: want the 300 ms start in the spawn only", wait, spawn)
+	}
+}
+
+// histSum is the sum of everything h observed.
+func histSum(t *testing.T, h prometheus.Histogram) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleSum()
 }
 
 // TestStubbornAgentsAreStopped: an agent that ignores SIGTERM, and one whose
