@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -155,5 +156,41 @@ func TestFailedWriteSparesItsGroup(t *testing.T) {
 	// without it: the bad one runs once, a good one once or twice.
 	if runs[1] != 1 || runs[0] < 1 || runs[0] > 2 || runs[2] < 1 || runs[2] > 2 {
 		t.Fatalf("fn runs %v: want the bad write run once and each good one once or twice", runs)
+	}
+}
+
+// TestPanicInAWriteReleasesTheGroup: a write that panics inside the
+// transaction (bbolt does on a corrupt page) fails with an error, its
+// neighbour commits, and later writes go on: nobody waits forever.
+func TestPanicInAWriteReleasesTheGroup(t *testing.T) {
+	s := openTest(t, Options{})
+	release := holdTransaction(t, s)
+	wrote := make(chan error, 2)
+	go func() { wrote <- s.update(func(tx *bolt.Tx) error { panic("corrupt page") }) }()
+	waitQueued(t, s, 1, wrote)
+	go func() {
+		wrote <- s.AppendTurns(session.Key{Channel: "ch", Binding: "b"}, session.Turn{Role: session.RoleUser, Text: "neighbour"})
+	}()
+	waitQueued(t, s, 2, wrote)
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	var panicked, ok int
+	for range 2 {
+		switch err := <-wrote; {
+		case err == nil:
+			ok++
+		case strings.Contains(err.Error(), "panicked: corrupt page"):
+			panicked++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if panicked != 1 || ok != 1 {
+		t.Fatalf("%d writes failed with the panic, %d went in; want the panicking one failed and its neighbour stored", panicked, ok)
+	}
+	// The store takes writes again.
+	if err := s.AppendTurns(session.Key{Channel: "ch", Binding: "b"}, session.Turn{Role: session.RoleUser, Text: "after"}); err != nil {
+		t.Fatal(err)
 	}
 }

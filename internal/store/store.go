@@ -196,7 +196,14 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	s.gmu.Unlock()
 
 	s.commitGroup(group)
+	s.handOff()
+	<-w.done
+	return w.err
+}
 
+// handOff passes the next transaction to the first waiting write, or ends
+// the group.
+func (s *Store) handOff() {
 	s.gmu.Lock()
 	if len(s.pending) > 0 {
 		close(s.pending[0].lead)
@@ -204,19 +211,27 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 		s.leading = false
 	}
 	s.gmu.Unlock()
-	<-w.done
-	return w.err
 }
 
 // commitGroup runs the writes in one transaction. A write whose fn fails
 // gets its error and the others run again without it, so one bad write
 // never fails (or commits half of) its neighbours.
 func (s *Store) commitGroup(group []*write) {
+	// A panic in the transaction (bbolt panics on a corrupt page; bbolt
+	// rolls the transaction back) fails the group's writes with an error
+	// rather than in whichever caller happens to lead, and later writes go on.
+	defer func() {
+		if p := recover(); p != nil {
+			for _, g := range group {
+				g.finishOnce(fmt.Errorf("write transaction panicked: %v", p))
+			}
+		}
+	}()
 	for len(group) > 0 {
 		failed := -1
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			for i, w := range group {
-				if err := w.fn(tx); err != nil {
+				if err := w.run(tx); err != nil {
 					failed = i
 					return err
 				}
@@ -242,6 +257,26 @@ func (s *Store) commitGroup(group []*write) {
 func (w *write) finish(err error) {
 	w.err = err
 	close(w.done)
+}
+
+// run runs w's fn, a panic in it (bbolt panics on a corrupt page) as its
+// error, so that only w fails.
+func (w *write) run(tx *bolt.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("write panicked: %v", p)
+		}
+	}()
+	return w.fn(tx)
+}
+
+// finishOnce finishes w unless it already has its answer.
+func (w *write) finishOnce(err error) {
+	select {
+	case <-w.done:
+	default:
+		w.finish(err)
+	}
 }
 
 // Commits reports how many write transactions the store has committed
