@@ -268,6 +268,11 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 // return the first result.
 func (a *Agent) Close() error {
 	a.closeSessions()
+	return a.stop()
+}
+
+// stop runs the stop sequence without asking the agent anything first.
+func (a *Agent) stop() error {
 	a.mu.Lock()
 	a.closed = true
 	for id, e := range a.early {
@@ -323,6 +328,8 @@ func (a *Agent) closeSessions() {
 	select {
 	case <-a.done:
 		return // nothing left to tell
+	case <-a.conn.Done():
+		return // its stdout is gone: nobody would answer
 	default:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.spec.CloseTimeout)
@@ -505,7 +512,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 		return Result{}, fmt.Errorf("acp: %s: %w (and the agent exited: %v)", op, cause, a.exitedErr())
 	case <-t.C:
 		a.log.Warn("agent did not answer session/cancel; killing it", zap.String("session", native), zap.Duration("cancel_grace", a.spec.CancelGrace))
-		_ = a.Close()
+		_ = a.stop() // it does not answer: no session/close round first
 		return Result{}, fmt.Errorf("acp: %s: agent did not answer session/cancel within %s and was killed: %w", op, a.spec.CancelGrace, cause)
 	}
 }
@@ -536,7 +543,7 @@ func (a *Agent) callErr(ctx context.Context, op string, err error) error {
 		select {
 		case <-a.done:
 		case <-t.C:
-			_ = a.Close()
+			_ = a.stop()
 		}
 		t.Stop()
 		return fmt.Errorf("acp: %s: %w", op, a.exitedErr())

@@ -71,7 +71,8 @@ func (a *Agent) holdEarlyLocked(id string, su sdk.SessionUpdate) {
 	e := a.early[id]
 	if e == nil {
 		e = &earlyUpdates{}
-		e.timer = time.AfterFunc(a.spec.EarlyHold, func() { a.dropEarly(id) })
+		held := e
+		e.timer = time.AfterFunc(a.spec.EarlyHold, func() { a.dropEarly(id, held) })
 		a.early[id] = e
 	}
 	if len(e.updates) < maxEarly {
@@ -83,12 +84,14 @@ func (a *Agent) holdEarlyLocked(id string, su sdk.SessionUpdate) {
 
 // dropEarly gives up on the held updates of id: no session of that id was
 // created or loaded on this agent in time.
-func (a *Agent) dropEarly(id string) {
+func (a *Agent) dropEarly(id string, e *earlyUpdates) {
 	a.mu.Lock()
-	e := a.early[id]
-	delete(a.early, id)
+	mine := a.early[id] == e
+	if mine {
+		delete(a.early, id)
+	}
 	a.mu.Unlock()
-	if e != nil {
+	if mine {
 		a.log.Warn("dropping session/update for a session this agent never opened", zap.String("session", id),
 			zap.Int("updates", len(e.updates)+e.dropped), zap.Duration("held", a.spec.EarlyHold))
 	}

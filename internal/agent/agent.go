@@ -45,6 +45,7 @@ const (
 	FaultEarlyUpdate          = "early-update" // send a session/update for a new session before the session/new reply
 	FaultResumeFail           = "resume-fail"
 	FaultRestoreFail          = "restore-fail" // both session/resume and session/load fail
+	FaultExitRestore          = "exit-restore" // exit during session/resume or session/load
 )
 
 var knownFaults = map[string]bool{
@@ -53,7 +54,7 @@ var knownFaults = map[string]bool{
 	FaultFloodStderr: true, FaultUnknownSessionUpdate: true, FaultIgnoreSigterm: true,
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
-	FaultResumeFail: true, FaultRestoreFail: true,
+	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -308,6 +309,9 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 	if b.opts.noLoad {
 		return acp.LoadSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionLoad)
 	}
+	if b.opts.fault == FaultExitRestore {
+		b.quit("fault exit-restore")
+	}
 	if b.opts.fault == FaultLoadFail || b.opts.fault == FaultRestoreFail {
 		return acp.LoadSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced load failure"}
 	}
@@ -501,6 +505,9 @@ func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest)
 	b.record(map[string]any{"method": acp.AgentMethodSessionResume, "session": id, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
 	if b.opts.noResume {
 		return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+	}
+	if b.opts.fault == FaultExitRestore {
+		b.quit("fault exit-restore")
 	}
 	if b.opts.fault == FaultResumeFail || b.opts.fault == FaultRestoreFail {
 		return acp.ResumeSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced resume failure"}

@@ -65,13 +65,18 @@ func (d *Daemon) restore(ctx context.Context, a *acp.Agent, binding, native stri
 			next = "trying session/" + ways[i+1].method
 		}
 		log.Warn("session/"+w.method+" failed; "+next, zap.String("native", native), zap.Error(err))
+		if ctx.Err() != nil {
+			return "", ctx.Err() // the turn's end, not the agent's failure
+		}
 		select {
 		case <-a.Done():
-			return "", fmt.Errorf("agent exited during session/%s: %w", w.method, a.ExitErr())
+			// A saved session that kills its agent counts too, so the key
+			// does not fail every turn forever: restore_failures of them
+			// and its next process starts cold.
+			err := fmt.Errorf("agent exited during session/%s: %w", w.method, a.ExitErr())
+			d.restoreFailed(binding, err, log)
+			return "", err
 		default:
-		}
-		if ctx.Err() != nil {
-			return "", ctx.Err()
 		}
 	}
 	if last != nil {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -101,5 +102,32 @@ func TestRestoreFailuresStopRestores(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(h.m.RestoreStopped.WithLabelValues("b-builtin")); v != 1 {
 		t.Fatalf("residentd_restore_stopped = %v, want 1", v)
+	}
+}
+
+// TestRestoreThatKillsTheAgentCounts: a saved session whose restore makes
+// the agent exit fails those turns, counts as a failed restore, and after
+// restore_failures of them the key's next process starts cold: the key is
+// not broken for good.
+func TestRestoreThatKillsTheAgentCounts(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.RestoreFailures = 2 })
+	first := h.mention("ch", "b-builtin", "q0", "@agent zero")
+	reply(t, first)
+	h.close()
+	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--fault", "exit-restore")
+	h.open()
+	h.d.backoffBase, h.d.backoffCap = time.Nanosecond, time.Nanosecond // no crash-loop wait in this test
+	for i := range 2 {
+		r := h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), "@agent again")
+		if r.err == nil || !strings.Contains(r.err.Error(), "agent exited during session/resume") {
+			t.Fatalf("turn %d: %v, want the restore's exit", i+1, r.err)
+		}
+	}
+	if st := h.d.Status(); len(st.RestoreStopped) != 1 {
+		t.Fatalf("restore_stopped %+v after two restores that killed the agent", st.RestoreStopped)
+	}
+	r := h.mention("ch", "b-builtin", "q3", "@agent now?")
+	if reply(t, r); r.done.Shape != "cold" {
+		t.Fatalf("after the restores stopped: shape %s, want cold", r.done.Shape)
 	}
 }

@@ -142,6 +142,11 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 		}
 		if how != "" {
 			d.restoredBy.Store(a.Pid(), how)
+			select {
+			case <-a.Done(): // exited before the store: its watcher already cleaned up
+				d.restoredBy.Delete(a.Pid())
+			default:
+			}
 			return &resident{a: a, native: want}, lease.Restored, nil
 		}
 	}
