@@ -226,7 +226,8 @@ type session struct {
 	count      int    // turns taken, kept or not
 
 	io     sync.Mutex
-	logged int // turn records in the state file
+	logged int  // turn records in the state file
+	broken bool // an append failed and its partial line could not be cut off
 }
 
 type builtin struct {

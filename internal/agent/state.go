@@ -204,17 +204,26 @@ func (b *builtin) create(s *session) error {
 	return nil
 }
 
-// commit keeps t in memory and, with --state, appends it to the session's
-// log, compacting the log once it holds compactFactor times the cap.
+// commit appends t to the session's log (with --state) and then keeps it
+// in memory, compacting the log once it holds compactFactor times the cap.
+// A failed append leaves neither: its partial line is cut off (or, when
+// that fails too, the next commit rewrites the whole log first), so one
+// failed write never corrupts the history.
 func (b *builtin) commit(s *session, t turn) error {
-	b.mu.Lock()
-	s.add(t, b.opts.history)
-	b.mu.Unlock()
 	if b.opts.state == "" {
+		b.mu.Lock()
+		s.add(t, b.opts.history)
+		b.mu.Unlock()
 		return nil
 	}
 	s.io.Lock()
 	defer s.io.Unlock()
+	if s.broken {
+		if err := b.compactLocked(s); err != nil {
+			return fmt.Errorf("builtin: save turn %d of session %q: repair the log first: %w", t.N, s.ID, err)
+		}
+		s.broken = false
+	}
 	line, err := json.Marshal(record{Turn: &t})
 	if err != nil {
 		return fmt.Errorf("builtin: save turn %d of session %q: %w", t.N, s.ID, err)
@@ -224,13 +233,23 @@ func (b *builtin) commit(s *session, t turn) error {
 	if err != nil {
 		return fmt.Errorf("builtin: save turn %d of session %q: %w", t.N, s.ID, err)
 	}
+	size := int64(-1)
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
 	_, err = f.Write(append(line, '\n'))
+	if err != nil && (size < 0 || f.Truncate(size) != nil) {
+		s.broken = true
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("builtin: save turn %d of session %q: %w", t.N, s.ID, err)
 	}
+	b.mu.Lock()
+	s.add(t, b.opts.history)
+	b.mu.Unlock()
 	s.logged++
 	if s.logged <= compactFactor*b.opts.history {
 		return nil
