@@ -241,6 +241,9 @@ const (
 	CapabilityRuns        = "runs"        // runs outlive connections; GET /v1/runs, re-attach with after=SEQ
 	CapabilityPermissions = "permissions" // permission_request events and answers
 	CapabilityKeepalive   = "keepalive"   // keepalive lines on idle streams
+	// CapabilityLeanStream: ?lean=true on POST /v1/turns and
+	// GET /v1/runs/{run}/events sends the reply once.
+	CapabilityLeanStream = "lean_stream"
 )
 
 // Usage is the token usage the agent reported for a turn.

@@ -227,7 +227,7 @@ func (c *Client) Health(ctx context.Context) (apitype.Health, error) {
 // line is an *Error too. Ending ctx stops following; the run goes on (see
 // Cancel), and Follow picks it up again.
 func (c *Client) Turn(ctx context.Context, req apitype.TurnRequest, on func(apitype.Event)) (apitype.Event, error) {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/turns", nil, req)
+	resp, err := c.send(ctx, http.MethodPost, "/v1/turns?lean=true", nil, req)
 	if err != nil {
 		return apitype.Event{}, err
 	}
@@ -249,7 +249,7 @@ func (c *Client) Submit(ctx context.Context, req apitype.TurnRequest) (apitype.R
 // of the run's buffer the error has code apitype.CodeEventsGone; Run still
 // has the final result.
 func (c *Client) Follow(ctx context.Context, runID string, after int64, on func(apitype.Event)) (apitype.Event, error) {
-	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/events?after="+strconv.FormatInt(after, 10), nil, nil)
+	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/events?lean=true&after="+strconv.FormatInt(after, 10), nil, nil)
 	if err != nil {
 		return apitype.Event{}, err
 	}

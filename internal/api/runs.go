@@ -13,7 +13,7 @@ import (
 
 // Features lists what this daemon's /v1 offers beyond the first version's
 // turns, sessions and messages.
-var Features = []string{apitype.CapabilityRuns, apitype.CapabilityPermissions, apitype.CapabilityKeepalive}
+var Features = []string{apitype.CapabilityRuns, apitype.CapabilityPermissions, apitype.CapabilityKeepalive, apitype.CapabilityLeanStream}
 
 // APIVersion is the local API's version: /v1 only grows (new endpoints,
 // fields, events and codes); nothing a client relies on is removed or
@@ -44,6 +44,10 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: stream=%q: use true (the default) or false", errBadRequest, v))
 		return
 	}
+	if err := checkLean(r); err != nil {
+		fail(w, err)
+		return
+	}
 	rn, err := s.d.Submit(req)
 	if err != nil {
 		fail(w, err)
@@ -64,6 +68,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := checkLean(r); err != nil {
+		fail(w, err)
+		return
+	}
 	var after int64
 	if v := r.URL.Query().Get("after"); v != "" {
 		after, err = strconv.ParseInt(v, 10, 64)
@@ -75,6 +83,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	s.follow(w, r, rn, after, false)
 }
 
+// checkLean validates ?lean=: true asks for the lean stream (the reply
+// once: text chunks without raw, done without the text the chunks carried).
+func checkLean(r *http.Request) error {
+	switch v := r.URL.Query().Get("lean"); v {
+	case "", "true", "false":
+		return nil
+	default:
+		return fmt.Errorf("%w: lean=%q: use true (the reply once: text chunks without raw, done without text) or false (the default)", errBadRequest, v)
+	}
+}
+
 // startHold is how long a started event may wait for the turn's first
 // output before it is flushed on its own.
 const startHold = 5 * time.Millisecond
@@ -83,6 +102,7 @@ const startHold = 5 * time.Millisecond
 // client goes away, with a keepalive line whenever the stream has been
 // quiet for the keepalive interval.
 func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, after int64, plainFirstError bool) {
+	lean := r.URL.Query().Get("lean") == "true" // checked by the caller
 	flusher, _ := w.(http.Flusher)
 	started := false
 	start := func() {
@@ -100,7 +120,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 	hold.Stop()
 	defer hold.Stop()
 	for {
-		b := rn.Read(after)
+		b := rn.Read(after, lean)
 		if b.Gone {
 			snap := rn.Snapshot()
 			msg := fmt.Sprintf("events after seq %d of run %q fell out of its buffer (run.events and run.bytes bound it); the run's state and result are in this response and at GET /v1/runs/%s", after, rn.ID, rn.ID)

@@ -38,9 +38,15 @@ type stream struct {
 // post sends a turn and returns its open stream.
 func (e *env) post(t *testing.T, req apitype.TurnRequest) *stream {
 	t.Helper()
+	return e.postTo(t, "/v1/turns", req)
+}
+
+// postTo sends a turn to path (with its query) and returns the stream.
+func (e *env) postTo(t *testing.T, path string, req apitype.TurnRequest) *stream {
+	t.Helper()
 	body, _ := json.Marshal(req)
 	ctx, cancel := context.WithCancel(context.Background())
-	hr, _ := http.NewRequestWithContext(ctx, "POST", "http://residentd/v1/turns", strings.NewReader(string(body)))
+	hr, _ := http.NewRequestWithContext(ctx, "POST", "http://residentd"+path, strings.NewReader(string(body)))
 	resp, err := e.hc.Do(hr)
 	if err != nil {
 		cancel()
@@ -423,7 +429,7 @@ func TestPermissionRace(t *testing.T) {
 func TestVersion(t *testing.T) {
 	e := newEnv(t)
 	v, err := e.c.Version(context.Background())
-	if err != nil || v.Version != "test" || v.API != "1" || strings.Join(v.Capabilities, ",") != "runs,permissions,keepalive" {
+	if err != nil || v.Version != "test" || v.API != "1" || strings.Join(v.Capabilities, ",") != "runs,permissions,keepalive,lean_stream" {
 		t.Fatalf("version %+v, %v", v, err)
 	}
 }

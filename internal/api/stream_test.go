@@ -11,15 +11,16 @@ import (
 	"github.com/residentd/residentd/client"
 )
 
-// A turn's stream carries the reply once: in its chunks, which have no raw
-// copy of themselves; the done line leaves the text out. The client joins
-// the chunks, a follower that missed some reads the run's result, and the
-// result keeps the whole text.
+// A lean stream (?lean=true, what the Go client asks for) carries the
+// reply once: in its chunks, which have no raw copy of themselves; the done
+// line leaves the text out. The client joins the chunks, a follower that
+// missed some reads the run's result, and the result keeps the whole text.
+// A client that does not ask reads the stream as /v1 always sent it.
 func TestStreamCarriesTheReplyOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hello"}
-	s := e.post(t, req)
+	s := e.postTo(t, "/v1/turns?lean=true", req)
 	evs := s.until(apitype.EventDone)
 	s.hangUp()
 	var chunks strings.Builder
@@ -41,6 +42,23 @@ func TestStreamCarriesTheReplyOnce(t *testing.T) {
 	run, err := e.c.Run(ctx, done.RunID)
 	if err != nil || run.Result == nil || run.Result.Text != chunks.String() {
 		t.Fatalf("run result %+v (err %v), want the text %q", run.Result, err, chunks.String())
+	}
+
+	// Without lean: every chunk with its raw form, done with the text.
+	s = e.post(t, req)
+	evs = s.until(apitype.EventDone)
+	s.hangUp()
+	chunks.Reset()
+	for _, ev := range evs {
+		if ev.Update != nil && ev.Update.Kind == apitype.UpdateMessage {
+			chunks.WriteString(ev.Update.Text)
+			if !strings.Contains(string(ev.Update.Raw), `"sessionUpdate":"agent_message_chunk"`) {
+				t.Fatalf("a chunk of the whole stream without its raw form: %+v", ev.Update)
+			}
+		}
+	}
+	if done := evs[len(evs)-1]; done.Text == "" || done.Text != chunks.String() {
+		t.Fatalf("whole stream: done text %q, chunks %q", done.Text, chunks.String())
 	}
 
 	ev, err := e.c.Turn(ctx, req, nil)

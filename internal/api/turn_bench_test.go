@@ -174,7 +174,7 @@ func BenchmarkRunMachinery(b *testing.B) {
 		}
 		r.Finish(apitype.Event{Event: apitype.EventDone, Shape: "warm", StopReason: "end_turn", Text: "builtin turn=2 framing=no", Watermark: apitype.WatermarkCommitted,
 			Context: &apitype.ContextReport{Header: "none"}, Usage: &apitype.Usage{InputTokens: 812, OutputTokens: 95}}, nil)
-		if batch := r.Read(0); len(batch.Lines) != 6 || !batch.Ended {
+		if batch := r.Read(0, true); len(batch.Lines) != 6 || !batch.Ended {
 			b.Fatalf("read %d lines", len(batch.Lines))
 		}
 		r.Snapshot()

@@ -113,7 +113,7 @@ func (d *Daemon) Turn(ctx context.Context, req apitype.TurnRequest, emit func(ap
 	defer stop()
 	var seq int64
 	for {
-		b := r.Read(seq)
+		b := r.Read(seq, true)
 		for _, l := range b.Lines {
 			ev, err := decodeEvent(l)
 			if err != nil {

@@ -79,7 +79,7 @@ func waitMatch(t *testing.T, r *run.Run, what string, match func(apitype.Event) 
 	timeout := time.After(30 * time.Second)
 	var after int64
 	for {
-		b := r.Read(after)
+		b := r.Read(after, true)
 		for _, l := range b.Lines {
 			ev, err := decodeEvent(l)
 			if err != nil {

@@ -95,8 +95,13 @@ type Run struct {
 
 type line struct {
 	seq   int64
-	data  []byte // the event's JSON and a newline
+	data  []byte // the event's JSON and a newline, lean (see Read)
 	start bool   // a started event: the turn's first output follows within moments
+	// full is the event as a client that did not ask for the lean stream
+	// reads it, where that differs: a text chunk with its raw form, the done
+	// event with the reply text. Built on the first such read from ev.
+	full []byte
+	ev   *apitype.Event
 }
 
 // ask is a permission request waiting for a person.
@@ -145,12 +150,16 @@ func (r *Run) Finish(ev apitype.Event, err error) {
 	}
 	// The stream already carried the reply in its chunks; the done line
 	// leaves the text out (the result, GET /v1/runs/{run}, keeps it).
-	line := ev
+	lean := ev
 	if ev.Event == apitype.EventDone && r.chunked {
-		line.Text = ""
+		lean.Text = ""
 	}
-	logged := r.appendLocked(line)
+	logged := r.appendLocked(lean)
 	logged.Text = ev.Text
+	if lean.Text != ev.Text {
+		full := logged
+		r.lines[len(r.lines)-1].ev = &full
+	}
 	r.result, r.err, r.ended = &logged, err, r.now()
 	r.qReason, r.qPos = "", 0
 	for _, a := range r.pending {
@@ -180,7 +189,12 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	if ev.Update != nil && ev.Update.Kind == apitype.UpdateMessage {
 		r.chunked = true
 	}
-	r.lines = append(r.lines, line{seq: ev.Seq, data: buf.Bytes(), start: ev.Event == apitype.EventStarted})
+	l := line{seq: ev.Seq, data: buf.Bytes(), start: ev.Event == apitype.EventStarted}
+	if u := ev.Update; u != nil && (u.Kind == apitype.UpdateMessage || u.Kind == apitype.UpdateThought) && u.Raw == nil {
+		full := ev
+		l.ev = &full
+	}
+	r.lines = append(r.lines, l)
 	r.bytes += buf.Len()
 	// Keep the newest within both bounds, and always the newest one.
 	for len(r.lines) > 1 && (len(r.lines) > r.limits.Events || r.bytes > r.limits.Bytes) {
@@ -193,6 +207,32 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	return ev
 }
 
+// textChunk is the raw form of a text chunk, as ACP sends it.
+type textChunk struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	Content       struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
+// fullLine encodes ev as a reader of the whole stream gets it: a text chunk
+// with the raw form of the agent's update.
+func fullLine(ev apitype.Event) []byte {
+	if u := ev.Update; u != nil && u.Raw == nil {
+		cu := *u
+		var c textChunk
+		c.SessionUpdate, c.Content.Type, c.Content.Text = u.Kind, "text", u.Text
+		cu.Raw, _ = json.Marshal(c)
+		ev.Update = &cu
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(ev)
+	return buf.Bytes()
+}
+
 // Batch is what Read found.
 type Batch struct {
 	Lines   [][]byte        // encoded events after the asked sequence, in order
@@ -203,8 +243,11 @@ type Batch struct {
 	Changed <-chan struct{} // closed when there is more to read
 }
 
-// Read returns the buffered events after seq after.
-func (r *Run) Read(after int64) Batch {
+// Read returns the buffered events after seq after. A lean reader gets
+// the reply once: text chunks without their raw form and, when chunks
+// carried the reply, the done event without its text (the run's result
+// keeps it). Others read every event whole, as /v1 always sent them.
+func (r *Run) Read(after int64, lean bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := Batch{Last: after, Changed: r.changed}
@@ -213,8 +256,16 @@ func (r *Run) Read(after int64) Batch {
 		return b
 	}
 	i := sort.Search(len(r.lines), func(i int) bool { return r.lines[i].seq > after })
-	for _, l := range r.lines[i:] {
-		b.Lines = append(b.Lines, l.data)
+	for j := i; j < len(r.lines); j++ {
+		l := &r.lines[j]
+		data := l.data
+		if !lean && l.ev != nil {
+			if l.full == nil {
+				l.full = fullLine(*l.ev)
+			}
+			data = l.full
+		}
+		b.Lines = append(b.Lines, data)
 		b.Last = l.seq
 		b.Hold = l.start
 	}

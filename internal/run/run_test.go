@@ -63,7 +63,7 @@ func TestEventsAreNumberedAndReadAfterSeq(t *testing.T) {
 	for i := range 3 {
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &apitype.Update{Kind: apitype.UpdateMessage, Text: fmt.Sprint(i)}})
 	}
-	b := r.Read(0)
+	b := r.Read(0, true)
 	evs := decode(t, b.Lines)
 	if len(evs) != 5 || b.Last != 5 || b.Ended || b.Gone {
 		t.Fatalf("read 0: %d events, last %d, ended %v", len(evs), b.Last, b.Ended)
@@ -76,11 +76,11 @@ func TestEventsAreNumberedAndReadAfterSeq(t *testing.T) {
 	if s := r.Snapshot(); s.State != apitype.RunRunning || s.Shape != "cold" || s.StartedAt == nil || s.QueuePosition != 0 {
 		t.Fatalf("running snapshot %+v", s)
 	}
-	evs = decode(t, r.Read(3).Lines)
+	evs = decode(t, r.Read(3, true).Lines)
 	if len(evs) != 2 || evs[0].Seq != 4 {
 		t.Fatalf("read after 3: %+v", evs)
 	}
-	changed := r.Read(5).Changed
+	changed := r.Read(5, true).Changed
 	select {
 	case <-changed:
 		t.Fatal("changed before anything happened")
@@ -88,7 +88,7 @@ func TestEventsAreNumberedAndReadAfterSeq(t *testing.T) {
 	}
 	r.Finish(apitype.Event{Event: apitype.EventDone, Text: "ok"}, nil)
 	<-changed
-	b = r.Read(5)
+	b = r.Read(5, true)
 	if evs := decode(t, b.Lines); len(evs) != 1 || evs[0].Event != apitype.EventDone || evs[0].Shape != "cold" || !b.Ended {
 		t.Fatalf("after finish: %+v ended %v", evs, b.Ended)
 	}
@@ -127,21 +127,21 @@ func TestBufferBoundsAndGone(t *testing.T) {
 	for range 5 {
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &apitype.Update{Kind: apitype.UpdateMessage, Text: "x"}})
 	}
-	if b := r.Read(1); !b.Gone {
+	if b := r.Read(1, true); !b.Gone {
 		t.Fatal("events 2 were dropped, but reading after 1 was not gone")
 	}
-	if b := r.Read(2); b.Gone || len(b.Lines) != 3 {
+	if b := r.Read(2, true); b.Gone || len(b.Lines) != 3 {
 		t.Fatalf("read after 2: gone %v, %d lines", b.Gone, len(b.Lines))
 	}
 	// A byte bound keeps the newest event even when it alone is over it.
 	_, r, _ = newRun(t, Limits{Bytes: 10})
 	r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &apitype.Update{Kind: apitype.UpdateMessage, Text: "first"}})
 	r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &apitype.Update{Kind: apitype.UpdateMessage, Text: "second"}})
-	b := r.Read(1)
+	b := r.Read(1, true)
 	if evs := decode(t, b.Lines); b.Gone || len(evs) != 1 || evs[0].Update.Text != "second" {
 		t.Fatalf("byte bound: %+v", evs)
 	}
-	if !r.Read(0).Gone {
+	if !r.Read(0, true).Gone {
 		t.Fatal("event 1 is out of the byte bound, but not gone")
 	}
 }
@@ -244,7 +244,7 @@ func TestAskAnswered(t *testing.T) {
 	if err := r.Answer(req.ID, "allow"); !errors.Is(err, ErrAlreadyAnswered) {
 		t.Fatalf("answer after the decision: %v", err)
 	}
-	evs := decode(t, r.Read(0).Lines)
+	evs := decode(t, r.Read(0, true).Lines)
 	if len(evs) != 2 || evs[0].Event != apitype.EventPermissionRequest || evs[1].Event != apitype.EventPermissionDecision ||
 		evs[1].Decision.DecidedBy != apitype.DecidedByPerson || evs[1].Decision.OptionID != g.id || evs[1].Decision.RequestID != req.ID {
 		t.Fatalf("events %+v", evs)
@@ -260,7 +260,7 @@ func TestAskTimeoutRejects(t *testing.T) {
 	if id != "reject" || by != apitype.DecidedByTimeout {
 		t.Fatalf("timeout: %q by %s, want the reject option", id, by)
 	}
-	evs := decode(t, r.Read(0).Lines)
+	evs := decode(t, r.Read(0, true).Lines)
 	if d := evs[len(evs)-1].Decision; d == nil || d.Kind != "reject_once" || d.DecidedBy != apitype.DecidedByTimeout {
 		t.Fatalf("decision %+v", evs[len(evs)-1])
 	}
@@ -287,7 +287,7 @@ func TestAskCancelled(t *testing.T) {
 	if got := <-done; got != "/"+apitype.DecidedByCancel {
 		t.Fatalf("cancelled ask: %q", got)
 	}
-	evs := decode(t, r.Read(0).Lines)
+	evs := decode(t, r.Read(0, true).Lines)
 	if d := evs[len(evs)-1].Decision; d == nil || d.Kind != "cancelled" || d.DecidedBy != apitype.DecidedByCancel {
 		t.Fatalf("decision %+v", evs[len(evs)-1])
 	}
