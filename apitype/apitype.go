@@ -76,6 +76,9 @@ type Event struct {
 	Watermark  string         `json:"watermark,omitempty"` // see the Watermark* constants
 	Context    *ContextReport `json:"context,omitempty"`
 	Usage      *Usage         `json:"usage,omitempty"`
+	// IdleGapS is the time since the key's previous turn ended, in seconds;
+	// absent for the key's first turn in this daemon's run.
+	IdleGapS *float64 `json:"idle_gap_seconds,omitempty"`
 
 	// error
 	Code    string `json:"code,omitempty"`
@@ -248,10 +251,46 @@ const (
 
 // Usage is the token usage the agent reported for a turn.
 type Usage struct {
+	// Unknown: the agent reported no usage. It is encoded as the string
+	// "unknown", never as zeros.
+	Unknown          bool  `json:"-"`
 	InputTokens      int64 `json:"input_tokens"`
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// Cost in Currency: the agent's own (CostSource "agent", the change of
+	// the session cost it reports), or from the binding's price table
+	// ("prices"); absent when neither says.
+	Cost       *float64 `json:"cost,omitempty"`
+	Currency   string   `json:"currency,omitempty"`
+	CostSource string   `json:"cost_source,omitempty"`
+}
+
+// UsageUnknown is how an unknown Usage is encoded.
+const UsageUnknown = "unknown"
+
+// MarshalJSON encodes an unknown usage as "unknown".
+func (u Usage) MarshalJSON() ([]byte, error) {
+	if u.Unknown {
+		return []byte(`"` + UsageUnknown + `"`), nil
+	}
+	type plain Usage
+	return json.Marshal(plain(u))
+}
+
+// UnmarshalJSON reads an object or "unknown".
+func (u *Usage) UnmarshalJSON(b []byte) error {
+	if string(b) == `"`+UsageUnknown+`"` {
+		*u = Usage{Unknown: true}
+		return nil
+	}
+	type plain Usage
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*u = Usage(p)
+	return nil
 }
 
 // ContextReport says what channel context the turn carried.
@@ -330,6 +369,9 @@ type Session struct {
 	// RestoreStopped is set when the binding's restores stopped (see
 	// Health.RestoreStopped): its next processes start cold.
 	RestoreStopped bool `json:"restore_stopped,omitempty"`
+	// Usage is what the process's turns have used so far ("unknown" when
+	// its agent reports nothing).
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Sessions is GET /v1/sessions.

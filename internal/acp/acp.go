@@ -82,11 +82,19 @@ type Usage struct {
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
+// Cost is what an agent says its session has cost so far (ACP's
+// usage_update cost is cumulative).
+type Cost struct {
+	Amount   float64
+	Currency string
+}
+
 // Result is the outcome of one prompt turn.
 type Result struct {
 	StopReason string
 	Text       string // concatenated agent_message_chunk text
-	Usage      *Usage
+	Usage      *Usage // the PromptResponse's, as the agent reported it
+	Cost       *Cost  // the session's cost after the turn, when the agent reported one
 }
 
 // Agent is one supervised agent process with an initialized ACP connection.
@@ -130,6 +138,7 @@ type route struct {
 	loading bool
 	on      func(Update)
 	text    strings.Builder
+	cost    *Cost // the last session cost a usage_update reported during the prompt
 }
 
 func (s *Spec) defaults() {
@@ -447,6 +456,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	}
 	r.on = on
 	r.text.Reset()
+	r.cost = nil
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -519,7 +529,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 
 func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
 	r.mu.Lock()
-	res := Result{StopReason: string(resp.StopReason), Text: r.text.String()}
+	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost}
 	r.mu.Unlock()
 	if u := resp.Usage; u != nil {
 		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}

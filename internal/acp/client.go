@@ -51,6 +51,9 @@ func (a *Agent) deliverLocked(r *route, id string, su sdk.SessionUpdate) {
 		return // replayed history of session/load: the caller already has it
 	}
 	u := toUpdate(su)
+	if c := su.UsageUpdate; c != nil && c.Cost != nil && r.on != nil {
+		r.cost = &Cost{Amount: c.Cost.Amount, Currency: c.Cost.Currency}
+	}
 	if r.on == nil {
 		a.log.Debug("dropping session/update outside a prompt", zap.String("session", id), zap.String("kind", u.Kind))
 		return

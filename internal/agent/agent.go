@@ -83,6 +83,8 @@ type options struct {
 	noLoad    bool
 	noClose   bool
 	noResume  bool
+	usage     string  // turn (per-turn tokens), total (running totals) or none
+	cost      float64 // per turn; reported as the session's running cost
 	fault     string
 	slow      time.Duration
 	framing   string
@@ -106,6 +108,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
+	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
+	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
@@ -118,6 +122,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if o.history < 1 {
 		fmt.Fprintf(stderr, "builtin: --history %d: keep at least 1 turn\n", o.history)
+		return 2
+	}
+	if o.usage != "turn" && o.usage != "total" && o.usage != "none" {
+		fmt.Fprintf(stderr, "builtin: --usage %q: use turn, total or none\n", o.usage)
 		return 2
 	}
 	if o.fault != "" && !knownFaults[o.fault] {
@@ -240,6 +248,8 @@ type builtin struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	spent    [2]int  // tokens in, out reported so far by this process (--usage total)
+	cost     float64 // cost so far by this process (--cost)
 }
 
 var (
@@ -407,11 +417,17 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		}
 	}
 	in, out := len(text)/4, len(reply)/4
-	_ = b.send(ctx, id, acp.SessionUpdate{UsageUpdate: &acp.SessionUsageUpdate{
-		Used: in + out,
-		Size: 200000,
-		Meta: map[string]any{"inputTokens": in, "outputTokens": out},
-	}})
+	b.mu.Lock()
+	b.spent[0] += in
+	b.spent[1] += out
+	b.cost += b.opts.cost
+	spentIn, spentOut, cost := b.spent[0], b.spent[1], b.cost
+	b.mu.Unlock()
+	uu := &acp.SessionUsageUpdate{Used: in + out, Size: 200000, Meta: map[string]any{"inputTokens": in, "outputTokens": out}}
+	if b.opts.cost > 0 {
+		uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
+	}
+	_ = b.send(ctx, id, acp.SessionUpdate{UsageUpdate: uu})
 
 	if err := b.commit(s, turn{N: n, User: text, Reply: reply}); err != nil {
 		return acp.PromptResponse{}, err
@@ -420,10 +436,14 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	if fault == FaultRefusal {
 		stop = acp.StopReasonRefusal
 	}
-	return acp.PromptResponse{
-		StopReason: stop,
-		Usage:      &acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out},
-	}, nil
+	resp := acp.PromptResponse{StopReason: stop}
+	switch b.opts.usage {
+	case "turn":
+		resp.Usage = &acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}
+	case "total":
+		resp.Usage = &acp.Usage{InputTokens: spentIn, OutputTokens: spentOut, TotalTokens: spentIn + spentOut}
+	}
+	return resp, nil
 }
 
 // directives runs the test-only client calls found in the prompt.

@@ -82,6 +82,27 @@ type Binding struct {
 
 	// Limits bound the agent's whole process tree.
 	Limits Limits `json:"limits,omitempty"`
+
+	// UsageTotals says the agent's prompt responses report running token
+	// totals for its process rather than each turn's: residentd then takes
+	// per-turn deltas (the baseline starts at 0 for every new process).
+	UsageTotals bool `json:"usage_totals,omitempty"`
+	// Prices price a turn the agent reports tokens for but no cost.
+	Prices *Prices `json:"prices,omitempty"`
+}
+
+// Prices are per million tokens, in Currency (default USD).
+type Prices struct {
+	Input      float64 `json:"input"`
+	Output     float64 `json:"output"`
+	CacheRead  float64 `json:"cache_read"`
+	CacheWrite float64 `json:"cache_write"`
+	Currency   string  `json:"currency,omitempty"`
+}
+
+// Cost prices tokens.
+func (p Prices) Cost(in, out, cacheRead, cacheWrite int64) float64 {
+	return (float64(in)*p.Input + float64(out)*p.Output + float64(cacheRead)*p.CacheRead + float64(cacheWrite)*p.CacheWrite) / 1e6
 }
 
 // RestoreOn reports whether restore is enabled.
@@ -258,6 +279,11 @@ func (c *Config) SetDefaults() {
 	if c.QueueTimeout <= 0 {
 		c.QueueTimeout = Duration(2 * time.Minute)
 	}
+	for i := range c.Bindings {
+		if p := c.Bindings[i].Prices; p != nil && p.Currency == "" {
+			p.Currency = "USD"
+		}
+	}
 	if c.RestoreFailures <= 0 {
 		c.RestoreFailures = 3
 	}
@@ -337,6 +363,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: binding %q sets both system and system_file; keep one", ErrInvalid, b.ID)
 		case b.SystemFile != "" && !readableFile(b.SystemFile):
 			return fmt.Errorf("%w: binding %q: system_file %q is not a readable file; fix the path or use system", ErrInvalid, b.ID, b.SystemFile)
+		}
+		if p := b.Prices; p != nil && (p.Input < 0 || p.Output < 0 || p.CacheRead < 0 || p.CacheWrite < 0) {
+			return fmt.Errorf("%w: binding %q: prices must be 0 or more per million tokens, got %+v", ErrInvalid, b.ID, *p)
 		}
 		if err := b.Permission.Check(); err != nil {
 			return fmt.Errorf("%w: binding %q: permission: %v", ErrInvalid, b.ID, err)

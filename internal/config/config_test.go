@@ -76,6 +76,7 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		{"system twice", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "a", "b" }, "both system and system_file"},
 		{"system_file missing", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", "/nonexistent/framing.txt" }, `system_file "/nonexistent/framing.txt" is not a readable file`},
 		{"negative limit", func(c *Config) { c.Bindings[0].Limits.PidsMax = -1 }, "limits must not be negative"},
+		{"negative price", func(c *Config) { c.Bindings[0].Prices = &Prices{Input: 3, Output: -1} }, "prices must be 0 or more"},
 		{"tiny memory", func(c *Config) { c.Bindings[0].Limits.MemoryMax = 4096 }, "limits.memory_max 4096 bytes is too small"},
 		{"cpu weight", func(c *Config) { c.Bindings[0].Limits.CPUWeight = 20000 }, "limits.cpu_weight 20000 must be 1..10000"},
 		{"system_file a directory", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", os.TempDir() }, "is not a readable file"},

@@ -88,7 +88,10 @@ type Daemon struct {
 	turns    sync.WaitGroup // runs in flight
 	watchers sync.WaitGroup // agent exit watchers
 
-	restoredBy sync.Map // agent pid -> "resume" or "load", while it lives
+	residents sync.Map // agent pid -> *resident, while it lives
+
+	lastMu  sync.Mutex
+	lastEnd map[session.Key]time.Time // when each key's last turn ended, this run
 
 	mu       sync.Mutex                         // guards the fields below
 	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
@@ -122,6 +125,7 @@ func New(o Options) (*Daemon, error) {
 		}, o.Now),
 		loops:       map[string]*crashLoop{},
 		restores:    map[string]*restoreRun{},
+		lastEnd:     map[session.Key]time.Time{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 	}
 	if d.backoffBase <= 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
@@ -206,7 +207,9 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		return apitype.Event{}, err
 	}
 	d.m.ObserveQueueWait(co.Waited)
-	done, err := d.answer(ctx, r, b, req, co, start, log)
+	gap, hasGap := d.idleGap(co.Key, start)
+	done, err := d.answer(ctx, r, b, req, co, start, gap, hasGap, log)
+	d.turnEnded(co.Key)
 	if err != nil {
 		d.saveNative(co.Key, co.Session, log)
 	}
@@ -221,7 +224,7 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 
 // answer runs the turn on its checked-out process: compose, prompt, and on
 // success store the exchange and commit the watermarks.
-func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, log *zap.Logger) (apitype.Event, error) {
+func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, gap time.Duration, hasGap bool, log *zap.Logger) (apitype.Event, error) {
 	key, l := co.Key, co.Lease
 	shape := l.Shape.String()
 	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
@@ -253,10 +256,20 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		up := u.Update
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
-	var usage *apitype.Usage
-	if u := res.Usage; u != nil {
-		usage = &apitype.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens}
-		d.m.Tokens(shape, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+	// Every turn that reached the agent costs what it reported, failed or not.
+	u := co.Session.turnUsage(b, res)
+	usage := &u
+	tc := metrics.TurnCost{Binding: b.ID, Shape: shape, Known: !u.Unknown, Input: u.InputTokens, Output: u.OutputTokens,
+		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Gap: gap, HasGap: hasGap}
+	if u.Cost != nil {
+		tc.Cost = *u.Cost
+	}
+	d.m.TurnUsage(tc)
+	d.m.Tokens(shape, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+	var gapS *float64
+	if hasGap {
+		v := gap.Seconds()
+		gapS = &v
 	}
 	if err == nil && !successful(res.StopReason) {
 		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
@@ -298,7 +311,26 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	}
 	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
 	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
-	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage}, nil
+	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS}, nil
+}
+
+// idleGap is the time from the end of the key's previous turn in this run
+// to start; false for its first.
+func (d *Daemon) idleGap(k session.Key, start time.Time) (time.Duration, bool) {
+	d.lastMu.Lock()
+	defer d.lastMu.Unlock()
+	prev, ok := d.lastEnd[k]
+	if !ok {
+		return 0, false
+	}
+	return max(0, start.Sub(prev)), true
+}
+
+// turnEnded notes when the key's turn ended, for the next one's gap.
+func (d *Daemon) turnEnded(k session.Key) {
+	d.lastMu.Lock()
+	d.lastEnd[k] = d.now()
+	d.lastMu.Unlock()
 }
 
 // turnCommit stores a successful turn's exchange with its watermarks and,

@@ -14,6 +14,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
@@ -31,6 +32,88 @@ type resident struct {
 	mu      sync.Mutex // guards briefN and unsaved
 	briefN  int        // warm turns since the brief last went out in full (brief in framing)
 	unsaved bool       // native is new and not yet the key's saved session id
+
+	restoredBy string // "resume" or "load" when the process reopened a saved session
+
+	// What the process's turns used, for per-turn deltas and the sessions
+	// listing; guarded by mu.
+	seen     acp.Usage     // the agent's last running token totals (usage_totals)
+	seenCost float64       // the session cost the agent last reported
+	used     apitype.Usage // the sum of its turns
+	reported bool          // some turn reported usage
+}
+
+// turnUsage turns what the agent reported for one turn into that turn's
+// usage: deltas of running totals (tokens with usage_totals, cost always,
+// as ACP reports the session's cost so far; both start at 0 in a new
+// process), priced by the binding's table when the agent gave tokens but no
+// cost. Unknown when the agent reported nothing.
+func (s *resident) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var u apitype.Usage
+	if r := res.Usage; r != nil {
+		cur := *r
+		if b.UsageTotals {
+			cur = acp.Usage{
+				InputTokens: delta(r.InputTokens, s.seen.InputTokens), OutputTokens: delta(r.OutputTokens, s.seen.OutputTokens),
+				CacheReadTokens: delta(r.CacheReadTokens, s.seen.CacheReadTokens), CacheWriteTokens: delta(r.CacheWriteTokens, s.seen.CacheWriteTokens),
+			}
+			s.seen = *r
+		}
+		u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens = cur.InputTokens, cur.OutputTokens, cur.CacheReadTokens, cur.CacheWriteTokens
+	}
+	switch {
+	case res.Cost != nil:
+		c := res.Cost.Amount - s.seenCost
+		if c < 0 {
+			c = res.Cost.Amount // the agent started counting again
+		}
+		s.seenCost = res.Cost.Amount
+		u.Cost, u.Currency, u.CostSource = &c, res.Cost.Currency, "agent"
+	case res.Usage != nil && b.Prices != nil:
+		c := b.Prices.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+		u.Cost, u.Currency, u.CostSource = &c, b.Prices.Currency, "prices"
+	}
+	if res.Usage == nil && res.Cost == nil {
+		return apitype.Usage{Unknown: true}
+	}
+	s.reported = true
+	s.used.InputTokens += u.InputTokens
+	s.used.OutputTokens += u.OutputTokens
+	s.used.CacheReadTokens += u.CacheReadTokens
+	s.used.CacheWriteTokens += u.CacheWriteTokens
+	if u.Cost != nil {
+		total := *u.Cost
+		if s.used.Cost != nil {
+			total += *s.used.Cost
+		}
+		s.used.Cost, s.used.Currency, s.used.CostSource = &total, u.Currency, u.CostSource
+	}
+	return u
+}
+
+// usedSoFar is the sum of the process's turns, unknown before any reported.
+func (s *resident) usedSoFar() *apitype.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.reported {
+		return &apitype.Usage{Unknown: true}
+	}
+	u := s.used
+	if u.Cost != nil {
+		c := *u.Cost
+		u.Cost = &c
+	}
+	return &u
+}
+
+// delta is now - before, or now when the count went back (a new baseline).
+func delta(now, before int64) int64 {
+	if now < before {
+		return now
+	}
+	return now - before
 }
 
 // takeUnsaved reports whether the native id still has to be saved, and
@@ -141,13 +224,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			d.restoredBy.Store(a.Pid(), how)
-			select {
-			case <-a.Done(): // exited before the store: its watcher already cleaned up
-				d.restoredBy.Delete(a.Pid())
-			default:
-			}
-			return &resident{a: a, native: want}, lease.Restored, nil
+			return d.live(&resident{a: a, native: want, restoredBy: how}), lease.Restored, nil
 		}
 	}
 	t1 := d.now()
@@ -161,7 +238,18 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
-	return &resident{a: a, native: native, unsaved: b.KeepsSession()}, lease.Cold, nil
+	return d.live(&resident{a: a, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+}
+
+// live registers s for the sessions listing until its process is reaped.
+func (d *Daemon) live(s *resident) *resident {
+	d.residents.Store(s.a.Pid(), s)
+	select {
+	case <-s.a.Done(): // reaped before the store: its watcher already cleaned up
+		d.residents.Delete(s.a.Pid())
+	default:
+	}
+	return s
 }
 
 // recordAgent notes a spawned agent in the store so that a daemon restarted
@@ -190,7 +278,7 @@ func (d *Daemon) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release
 	go func() {
 		defer d.watchers.Done()
 		<-a.Done()
-		d.restoredBy.Delete(a.Pid())
+		d.residents.Delete(a.Pid())
 		release()
 		if err := d.st.ForgetAgent(a.Pid()); err != nil {
 			log.Warn("forget agent record failed", zap.Int("pid", a.Pid()), zap.Error(err))

@@ -28,13 +28,16 @@ func (d *Daemon) Sessions() []apitype.Session {
 		if err != nil {
 			source = ""
 		}
-		how, _ := d.restoredBy.Load(in.Pid)
-		s, _ := how.(string)
-		out = append(out, apitype.Session{
+		ses := apitype.Session{
 			Channel: in.Key.Channel, Binding: in.Key.Binding, Pid: in.Pid, Native: in.Native, State: in.State,
 			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns, RSSBytes: rss, MemorySource: source,
-			RestoredBy: s, RestoreStopped: d.restoreStopped(in.Key.Binding),
-		})
+			RestoreStopped: d.restoreStopped(in.Key.Binding),
+		}
+		if v, ok := d.residents.Load(in.Pid); ok {
+			r := v.(*resident)
+			ses.RestoredBy, ses.Usage = r.restoredBy, r.usedSoFar()
+		}
+		out = append(out, ses)
 	}
 	return out
 }

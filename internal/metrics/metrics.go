@@ -35,6 +35,8 @@ var (
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
 	BriefPlacements = labels(delivery.Placements)
 	IngestResults   = []string{"added", "edited", "duplicate", "rejected", "deleted"}
+	UsageKinds      = []string{"reported", "unknown"}
+	GapBuckets      = []string{"first", "under_5m", "5m_to_60m", "over_60m"}
 )
 
 // labels formats a producer's values as label values (String for a Shape).
@@ -76,6 +78,11 @@ type Metrics struct {
 	AgentExits        *prometheus.CounterVec   // kind
 	SessionRestores   *prometheus.CounterVec   // method, result
 	RestoreStopped    *prometheus.GaugeVec     // binding
+	UsageTurns        *prometheus.CounterVec   // binding, shape, usage
+	UsageTokens       *prometheus.CounterVec   // binding, shape, kind
+	UsageCost         *prometheus.CounterVec   // binding, shape
+	IdleGap           *prometheus.HistogramVec // binding
+	CostByGap         *prometheus.CounterVec   // binding, gap
 	WatermarkCommits  prometheus.Counter
 	WatermarkDiscards prometheus.Counter
 	ChannelLines      *prometheus.CounterVec // fate
@@ -161,6 +168,27 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_restore_stopped",
 		Help: "1 for a binding whose session restores failed restore_failures times in a row: the daemon no longer tries them and starts its processes cold.",
 	}, []string{"binding"})
+	m.UsageTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_usage_turns_total",
+		Help: "Turns that reached the agent, by binding, lease shape and whether the agent reported its usage (reported) or nothing (unknown).",
+	}, []string{"binding", "shape", "usage"})
+	m.UsageTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_usage_tokens_total",
+		Help: "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, shape and kind; cache-read share = cache_read / (input + cache_read + cache_write).",
+	}, []string{"binding", "shape", "kind"})
+	m.UsageCost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_usage_cost_total",
+		Help: "What turns cost, in the agent's or the price table's currency, by binding and shape.",
+	}, []string{"binding", "shape"})
+	m.IdleGap = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "residentd_turn_idle_gap_seconds",
+		Help:    "Time since the key's previous turn ended, by binding: what the provider's prompt cache (5 min, 1 h) had to outlive.",
+		Buckets: []float64{60, 300, 900, 1800, 3600, 7200, 21600},
+	}, []string{"binding"})
+	m.CostByGap = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_usage_cost_by_gap_total",
+		Help: "Turn cost by binding and the key's idle gap before the turn: first (no earlier turn this run), under_5m, 5m_to_60m, over_60m.",
+	}, []string{"binding", "gap"})
 	m.WatermarkCommits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "residentd_watermark_commits_total",
 		Help: "Staged watermarks committed after a successful run.",
@@ -205,6 +233,7 @@ func New(version string, g Gauges) *Metrics {
 	r.MustRegister(
 		m.Turns, m.TurnDuration, m.TurnFirstUpdate, m.QueueWait, m.Evictions,
 		m.AgentSpawn, m.SessionReady, m.AgentExits, m.SessionRestores, m.RestoreStopped,
+		m.UsageTurns, m.UsageTokens, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
 		m.MessagesIngested, m.BuildInfo,
@@ -253,6 +282,19 @@ func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.FramingChanges, ids)
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
+		m.IdleGap.WithLabelValues(id)
+		for _, g := range GapBuckets {
+			m.CostByGap.WithLabelValues(id, g)
+		}
+		for _, sh := range labels(lease.Shapes) {
+			m.UsageCost.WithLabelValues(id, sh)
+			for _, u := range UsageKinds {
+				m.UsageTurns.WithLabelValues(id, sh, u)
+			}
+			for _, k := range TokenKinds {
+				m.UsageTokens.WithLabelValues(id, sh, k)
+			}
+		}
 	}
 }
 
@@ -300,6 +342,51 @@ func (m *Metrics) Restore(method string, ok bool) {
 		r = "ok"
 	}
 	m.SessionRestores.WithLabelValues(method, r).Inc()
+}
+
+// TurnCost is what one successful turn used, for TurnUsage.
+type TurnCost struct {
+	Binding, Shape                       string
+	Known                                bool // the agent reported tokens or cost
+	Input, Output, CacheRead, CacheWrite int64
+	Cost                                 float64
+	Gap                                  time.Duration
+	HasGap                               bool // false for the key's first turn this run
+}
+
+// GapBucket names the idle-gap bucket of a turn.
+func GapBucket(gap time.Duration, has bool) string {
+	switch {
+	case !has:
+		return "first"
+	case gap < 5*time.Minute:
+		return "under_5m"
+	case gap <= time.Hour:
+		return "5m_to_60m"
+	}
+	return "over_60m"
+}
+
+// TurnUsage counts one successful turn's usage, cost and idle gap.
+func (m *Metrics) TurnUsage(c TurnCost) {
+	if !c.Known {
+		m.UsageTurns.WithLabelValues(c.Binding, c.Shape, "unknown").Inc()
+	} else {
+		m.UsageTurns.WithLabelValues(c.Binding, c.Shape, "reported").Inc()
+		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "input"), c.Input)
+		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "output"), c.Output)
+		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "cache_read"), c.CacheRead)
+		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "cache_write"), c.CacheWrite)
+		if c.Cost > 0 {
+			m.UsageCost.WithLabelValues(c.Binding, c.Shape).Add(c.Cost)
+		}
+	}
+	if c.HasGap {
+		m.IdleGap.WithLabelValues(c.Binding).Observe(c.Gap.Seconds())
+	}
+	if c.Cost > 0 {
+		m.CostByGap.WithLabelValues(c.Binding, GapBucket(c.Gap, c.HasGap)).Add(c.Cost)
+	}
 }
 
 // Watermark counts a staged watermark being committed or discarded.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/residentd/residentd/internal/lease"
 )
 
 type fakeGauges struct{ live, busy, queued atomic.Int64 }
@@ -58,6 +60,11 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_agent_exits_total":             len(ExitKinds),
 		"residentd_session_restores_total":        len(RestoreMethods) * len(RestoreResults),
 		"residentd_restore_stopped":               2,
+		"residentd_usage_turns_total":             2 * len(lease.Shapes) * len(UsageKinds),
+		"residentd_usage_tokens_total":            2 * len(lease.Shapes) * len(TokenKinds),
+		"residentd_usage_cost_total":              2 * len(lease.Shapes),
+		"residentd_turn_idle_gap_seconds":         2,
+		"residentd_usage_cost_by_gap_total":       2 * len(GapBuckets),
 		"residentd_watermark_commits_total":       1,
 		"residentd_watermark_discards_total":      1,
 		"residentd_channel_lines_total":           len(LineFates),
@@ -287,4 +294,22 @@ func get(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func TestGapBucket(t *testing.T) {
+	for _, tc := range []struct {
+		gap  time.Duration
+		has  bool
+		want string
+	}{
+		{0, false, "first"},
+		{time.Minute, true, "under_5m"},
+		{5 * time.Minute, true, "5m_to_60m"},
+		{time.Hour, true, "5m_to_60m"},
+		{time.Hour + time.Second, true, "over_60m"},
+	} {
+		if got := GapBucket(tc.gap, tc.has); got != tc.want {
+			t.Errorf("GapBucket(%v, %v) = %q, want %q", tc.gap, tc.has, got, tc.want)
+		}
+	}
 }

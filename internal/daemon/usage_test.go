@@ -1,0 +1,123 @@
+package daemon
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/config"
+)
+
+// usageRun plays three turns on one key, restarts the daemon (a new
+// process: the agent's running totals start again) and plays one more; it
+// returns each done event's usage.
+func usageRun(t *testing.T, flags []string, tweak func(*config.Binding)) ([]apitype.Usage, *harness) {
+	t.Helper()
+	h := newHarness(t, func(c *config.Config) {
+		c.Bindings[0].Args = append(c.Bindings[0].Args, flags...)
+		if tweak != nil {
+			tweak(&c.Bindings[0])
+		}
+	})
+	var out []apitype.Usage
+	for i := range 4 {
+		if i == 3 {
+			h.restart()
+		}
+		r := h.mention("ch", "b-builtin", fmt.Sprint("q", i), "@agent how is the refund spec?")
+		reply(t, r)
+		if r.done.Usage == nil {
+			t.Fatalf("turn %d: done without usage", i)
+		}
+		out = append(out, *r.done.Usage)
+	}
+	return out, h
+}
+
+// TestUsagePerTurn: per-turn tokens as reported; running totals become
+// per-turn deltas (baseline 0 in a new process); the session cost the
+// agent reports becomes each turn's cost; a price table prices tokens
+// when the agent gives no cost; an agent that reports nothing gives
+// "unknown", never zeros.
+func TestUsagePerTurn(t *testing.T) {
+	perTurn, _ := usageRun(t, nil, nil)
+	for i, u := range perTurn {
+		if u.Unknown || u.InputTokens <= 0 || u.OutputTokens <= 0 || u.Cost != nil {
+			t.Fatalf("per-turn usage %d: %+v", i, u)
+		}
+	}
+
+	totals, h := usageRun(t, []string{"--usage", "total", "--cost", "0.25"}, func(b *config.Binding) { b.UsageTotals = true })
+	for i, u := range totals {
+		if u.InputTokens != perTurn[i].InputTokens || u.OutputTokens != perTurn[i].OutputTokens {
+			t.Fatalf("turn %d from running totals: %d/%d tokens, want that turn's own %d/%d",
+				i, u.InputTokens, u.OutputTokens, perTurn[i].InputTokens, perTurn[i].OutputTokens)
+		}
+		if u.Cost == nil || math.Abs(*u.Cost-0.25) > 1e-9 || u.Currency != "USD" || u.CostSource != "agent" {
+			t.Fatalf("turn %d cost %+v, want 0.25 USD from the agent", i, u)
+		}
+	}
+	if got := testutil.ToFloat64(h.m.UsageCost.WithLabelValues("b-builtin", "warm")); math.Abs(got) > 1e-9 {
+		// The restarted daemon has fresh metrics: one restored turn, no warm.
+		t.Fatalf("usage cost{warm} after the restart = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(h.m.UsageCost.WithLabelValues("b-builtin", "restored")); math.Abs(got-0.25) > 1e-9 {
+		t.Fatalf("usage cost{restored} = %v, want 0.25", got)
+	}
+	ss := h.d.Sessions()
+	if len(ss) != 1 || ss[0].Usage == nil || ss[0].Usage.Unknown || ss[0].Usage.Cost == nil || math.Abs(*ss[0].Usage.Cost-0.25) > 1e-9 {
+		t.Fatalf("sessions listing usage %+v, want the new process's one turn", ss)
+	}
+
+	prices := &config.Prices{Input: 3, Output: 15, Currency: "USD"}
+	priced, _ := usageRun(t, nil, func(b *config.Binding) { b.Prices = prices })
+	for i, u := range priced {
+		want := (float64(u.InputTokens)*3 + float64(u.OutputTokens)*15) / 1e6
+		if u.Cost == nil || math.Abs(*u.Cost-want) > 1e-12 || u.CostSource != "prices" {
+			t.Fatalf("turn %d priced %+v, want %v from the price table", i, u, want)
+		}
+	}
+
+	unknown, h := usageRun(t, []string{"--usage", "none"}, nil)
+	for i, u := range unknown {
+		if !u.Unknown {
+			t.Fatalf("turn %d of an agent that reports nothing: %+v, want unknown", i, u)
+		}
+	}
+	if ss := h.d.Sessions(); len(ss) != 1 || ss[0].Usage == nil || !ss[0].Usage.Unknown {
+		t.Fatalf("sessions listing %+v, want usage unknown", ss)
+	}
+	if n := testutil.ToFloat64(h.m.UsageTurns.WithLabelValues("b-builtin", "restored", "unknown")); n != 1 {
+		t.Fatalf("usage turns{unknown} = %v, want 1", n)
+	}
+}
+
+// TestCostByIdleGap: each turn's cost is counted in the bucket of the
+// key's idle gap before it, and the gap is in the done event.
+func TestCostByIdleGap(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--cost", "1")
+	})
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)}
+	h.d.now = clk.Now
+	for i, step := range []struct {
+		wait time.Duration
+		want string
+	}{
+		{0, "first"}, {time.Minute, "under_5m"}, {20 * time.Minute, "5m_to_60m"}, {3 * time.Hour, "over_60m"},
+	} {
+		clk.Add(step.wait)
+		r := h.mention("ch", "b-builtin", fmt.Sprint("q", i), "@agent again")
+		reply(t, r)
+		if (r.done.IdleGapS == nil) != (i == 0) || (i > 0 && time.Duration(*r.done.IdleGapS*float64(time.Second)) != step.wait) {
+			t.Fatalf("turn %d: idle gap %v, want %v", i, r.done.IdleGapS, step.wait)
+		}
+		if got := testutil.ToFloat64(h.m.CostByGap.WithLabelValues("b-builtin", step.want)); math.Abs(got-1) > 1e-9 {
+			t.Fatalf("turn %d: cost in bucket %s = %v, want 1", i, step.want, got)
+		}
+	}
+}
