@@ -192,6 +192,13 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 	if len(warm) == 0 {
 		t.Fatal("the fake API saw no model call carrying the second turn")
 	}
+	// The warm turn's usage is what the fake model reported for its calls
+	// (12 in, 7 out each), and its cost the change of claude's session cost.
+	u2 := r2.done.Usage
+	if u2 == nil || u2.Unknown || u2.InputTokens != 12*int64(len(warm)) || u2.OutputTokens != 7*int64(len(warm)) || u2.Cost == nil || u2.CostSource != "agent" {
+		t.Fatalf("warm turn usage %+v after %d model calls: want 12 and 7 tokens a call and the agent's cost", u2, len(warm))
+	}
+	t.Logf("warm turn usage: %d in, %d out, cost %g %s (agent), %d model calls", u2.InputTokens, u2.OutputTokens, *u2.Cost, u2.Currency, len(warm))
 	w := warm[0]
 	for i, m := range w.Messages {
 		t.Logf("warm call message %d: %s %.120q", i, m.Role, m.text())
