@@ -314,31 +314,18 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 }
 
 func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
-	id := string(p.SessionId)
-	mcp, _ := json.Marshal(p.McpServers)
-	b.record(map[string]any{"method": acp.AgentMethodSessionLoad, "session": id, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
-	if b.opts.noLoad {
-		return acp.LoadSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionLoad)
-	}
-	if b.opts.fault == FaultExitRestore {
-		b.quit("fault exit-restore")
-	}
-	if b.opts.fault == FaultLoadFail || b.opts.fault == FaultRestoreFail {
-		return acp.LoadSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced load failure"}
-	}
-	s, err := b.lookup(id)
+	s, err := b.reopen(acp.AgentMethodSessionLoad, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noLoad, FaultLoadFail)
 	if err != nil {
 		return acp.LoadSessionResponse{}, err
 	}
 	b.mu.Lock()
-	s.Cwd, s.MCPServers = p.Cwd, mcp
 	turns := append([]turn(nil), s.turns...)
 	b.mu.Unlock()
 	for _, t := range turns {
-		if err := b.send(ctx, id, acp.UpdateUserMessageText(t.User)); err != nil {
+		if err := b.send(ctx, s.ID, acp.UpdateUserMessageText(t.User)); err != nil {
 			return acp.LoadSessionResponse{}, err
 		}
-		if err := b.send(ctx, id, acp.UpdateAgentMessageText(t.Reply)); err != nil {
+		if err := b.send(ctx, s.ID, acp.UpdateAgentMessageText(t.Reply)); err != nil {
 			return acp.LoadSessionResponse{}, err
 		}
 	}
@@ -521,26 +508,33 @@ func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (
 // ResumeSession reopens a saved session as LoadSession does, without
 // replaying its history to the client.
 func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	id := string(p.SessionId)
-	mcp, _ := json.Marshal(p.McpServers)
-	b.record(map[string]any{"method": acp.AgentMethodSessionResume, "session": id, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
-	if b.opts.noResume {
-		return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+	_, err := b.reopen(acp.AgentMethodSessionResume, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noResume, FaultResumeFail)
+	return acp.ResumeSessionResponse{}, err
+}
+
+// reopen is session/load and session/resume up to the replay: the record,
+// the capability (off), the faults (its own fail, restore-fail, exit-restore),
+// then the saved session with the client's cwd and MCP servers.
+func (b *builtin) reopen(method, id, cwd string, servers []acp.McpServer, off bool, fail string) (*session, error) {
+	mcp, _ := json.Marshal(servers)
+	b.record(map[string]any{"method": method, "session": id, "cwd": cwd, "mcp_servers": json.RawMessage(mcp)})
+	if off {
+		return nil, acp.NewMethodNotFound(method)
 	}
-	if b.opts.fault == FaultExitRestore {
+	switch b.opts.fault {
+	case FaultExitRestore:
 		b.quit("fault exit-restore")
-	}
-	if b.opts.fault == FaultResumeFail || b.opts.fault == FaultRestoreFail {
-		return acp.ResumeSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced resume failure"}
+	case fail, FaultRestoreFail:
+		return nil, &acp.RequestError{Code: -32603, Message: "builtin: induced " + strings.TrimPrefix(method, "session/") + " failure"}
 	}
 	s, err := b.lookup(id)
 	if err != nil {
-		return acp.ResumeSessionResponse{}, err
+		return nil, err
 	}
 	b.mu.Lock()
-	s.Cwd, s.MCPServers = p.Cwd, mcp
+	s.Cwd, s.MCPServers = cwd, mcp
 	b.mu.Unlock()
-	return acp.ResumeSessionResponse{}, nil
+	return s, nil
 }
 
 // capabilities is what the agent advertises at initialize.

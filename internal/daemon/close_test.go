@@ -1,10 +1,7 @@
 package daemon
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -18,24 +15,11 @@ import (
 // its --record file.
 func closes(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var rec struct {
-			Method  string `json:"method"`
-			Session string `json:"session"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		if rec.Method == "session/close" {
-			out = append(out, rec.Session)
+	for _, rec := range records(t, path) {
+		if rec["method"] == "session/close" {
+			s, _ := rec["session"].(string)
+			out = append(out, s)
 		}
 	}
 	return out
