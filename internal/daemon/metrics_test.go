@@ -196,7 +196,7 @@ func TestFramingChangeIsCountedAndTokensByShape(t *testing.T) {
 	}
 
 	in := func(shape string) float64 {
-		return testutil.ToFloat64(h.m.AgentTokens.WithLabelValues(shape, "input"))
+		return testutil.ToFloat64(h.m.AgentTokens.WithLabelValues("b-builtin", shape, "input"))
 	}
 	if in("cold") <= 0 || in("warm") <= 0 || in("cold") <= in("warm") {
 		t.Fatalf("input tokens by shape: cold %v warm %v; want both counted, cold (3 turns, framing + replay) above warm (1 turn)", in("cold"), in("warm"))

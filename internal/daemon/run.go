@@ -265,7 +265,6 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		tc.Cost = *u.Cost
 	}
 	d.m.TurnUsage(tc)
-	d.m.Tokens(shape, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
 	var gapS *float64
 	if hasGap {
 		v := gap.Seconds()

@@ -18,6 +18,8 @@ var metricName = regexp.MustCompile(`\bresidentd_[a-zA-Z0-9_]+`)
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := New("test", nil)
+	// Series labelled by binding exist once the daemon names its bindings.
+	m.InitBindings([]string{"b-claude"})
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,6 @@ type Metrics struct {
 	SessionRestores   *prometheus.CounterVec   // method, result
 	RestoreStopped    *prometheus.GaugeVec     // binding
 	UsageTurns        *prometheus.CounterVec   // binding, shape, usage
-	UsageTokens       *prometheus.CounterVec   // binding, shape, kind
 	UsageCost         *prometheus.CounterVec   // binding, shape
 	IdleGap           *prometheus.HistogramVec // binding
 	CostByGap         *prometheus.CounterVec   // binding, gap
@@ -88,7 +87,7 @@ type Metrics struct {
 	ChannelLines      *prometheus.CounterVec // fate
 	ChannelChars      prometheus.Counter
 	ChannelTruncated  prometheus.Counter
-	AgentTokens       *prometheus.CounterVec // shape, kind
+	AgentTokens       *prometheus.CounterVec // binding, shape, kind
 	BriefTokensSent   *prometheus.CounterVec // placement
 	FramingChanges    *prometheus.CounterVec // binding
 	MessagesIngested  *prometheus.CounterVec // result
@@ -172,10 +171,6 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_usage_turns_total",
 		Help: "Turns that reached the agent, by binding, lease shape and whether the agent reported its usage (reported) or nothing (unknown).",
 	}, []string{"binding", "shape", "usage"})
-	m.UsageTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_usage_tokens_total",
-		Help: "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, shape and kind; cache-read share = cache_read / (input + cache_read + cache_write).",
-	}, []string{"binding", "shape", "kind"})
 	m.UsageCost = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_usage_cost_total",
 		Help: "What turns cost, in the agent's or the price table's currency, by binding and shape.",
@@ -211,8 +206,8 @@ func New(version string, g Gauges) *Metrics {
 	})
 	m.AgentTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_agent_tokens_total",
-		Help: "Tokens reported by agents in prompt usage, by lease shape and kind.",
-	}, []string{"shape", "kind"})
+		Help: "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, lease shape and kind; cache-read share = cache_read / (input + cache_read + cache_write).",
+	}, []string{"binding", "shape", "kind"})
 	m.BriefTokensSent = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_brief_tokens_sent_total",
 		Help: "Approximate brief tokens sent, by placement (in the user turn or in the system framing).",
@@ -233,7 +228,7 @@ func New(version string, g Gauges) *Metrics {
 	r.MustRegister(
 		m.Turns, m.TurnDuration, m.TurnFirstUpdate, m.QueueWait, m.Evictions,
 		m.AgentSpawn, m.SessionReady, m.AgentExits, m.SessionRestores, m.RestoreStopped,
-		m.UsageTurns, m.UsageTokens, m.UsageCost, m.IdleGap, m.CostByGap,
+		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
 		m.MessagesIngested, m.BuildInfo,
@@ -246,9 +241,6 @@ func New(version string, g Gauges) *Metrics {
 	for _, s := range Shapes {
 		for _, o := range Outcomes {
 			m.Turns.WithLabelValues(s, o)
-		}
-		for _, k := range TokenKinds {
-			m.AgentTokens.WithLabelValues(s, k)
 		}
 		m.TurnDuration.WithLabelValues(s)
 		m.TurnFirstUpdate.WithLabelValues(s)
@@ -292,7 +284,7 @@ func (m *Metrics) InitBindings(ids []string) {
 				m.UsageTurns.WithLabelValues(id, sh, u)
 			}
 			for _, k := range TokenKinds {
-				m.UsageTokens.WithLabelValues(id, sh, k)
+				m.AgentTokens.WithLabelValues(id, sh, k)
 			}
 		}
 	}
@@ -373,10 +365,10 @@ func (m *Metrics) TurnUsage(c TurnCost) {
 		m.UsageTurns.WithLabelValues(c.Binding, c.Shape, "unknown").Inc()
 	} else {
 		m.UsageTurns.WithLabelValues(c.Binding, c.Shape, "reported").Inc()
-		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "input"), c.Input)
-		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "output"), c.Output)
-		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "cache_read"), c.CacheRead)
-		add64(m.UsageTokens.WithLabelValues(c.Binding, c.Shape, "cache_write"), c.CacheWrite)
+		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "input"), c.Input)
+		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "output"), c.Output)
+		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "cache_read"), c.CacheRead)
+		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "cache_write"), c.CacheWrite)
 		if c.Cost > 0 {
 			m.UsageCost.WithLabelValues(c.Binding, c.Shape).Add(c.Cost)
 		}
@@ -407,14 +399,6 @@ func (m *Metrics) ChannelRender(sent, seen, bound, own, known, chars, truncated 
 	addN(m.ChannelLines.WithLabelValues("own"), own)
 	addN(m.ChannelChars, chars)
 	addN(m.ChannelTruncated, truncated)
-}
-
-// Tokens adds one turn's reported usage under its lease shape.
-func (m *Metrics) Tokens(shape string, in, out, cacheRead, cacheWrite int64) {
-	add64(m.AgentTokens.WithLabelValues(shape, "input"), in)
-	add64(m.AgentTokens.WithLabelValues(shape, "output"), out)
-	add64(m.AgentTokens.WithLabelValues(shape, "cache_read"), cacheRead)
-	add64(m.AgentTokens.WithLabelValues(shape, "cache_write"), cacheWrite)
 }
 
 // FramingChanged counts a change of binding's system framing.

@@ -61,7 +61,6 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_session_restores_total":        len(RestoreMethods) * len(RestoreResults),
 		"residentd_restore_stopped":               2,
 		"residentd_usage_turns_total":             2 * len(lease.Shapes) * len(UsageKinds),
-		"residentd_usage_tokens_total":            2 * len(lease.Shapes) * len(TokenKinds),
 		"residentd_usage_cost_total":              2 * len(lease.Shapes),
 		"residentd_turn_idle_gap_seconds":         2,
 		"residentd_usage_cost_by_gap_total":       2 * len(GapBuckets),
@@ -70,7 +69,7 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_channel_lines_total":           len(LineFates),
 		"residentd_channel_characters_sent_total": 1,
 		"residentd_channel_lines_truncated_total": 1,
-		"residentd_agent_tokens_total":            len(Shapes) * len(TokenKinds),
+		"residentd_agent_tokens_total":            2 * len(lease.Shapes) * len(TokenKinds),
 		"residentd_brief_tokens_sent_total":       len(BriefPlacements),
 		"residentd_framing_changes_total":         2,
 		"residentd_messages_ingested_total":       len(IngestResults),
@@ -176,7 +175,7 @@ func TestHelpers(t *testing.T) {
 	m.Watermark(false)
 	m.ChannelRender(3, 4, 1, 2, 5, 120, 1)
 	m.ChannelRender(-1, 0, 0, 0, 0, 0, 0) // negative is ignored, not a panic
-	m.Tokens("warm", 100, 20, 900, 0)
+	m.TurnUsage(TurnCost{Binding: "b-claude", Shape: "warm", Known: true, Input: 100, Output: 20, CacheRead: 900})
 	m.FramingChanged("b-claude")
 	m.BriefTokens("turn", 466)
 	m.Ingested(5, 3, 2, 1)
@@ -204,10 +203,10 @@ func TestHelpers(t *testing.T) {
 		{"lines known", testutil.ToFloat64(m.ChannelLines.WithLabelValues("known")), 5},
 		{"chars", testutil.ToFloat64(m.ChannelChars), 120},
 		{"truncated", testutil.ToFloat64(m.ChannelTruncated), 1},
-		{"tokens warm input", testutil.ToFloat64(m.AgentTokens.WithLabelValues("warm", "input")), 100},
-		{"tokens warm output", testutil.ToFloat64(m.AgentTokens.WithLabelValues("warm", "output")), 20},
-		{"tokens warm cache_read", testutil.ToFloat64(m.AgentTokens.WithLabelValues("warm", "cache_read")), 900},
-		{"tokens warm cache_write", testutil.ToFloat64(m.AgentTokens.WithLabelValues("warm", "cache_write")), 0},
+		{"tokens warm input", testutil.ToFloat64(m.AgentTokens.WithLabelValues("b-claude", "warm", "input")), 100},
+		{"tokens warm output", testutil.ToFloat64(m.AgentTokens.WithLabelValues("b-claude", "warm", "output")), 20},
+		{"tokens warm cache_read", testutil.ToFloat64(m.AgentTokens.WithLabelValues("b-claude", "warm", "cache_read")), 900},
+		{"tokens warm cache_write", testutil.ToFloat64(m.AgentTokens.WithLabelValues("b-claude", "warm", "cache_write")), 0},
 		{"framing b-claude", testutil.ToFloat64(m.FramingChanges.WithLabelValues("b-claude")), 1},
 		{"brief turn", testutil.ToFloat64(m.BriefTokensSent.WithLabelValues("turn")), 466},
 		{"brief framing", testutil.ToFloat64(m.BriefTokensSent.WithLabelValues("framing")), 0},
