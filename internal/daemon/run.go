@@ -313,25 +313,6 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS}, nil
 }
 
-// idleGap is the time from the end of the key's previous turn in this run
-// to start; false for its first.
-func (d *Daemon) idleGap(k session.Key, start time.Time) (time.Duration, bool) {
-	d.lastMu.Lock()
-	defer d.lastMu.Unlock()
-	prev, ok := d.lastEnd[k]
-	if !ok {
-		return 0, false
-	}
-	return max(0, start.Sub(prev)), true
-}
-
-// turnEnded notes when the key's turn ended, for the next one's gap.
-func (d *Daemon) turnEnded(k session.Key) {
-	d.lastMu.Lock()
-	d.lastEnd[k] = d.now()
-	d.lastMu.Unlock()
-}
-
 // turnCommit stores a successful turn's exchange with its watermarks and,
 // on a new session's first turn, its native id.
 type turnCommit struct {

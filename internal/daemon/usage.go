@@ -1,0 +1,104 @@
+// What agents report a turn cost, and how long a key sat idle before it.
+
+package daemon
+
+import (
+	"time"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// turnUsage turns what the agent reported for one turn into that turn's
+// usage: deltas of running totals (tokens with usage_totals, cost always,
+// as ACP reports the session's cost so far; both start at 0 in a new
+// process), priced by the binding's table when the agent gave tokens but no
+// cost. Unknown when the agent reported nothing.
+func (s *resident) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var u apitype.Usage
+	if r := res.Usage; r != nil {
+		cur := *r
+		if b.UsageTotals {
+			cur = acp.Usage{
+				InputTokens: delta(r.InputTokens, s.seen.InputTokens), OutputTokens: delta(r.OutputTokens, s.seen.OutputTokens),
+				CacheReadTokens: delta(r.CacheReadTokens, s.seen.CacheReadTokens), CacheWriteTokens: delta(r.CacheWriteTokens, s.seen.CacheWriteTokens),
+			}
+			s.seen = *r
+		}
+		u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens = cur.InputTokens, cur.OutputTokens, cur.CacheReadTokens, cur.CacheWriteTokens
+	}
+	switch {
+	case res.Cost != nil:
+		c := res.Cost.Amount - s.seenCost
+		if c < 0 {
+			c = res.Cost.Amount // the agent started counting again
+		}
+		s.seenCost = res.Cost.Amount
+		u.Cost, u.Currency, u.CostSource = &c, res.Cost.Currency, "agent"
+	case res.Usage != nil && b.Prices != nil:
+		c := b.Prices.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+		u.Cost, u.Currency, u.CostSource = &c, b.Prices.Currency, "prices"
+	}
+	if res.Usage == nil && res.Cost == nil {
+		return apitype.Usage{Unknown: true}
+	}
+	s.reported = true
+	s.used.InputTokens += u.InputTokens
+	s.used.OutputTokens += u.OutputTokens
+	s.used.CacheReadTokens += u.CacheReadTokens
+	s.used.CacheWriteTokens += u.CacheWriteTokens
+	if u.Cost != nil {
+		total := *u.Cost
+		if s.used.Cost != nil {
+			total += *s.used.Cost
+		}
+		s.used.Cost, s.used.Currency, s.used.CostSource = &total, u.Currency, u.CostSource
+	}
+	return u
+}
+
+// usedSoFar is the sum of the process's turns, unknown before any reported.
+func (s *resident) usedSoFar() *apitype.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.reported {
+		return &apitype.Usage{Unknown: true}
+	}
+	u := s.used
+	if u.Cost != nil {
+		c := *u.Cost
+		u.Cost = &c
+	}
+	return &u
+}
+
+// delta is now - before, or now when the count went back (a new baseline).
+func delta(now, before int64) int64 {
+	if now < before {
+		return now
+	}
+	return now - before
+}
+
+// idleGap is the time from the end of the key's previous turn in this run
+// to start; false for its first.
+func (d *Daemon) idleGap(k session.Key, start time.Time) (time.Duration, bool) {
+	d.lastMu.Lock()
+	defer d.lastMu.Unlock()
+	prev, ok := d.lastEnd[k]
+	if !ok {
+		return 0, false
+	}
+	return max(0, start.Sub(prev)), true
+}
+
+// turnEnded notes when the key's turn ended, for the next one's gap.
+func (d *Daemon) turnEnded(k session.Key) {
+	d.lastMu.Lock()
+	d.lastEnd[k] = d.now()
+	d.lastMu.Unlock()
+}
