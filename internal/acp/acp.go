@@ -316,9 +316,6 @@ func (a *Agent) Cgroup() string { return a.proc.Cgroup() }
 // CanResume reports the agent's session/resume capability.
 func (a *Agent) CanResume() bool { return a.canResume }
 
-// CanClose reports the agent's session/close capability.
-func (a *Agent) CanClose() bool { return a.canClose }
-
 // closeSessions sends session/close for every session of a live agent that
 // advertises it, once, bounded by Spec.CloseTimeout for them all. A failure
 // only logs: the stop sequence follows anyway.
