@@ -95,6 +95,10 @@ type Result struct {
 	Text       string // concatenated agent_message_chunk text
 	Usage      *Usage // the PromptResponse's, as the agent reported it
 	Cost       *Cost  // the session's cost after the turn, when the agent reported one
+	// Compacted: during the turn the agent reported less context in use
+	// than before, which is how agents show that they compacted (summarised
+	// and dropped) their history.
+	Compacted bool
 }
 
 // Agent is one supervised agent process with an initialized ACP connection.
@@ -139,6 +143,13 @@ type route struct {
 	on      func(Update)
 	text    strings.Builder
 	cost    *Cost // the last session cost a usage_update reported during the prompt
+
+	options []Option // the session's config options as the agent last listed them
+	listed  bool     // the agent listed config options for the session at all
+	used    int      // context tokens in use at the last usage_update
+	// compacted: a usage_update reported less context in use than the one
+	// before it during the prompt: the agent compacted its history.
+	compacted bool
 }
 
 func (s *Spec) defaults() {
@@ -378,30 +389,32 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 		a.routes[native] = r
 	}
 	a.releaseEarlyLocked(native, r)
+	r.setOptions(options(resp.ConfigOptions))
 	return native, nil
 }
 
 // LoadSession runs session/load; the history the agent replays meanwhile is
 // swallowed because the caller already has it.
 func (a *Agent) LoadSession(ctx context.Context, native string) error {
-	return a.reopen(ctx, native, "load", func() error {
-		_, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
-		return err
+	return a.reopen(ctx, native, "load", func() ([]sdk.SessionConfigOption, error) {
+		resp, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		return resp.ConfigOptions, err
 	})
 }
 
 // ResumeSession runs session/resume for native: the agent reopens the
 // session without replaying its history. Use it when CanResume.
 func (a *Agent) ResumeSession(ctx context.Context, native string) error {
-	return a.reopen(ctx, native, "resume", func() error {
-		_, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
-		return err
+	return a.reopen(ctx, native, "resume", func() ([]sdk.SessionConfigOption, error) {
+		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		return resp.ConfigOptions, err
 	})
 }
 
 // reopen routes native while call (session/load or session/resume) runs,
-// swallowing what the agent replays, and unroutes it if call fails.
-func (a *Agent) reopen(ctx context.Context, native, how string, call func() error) error {
+// swallowing what the agent replays, and unroutes it if call fails; call
+// returns the config options the agent listed.
+func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]sdk.SessionConfigOption, error)) error {
 	r := &route{loading: true}
 	a.mu.Lock()
 	old, existed := a.routes[native]
@@ -415,12 +428,15 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() erro
 		a.routes[native] = r
 		a.releaseEarlyLocked(native, r)
 	}
-	err := call()
+	listed, err := call()
 	// The SDK returns only after the notifications sent before the response
 	// were handled, so the whole replay has been swallowed by now.
 	r.mu.Lock()
 	r.loading = false
 	r.mu.Unlock()
+	if err == nil {
+		r.setOptions(options(listed))
+	}
 	if err != nil {
 		// A failed reload leaves a session the agent already had usable.
 		a.mu.Lock()
@@ -434,7 +450,9 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() erro
 }
 
 // Prompt sends text as one turn of session native and streams its updates to
-// on (sequentially, never after Prompt returns).
+// on (sequentially, never after Prompt returns). A prompt that fails after
+// it reached the agent returns, with its error, what the agent had reported
+// (see partial).
 func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)) (Result, error) {
 	op := fmt.Sprintf("prompt session %q", native)
 	a.mu.Lock()
@@ -454,6 +472,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	r.on = on
 	r.text.Reset()
 	r.cost = nil
+	r.compacted = false
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -482,7 +501,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 
 	finish := func(ans answer) (Result, error) {
 		if ans.err != nil {
-			return Result{}, a.callErr(ctx, op, ans.err)
+			return a.partial(r), a.callErr(ctx, op, ans.err)
 		}
 		return a.result(r, ans.resp), nil
 	}
@@ -491,7 +510,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	case ans := <-answered:
 		return finish(ans)
 	case <-a.done:
-		return Result{}, fmt.Errorf("acp: %s: %w", op, a.exitedErr())
+		return a.partial(r), fmt.Errorf("acp: %s: %w", op, a.exitedErr())
 	case <-ctx.Done():
 	}
 
@@ -512,21 +531,30 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	select {
 	case ans := <-answered:
 		if ans.err != nil {
-			return Result{}, fmt.Errorf("acp: %s: %w", op, cause)
+			return a.partial(r), fmt.Errorf("acp: %s: %w", op, cause)
 		}
 		return a.result(r, ans.resp), fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
 	case <-a.done:
-		return Result{}, fmt.Errorf("acp: %s: %w (and the agent exited: %v)", op, cause, a.exitedErr())
+		return a.partial(r), fmt.Errorf("acp: %s: %w (and the agent exited: %v)", op, cause, a.exitedErr())
 	case <-t.C:
 		a.log.Warn("agent did not answer session/cancel; killing it", zap.String("session", native), zap.Duration("cancel_grace", a.spec.CancelGrace))
 		_ = a.stop() // it does not answer: no session/close round first
-		return Result{}, fmt.Errorf("acp: %s: agent did not answer session/cancel within %s and was killed: %w", op, a.spec.CancelGrace, cause)
+		return a.partial(r), fmt.Errorf("acp: %s: agent did not answer session/cancel within %s and was killed: %w", op, a.spec.CancelGrace, cause)
 	}
+}
+
+// partial is what a prompt that failed had reported by then: its text so
+// far, the session cost a usage_update gave (a failed turn was paid for
+// too) and whether the agent compacted.
+func (a *Agent) partial(r *route) Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Result{Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
 }
 
 func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
 	r.mu.Lock()
-	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost}
+	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
 	r.mu.Unlock()
 	if u := resp.Usage; u != nil {
 		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}

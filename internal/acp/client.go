@@ -47,12 +47,25 @@ func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) e
 
 // deliverLocked hands one update to r's caller; r.mu is held.
 func (a *Agent) deliverLocked(r *route, id string, su sdk.SessionUpdate) {
+	if c := su.ConfigOptionUpdate; c != nil {
+		// Options are the session's state, whenever the agent says they moved.
+		if list := options(c.ConfigOptions); list != nil {
+			r.options, r.listed = list, true
+		}
+	}
 	if r.loading {
 		return // replayed history of session/load: the caller already has it
 	}
 	u := toUpdate(su)
-	if c := su.UsageUpdate; c != nil && c.Cost != nil && r.on != nil {
-		r.cost = &Cost{Amount: c.Cost.Amount, Currency: c.Cost.Currency}
+	if c := su.UsageUpdate; c != nil {
+		if c.Cost != nil && r.on != nil {
+			r.cost = &Cost{Amount: c.Cost.Amount, Currency: c.Cost.Currency}
+		}
+		// Context in use only shrinks when the agent compacts its history.
+		if c.Used < r.used && r.on != nil {
+			r.compacted = true
+		}
+		r.used = c.Used
 	}
 	if r.on == nil {
 		a.log.Debug("dropping session/update outside a prompt", zap.String("session", id), zap.String("kind", u.Kind))

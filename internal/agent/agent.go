@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -70,6 +71,9 @@ var (
 	readDirective  = lazyRegexp(`\[\[read:([^\]]+)\]\]`)
 	writeDirective = lazyRegexp(`\[\[write:([^\]]+)\]\]`)
 	permDirective  = lazyRegexp(`\[\[permission:([a-z_]+)\]\]`)
+	// compactDirective makes the turn compact the session's context: its
+	// usage_update reports less in use than before.
+	compactDirective = lazyRegexp(`\[\[compact\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -83,6 +87,7 @@ type options struct {
 	noLoad    bool
 	noClose   bool
 	noResume  bool
+	noOptions bool
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
@@ -108,6 +113,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
+	fs.BoolVar(&o.noOptions, "no-options", false, "list no session config options (model, mode, verbose)")
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
@@ -230,8 +236,10 @@ type session struct {
 	ID         string
 	Cwd        string
 	MCPServers json.RawMessage
-	turns      []turn // the newest --history turns, oldest first
-	count      int    // turns taken, kept or not
+	turns      []turn            // the newest --history turns, oldest first
+	count      int               // turns taken, kept or not
+	options    map[string]string // config option id -> current value; each process starts at the defaults
+	used       int               // context tokens in use, as usage_update reports them; [[compact]] drops it
 
 	io     sync.Mutex
 	logged int  // turn records in the state file
@@ -297,7 +305,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		return acp.NewSessionResponse{}, fmt.Errorf("builtin: session id: %w", err)
 	}
 	mcp, _ := json.Marshal(p.McpServers)
-	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp}
+	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions()}
 	b.record(map[string]any{"method": acp.AgentMethodSessionNew, "session": s.ID, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
 	if err := b.create(s); err != nil {
 		return acp.NewSessionResponse{}, err
@@ -310,7 +318,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		_ = b.send(ctx, s.ID, acp.SessionUpdate{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{
 			SessionUpdate: "available_commands_update", AvailableCommands: []acp.AvailableCommand{{Name: "review", Description: "review the change"}}}})
 	}
-	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID)}, nil
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: b.configOptions(s)}, nil
 }
 
 func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
@@ -329,7 +337,7 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 			return acp.LoadSessionResponse{}, err
 		}
 	}
-	return acp.LoadSessionResponse{}, nil
+	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s)}, nil
 }
 
 func (b *builtin) Cancel(ctx context.Context, p acp.CancelNotification) error {
@@ -352,9 +360,9 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 	text := strings.Join(parts, "\n")
 	b.mu.Lock()
-	n, cwd, mcp := s.count+1, s.Cwd, s.MCPServers
+	n, cwd, mcp, opts := s.count+1, s.Cwd, s.MCPServers, maps.Clone(s.options)
 	b.mu.Unlock()
-	b.record(map[string]any{"method": acp.AgentMethodSessionPrompt, "session": id, "turn": n, "prompt": text, "cwd": cwd, "mcp_servers": mcp})
+	b.record(map[string]any{"method": acp.AgentMethodSessionPrompt, "session": id, "turn": n, "prompt": text, "cwd": cwd, "mcp_servers": mcp, "options": opts})
 
 	fault := b.opts.fault
 	if m := faultDirective().FindAllStringSubmatch(text, -1); len(m) > 0 {
@@ -388,6 +396,9 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	case FaultUnknownSessionUpdate:
 		_ = b.send(ctx, "nat-unknown", acp.UpdateAgentMessageText("for nobody"))
 	case FaultFailTurn:
+		// As a model call that was paid for before the agent failed: the
+		// usage update (with its cost) goes out, then the error.
+		b.account(ctx, s, text, "")
 		return acp.PromptResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced failure"}
 	}
 
@@ -403,18 +414,7 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 			return acp.PromptResponse{}, err
 		}
 	}
-	in, out := len(text)/4, len(reply)/4
-	b.mu.Lock()
-	b.spent[0] += in
-	b.spent[1] += out
-	b.cost += b.opts.cost
-	spentIn, spentOut, cost := b.spent[0], b.spent[1], b.cost
-	b.mu.Unlock()
-	uu := &acp.SessionUsageUpdate{Used: in + out, Size: 200000, Meta: map[string]any{"inputTokens": in, "outputTokens": out}}
-	if b.opts.cost > 0 {
-		uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
-	}
-	_ = b.send(ctx, id, acp.SessionUpdate{UsageUpdate: uu})
+	in, out, spentIn, spentOut := b.account(ctx, s, text, reply)
 
 	if err := b.commit(s, turn{N: n, User: text, Reply: reply}); err != nil {
 		return acp.PromptResponse{}, err
@@ -431,6 +431,33 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		resp.Usage = &acp.Usage{InputTokens: spentIn, OutputTokens: spentOut, TotalTokens: spentIn + spentOut}
 	}
 	return resp, nil
+}
+
+// account counts a turn's tokens (a quarter of its bytes) and cost and
+// sends the usage_update: context in use (every turn so far, until a
+// [[compact]] directive summarises it down to this turn's reply, as agents
+// compact) and, with --cost, the process's running cost. It returns the
+// turn's tokens and the process's totals.
+func (b *builtin) account(ctx context.Context, s *session, text, reply string) (in, out, spentIn, spentOut int) {
+	in, out = len(text)/4, len(reply)/4
+	b.mu.Lock()
+	b.spent[0] += in
+	b.spent[1] += out
+	b.cost += b.opts.cost
+	spentIn, spentOut, cost := b.spent[0], b.spent[1], b.cost
+	if compactDirective().MatchString(text) {
+		s.used = out
+	} else {
+		s.used += in + out
+	}
+	used := s.used
+	b.mu.Unlock()
+	uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: map[string]any{"inputTokens": in, "outputTokens": out}}
+	if b.opts.cost > 0 {
+		uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
+	}
+	_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
+	return in, out, spentIn, spentOut
 }
 
 // directives runs the test-only client calls found in the prompt.
@@ -497,10 +524,6 @@ func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeReques
 	return acp.SetSessionModeResponse{}, nil
 }
 
-func (b *builtin) SetSessionConfigOption(ctx context.Context, p acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
-	return acp.SetSessionConfigOptionResponse{}, nil
-}
-
 func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
 	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
 }
@@ -508,8 +531,11 @@ func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (
 // ResumeSession reopens a saved session as LoadSession does, without
 // replaying its history to the client.
 func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	_, err := b.reopen(acp.AgentMethodSessionResume, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noResume, FaultResumeFail)
-	return acp.ResumeSessionResponse{}, err
+	s, err := b.reopen(acp.AgentMethodSessionResume, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noResume, FaultResumeFail)
+	if err != nil {
+		return acp.ResumeSessionResponse{}, err
+	}
+	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s)}, nil
 }
 
 // reopen is session/load and session/resume up to the replay: the record,
@@ -533,6 +559,9 @@ func (b *builtin) reopen(method, id, cwd string, servers []acp.McpServer, off bo
 	}
 	b.mu.Lock()
 	s.Cwd, s.MCPServers = cwd, mcp
+	if s.options == nil {
+		s.options = defaultOptions()
+	}
 	b.mu.Unlock()
 	return s, nil
 }
