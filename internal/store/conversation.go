@@ -52,13 +52,14 @@ type Finish struct {
 	Native     string                                // the native session the turn ran on
 	SaveNative bool                                  // Native is new: save it as the key's native id too
 	Staged     map[channel.WatermarkKey]channel.Seen // watermarks to move for Native
+	Spend      []Spend                               // what the turn cost, for the budgets it counts toward
 }
 
 // FinishTurn stores what a successful turn leaves behind in one
 // transaction (one fsync pair, shared with concurrent turns): its exchange
 // appended to the key's conversation (the oldest beyond Options.MaxTurns
-// dropped), the key's native session id when it is new, and the watermarks
-// it staged moved for that native session.
+// dropped), the key's native session id when it is new, the watermarks it
+// staged moved for that native session, and its cost added to its budgets.
 func (s *Store) FinishTurn(k session.Key, f Finish) error {
 	if err := k.Check(); err != nil {
 		return fmt.Errorf("store: finish turn: %w", err)
@@ -76,7 +77,7 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 	if f.SaveNative && f.Native == "" {
 		return fmt.Errorf("store: finish turn of %q: no native session id to save", k)
 	}
-	if len(f.Turns) == 0 && len(f.Staged) == 0 && !f.SaveNative {
+	if len(f.Turns) == 0 && len(f.Staged) == 0 && !f.SaveNative && len(f.Spend) == 0 {
 		return nil
 	}
 	err := s.update(func(tx *bolt.Tx) error {
@@ -93,6 +94,11 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 		for wk, seen := range f.Staged {
 			if _, err := s.commitWatermark(tx, wk, f.Native, seen); err != nil {
 				return fmt.Errorf("commit watermark %q: %w", wk, err)
+			}
+		}
+		if len(f.Spend) > 0 {
+			if err := addSpend(tx, f.Spend); err != nil {
+				return fmt.Errorf("add spending: %w", err)
 			}
 		}
 		return nil

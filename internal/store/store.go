@@ -1,7 +1,7 @@
 // Package store owns residentd's bbolt file: conversations, native session
 // ids, watermarks, channel messages, roster, activity and started agents.
 //
-// Schema version: 3. The layout of the file:
+// Schema version: 4. The layout of the file:
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
@@ -38,8 +38,13 @@
 //	  <pid uint64>               -> AgentRecord (JSON)
 //	projects                     (since version 2)
 //	  <channel id>               -> project whose activity the channel's agents see
+//	options                      (since version 4)
+//	  <key>                      -> map[string]string (JSON): the key's own session options
+//	spend                        (since version 4)
+//	  <day><scope><id>           -> float64 bits big-endian: what the budget's day has cost
 //
-// Composite keys (<key>, <session><channel><thread>, <thread>) are
+// <day> is the budget day as 2006-01-02; <scope> is "binding" or "channel".
+// Composite keys (<key>, <session><channel><thread>, <thread>, <day><scope><id>) are
 // concatenations of length-prefixed parts (uvarint length, then the bytes),
 // so no id can forge a boundary. <created_at> and <at> are 8-byte big-endian
 // UnixNano with the sign bit flipped, so byte order is time order.
@@ -65,7 +70,7 @@ import (
 )
 
 // SchemaVersion is the layout this package reads and writes.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Defaults for Options fields left zero.
 const (
@@ -95,6 +100,8 @@ var (
 	bucketActivity      = []byte("activity")
 	bucketAgents        = []byte("agents")
 	bucketProjects      = []byte("projects")
+	bucketOptions       = []byte("options") // since schema version 4
+	bucketSpend         = []byte("spend")   // since schema version 4
 
 	keyVersion  = []byte("version")
 	keyNative   = []byte("native")
@@ -356,6 +363,7 @@ var migrations = []migration{
 	{version: 1, name: "initial layout", apply: migrateInitialLayout},
 	{version: 2, name: "channel projects", apply: migrateChannelProjects},
 	{version: 3, name: "arrival order, seq watermarks, compact turns", apply: migrateArrivals},
+	{version: 4, name: "key session options, budget spending", apply: migrateSettings},
 }
 
 // migrateChannelProjects adds the channel -> project mapping, which lived
