@@ -34,6 +34,7 @@ const (
 	EventUpdate             = "update"              // one update from the agent: Update
 	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
 	EventPermissionDecision = "permission_decision" // a permission request was answered: Decision
+	EventBudget             = "budget"              // the turn's cost took a daily budget to its warning share or past it: Budget
 	EventDone               = "done"                // the run succeeded; always the last event
 	EventError              = "error"               // the run failed; always the last event
 	// EventKeepalive is a stream line, not an event of the run: it carries
@@ -69,6 +70,7 @@ type Event struct {
 	Update     *Update             `json:"update,omitempty"`
 	Permission *PermissionRequest  `json:"permission,omitempty"`
 	Decision   *PermissionDecision `json:"decision,omitempty"`
+	Budget     *Budget             `json:"budget,omitempty"`
 
 	// done
 	StopReason string         `json:"stop_reason,omitempty"`
@@ -333,6 +335,15 @@ type Health struct {
 	// RestoreStopped are the bindings whose session restores failed
 	// restore_failures times in a row: the daemon no longer tries them.
 	RestoreStopped []RestoreStop `json:"restore_stopped,omitempty"`
+	// OptionErrors are the bindings whose session options their agent
+	// does not list, found at startup or at the last session start.
+	OptionErrors []OptionError `json:"option_errors,omitempty"`
+}
+
+// OptionError is a binding whose session options failed, in Health.
+type OptionError struct {
+	Binding string `json:"binding_id"`
+	Error   string `json:"error"`
 }
 
 // RestoreStop is a binding whose restores stopped, in Health.
@@ -372,6 +383,47 @@ type Session struct {
 	// Usage is what the process's turns have used so far ("unknown" when
 	// its agent reports nothing).
 	Usage *Usage `json:"usage,omitempty"`
+	// Options are the session's config options (model, mode, …) with their
+	// current values, as the agent lists them.
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// SessionOptions is GET and PUT /v1/sessions/options: a key's own session
+// options (set through the API) and those in effect for it (the binding's
+// session_options with the key's on top).
+type SessionOptions struct {
+	Channel   string            `json:"channel_id"`
+	Binding   string            `json:"binding_id"`
+	Options   map[string]string `json:"options"`
+	Effective map[string]string `json:"effective"`
+}
+
+// SessionOptionsRequest is PUT /v1/sessions/options: it replaces the
+// key's own options ({} clears them); the key's next turn applies them.
+type SessionOptionsRequest struct {
+	Channel string            `json:"channel_id"`
+	Binding string            `json:"binding_id"`
+	Options map[string]string `json:"options"`
+}
+
+// Budget is one daily budget: in GET /v1/budgets, and in a budget event
+// when a turn's cost took it to Level.
+type Budget struct {
+	Scope    string    `json:"scope"` // binding or channel
+	ID       string    `json:"id"`
+	Level    string    `json:"level"` // ok, warning (at warn_at of the limit), exceeded (new turns refused)
+	Spent    float64   `json:"spent"`
+	Limit    float64   `json:"limit"`
+	Currency string    `json:"currency"`
+	ResetsAt time.Time `json:"resets_at"`
+}
+
+// Budgets is GET /v1/budgets: the budget day and every budget's spending.
+type Budgets struct {
+	Day      string    `json:"day"` // the budget day, YYYY-MM-DD in the budgets' time zone
+	ResetsAt time.Time `json:"resets_at"`
+	Currency string    `json:"currency"`
+	Budgets  []Budget  `json:"budgets"`
 }
 
 // Sessions is GET /v1/sessions.
@@ -400,6 +452,12 @@ type Binding struct {
 	Supervised bool   `json:"supervised"`
 	Resident   bool   `json:"resident"`
 	Restore    bool   `json:"restore"`
+	// RestoreMethod: auto (resume, else load), resume or load.
+	RestoreMethod string `json:"restore_method"`
+	// BriefPlacement: framing (with the system framing, a one-line
+	// reminder on warm turns) or turn (in every user turn).
+	BriefPlacement string            `json:"brief_placement"`
+	SessionOptions map[string]string `json:"session_options,omitempty"`
 }
 
 // Bindings is GET /v1/bindings.
@@ -490,6 +548,8 @@ const (
 	CodeUnknownRequest   = "unknown_request"  // no such permission request on the run
 	CodeBadOption        = "bad_option"       // the option id is not one the agent offered
 	CodeAlreadyAnswered  = "already_answered" // the permission request was answered already
+	CodeBudgetExceeded   = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
+	CodeInvalidOption    = "invalid_option"   // a session option id or value the binding's agent does not list
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

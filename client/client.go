@@ -366,6 +366,33 @@ func (c *Client) Fresh(ctx context.Context, channelID, binding string) (bool, er
 	return out.StoppedProcess, err
 }
 
+// SessionOptions returns a key's session options: its own and those in
+// effect (the binding's with the key's on top).
+func (c *Client) SessionOptions(ctx context.Context, channelID, binding string) (apitype.SessionOptions, error) {
+	var out apitype.SessionOptions
+	q := url.Values{"channel_id": {channelID}, "binding_id": {binding}}
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/options?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// SetSessionOptions replaces a key's own session options (empty clears
+// them); the key's next turn applies what changed.
+func (c *Client) SetSessionOptions(ctx context.Context, channelID, binding string, opts map[string]string) (apitype.SessionOptions, error) {
+	if opts == nil {
+		opts = map[string]string{}
+	}
+	var out apitype.SessionOptions
+	err := c.do(ctx, http.MethodPut, "/v1/sessions/options", apitype.SessionOptionsRequest{Channel: channelID, Binding: binding, Options: opts}, &out)
+	return out, err
+}
+
+// Budgets returns the daily budgets and what the day has cost.
+func (c *Client) Budgets(ctx context.Context) (apitype.Budgets, error) {
+	var out apitype.Budgets
+	err := c.do(ctx, http.MethodGet, "/v1/budgets", nil, &out)
+	return out, err
+}
+
 // PutMessages pushes channel messages.
 func (c *Client) PutMessages(ctx context.Context, msgs []apitype.Message) (apitype.MessagesResponse, error) {
 	var out apitype.MessagesResponse

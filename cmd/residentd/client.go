@@ -123,6 +123,10 @@ func (p *printer) event(ev apitype.Event) {
 		if !p.json && ev.Decision != nil {
 			fmt.Fprintf(p.out, "[permission %s: %s, by %s]\n", ev.Decision.Tool, ev.Decision.Kind, ev.Decision.DecidedBy)
 		}
+	case apitype.EventBudget:
+		if b := ev.Budget; !p.json && b != nil {
+			fmt.Fprintf(p.out, "[budget %s %s: %s, %.4g of %.4g %s spent today; resets %s]\n", b.Scope, b.ID, b.Level, b.Spent, b.Limit, b.Currency, b.ResetsAt.Local().Format(time.DateTime))
+		}
 	}
 }
 
@@ -369,6 +373,18 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, r := range h.RestoreStopped {
 		fmt.Fprintf(stdout, "binding %s: session restores stopped after %d failures in a row (last: %s); its new processes start cold until the daemon restarts\n", r.Binding, r.Failures, r.LastError)
 	}
+	for _, o := range h.OptionErrors {
+		fmt.Fprintf(stdout, "binding %s: session options: %s\n", o.Binding, o.Error)
+	}
+	bu, err := c.Budgets(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range bu.Budgets {
+		if b.Level != "ok" {
+			fmt.Fprintf(stdout, "budget %s %s: %s, %.4g of %.4g %s spent today; resets %s\n", b.Scope, b.ID, b.Level, b.Spent, b.Limit, b.Currency, b.ResetsAt.Local().Format(time.DateTime))
+		}
+	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tCOLD\tWARM\tRESTORED\tBY\tIDLE\tPID\tRSS\tNATIVE")
@@ -380,6 +396,77 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, s.State,
 			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"], by,
 			(time.Duration(s.IdleS) * time.Second).Round(time.Second), s.Pid, humanBytes(s.RSSBytes), s.Native)
+	}
+	return tw.Flush()
+}
+
+func cmdOptions(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, sock := clientFlags("options")
+	ch := fs.String("channel", "", "channel id (required)")
+	binding := fs.String("binding", "b-builtin", "binding id")
+	drop := fs.Bool("clear", false, "drop the key's own options: its sessions get the binding's")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *ch == "" || (*drop && fs.NArg() > 0) {
+		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["options"])
+	}
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	var (
+		o   apitype.SessionOptions
+		err error
+	)
+	switch {
+	case *drop || fs.NArg() > 0:
+		// The key's own options, changed by what the arguments say.
+		cur, err := c.SessionOptions(ctx, *ch, *binding)
+		if err != nil {
+			return err
+		}
+		opts := cur.Options
+		if *drop {
+			opts = map[string]string{}
+		}
+		for _, a := range fs.Args() {
+			id, v, ok := strings.Cut(a, "=")
+			if !ok || id == "" || v == "" {
+				return fmt.Errorf("%w: option %q must be ID=VALUE, e.g. model=sonnet", errUsage, a)
+			}
+			opts[id] = v
+		}
+		o, err = c.SetSessionOptions(ctx, *ch, *binding, opts)
+		if err != nil {
+			return err
+		}
+	default:
+		if o, err = c.SessionOptions(ctx, *ch, *binding); err != nil {
+			return err
+		}
+	}
+	return printJSON(stdout, o)
+}
+
+func cmdBudgets(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, sock := clientFlags("budgets")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	b, err := c.Budgets(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "budget day %s, resets %s\n", b.Day, b.ResetsAt.Local().Format(time.DateTime))
+	if len(b.Budgets) == 0 {
+		fmt.Fprintln(stdout, "no daily budgets are configured (budgets in the config)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCOPE\tID\tSPENT\tLIMIT\tSHARE\tLEVEL")
+	for _, x := range b.Budgets {
+		fmt.Fprintf(tw, "%s\t%s\t%.4f %s\t%.4f\t%.0f%%\t%s\n", x.Scope, x.ID, x.Spent, x.Currency, x.Limit, 100*x.Spent/x.Limit, x.Level)
 	}
 	return tw.Flush()
 }

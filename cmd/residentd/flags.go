@@ -25,6 +25,8 @@ var synopses = map[string]string{
 	"attach":    "attach [flags] RUN_ID",
 	"answer":    "answer [flags] RUN_ID REQUEST_ID OPTION_ID",
 	"fresh":     "fresh --channel ID [--binding ID] [flags]",
+	"options":   "options --channel ID [--binding ID] [--clear] [flags] [ID=VALUE...]",
+	"budgets":   "budgets [flags]",
 	"cancel":    "cancel [flags] RUN_ID",
 	"delete":    "delete [flags] CHANNEL_ID MESSAGE_ID",
 	"health":    "health [flags]",

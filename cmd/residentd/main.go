@@ -52,6 +52,8 @@ Client (talks to the daemon's socket):
   sessions    list live sessions (JSON)
   status      show live sessions as a table
   fresh       start a (channel, binding) fresh
+  options     show or set a (channel, binding)'s session options (model, mode, …)
+  budgets     show the daily budgets and what today has cost
   cancel      cancel a running turn
   health      print the daemon's health
   log-level   show or set the daemon's log level
@@ -112,6 +114,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdStatus(ctx, rest, stdout)
 	case "fresh":
 		err = cmdFresh(ctx, rest, stdout)
+	case "options":
+		err = cmdOptions(ctx, rest, stdout)
+	case "budgets":
+		err = cmdBudgets(ctx, rest, stdout)
 	case "cancel":
 		err = cmdCancel(ctx, rest, stdout)
 	case "health":

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/run"
@@ -45,6 +47,9 @@ type Daemon interface {
 	Answer(runID, requestID, optionID string) error
 	// Fresh starts a key over; it reports whether a process was stopped.
 	Fresh(k session.Key) (bool, error)
+	SessionOptions(k session.Key) (apitype.SessionOptions, error)
+	SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error)
+	Budgets() (apitype.Budgets, error)
 
 	Status() apitype.Health // live, busy, queued, max_live, bindings
 	Sessions() []apitype.Session
@@ -125,6 +130,9 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("POST /v1/runs/{run}/permissions/{request}", s.answer)
 	mux.HandleFunc("GET /v1/sessions", s.sessions)
 	mux.HandleFunc("POST /v1/sessions/fresh", s.fresh)
+	mux.HandleFunc("GET /v1/sessions/options", s.sessionOptions)
+	mux.HandleFunc("PUT /v1/sessions/options", s.setSessionOptions)
+	mux.HandleFunc("GET /v1/budgets", s.budgets)
 	mux.HandleFunc("GET /v1/bindings", s.bindings)
 	mux.HandleFunc("POST /v1/messages", s.messages)
 	mux.HandleFunc("DELETE /v1/messages/{channel}/{id}", s.deleteMessage)
@@ -249,8 +257,10 @@ func classify(err error) (int, string) {
 // statusOf is the HTTP status that carries an error code.
 func statusOf(code string) int {
 	switch code {
-	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor:
+	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption:
 		return http.StatusBadRequest
+	case apitype.CodeBudgetExceeded:
+		return http.StatusTooManyRequests
 	case apitype.CodeMissingCapability, apitype.CodeBadCapability:
 		return http.StatusUnauthorized
 	case apitype.CodeForbidden, apitype.CodeForbiddenOrigin, apitype.CodeOutOfScope:
@@ -299,6 +309,11 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 
 func fail(w http.ResponseWriter, err error) {
 	status, code := classify(err)
+	var ex *budget.ExceededError
+	if errors.As(err, &ex) {
+		// A spent budget has a known end: say when to come back.
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(time.Until(ex.ResetsAt).Seconds()+0.999))))
+	}
 	writeError(w, status, code, err.Error())
 }
 
@@ -339,6 +354,51 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apitype.FreshResponse{StoppedProcess: had})
+}
+
+func (s *Server) sessionOptions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("channel_id") == "" || q.Get("binding_id") == "" {
+		fail(w, fmt.Errorf("%w: the channel_id and binding_id query parameters are required", errBadRequest))
+		return
+	}
+	o, err := s.d.SessionOptions(session.Key{Channel: q.Get("channel_id"), Binding: q.Get("binding_id")})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+func (s *Server) setSessionOptions(w http.ResponseWriter, r *http.Request) {
+	var req apitype.SessionOptionsRequest
+	if err := decode(w, r, MaxSmallBody, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if req.Channel == "" || req.Binding == "" {
+		fail(w, fmt.Errorf("%w: channel_id and binding_id are required", errBadRequest))
+		return
+	}
+	if req.Options == nil {
+		fail(w, fmt.Errorf("%w: options is required: an object of option ids and values, {} to clear the key's own", errBadRequest))
+		return
+	}
+	o, err := s.d.SetSessionOptions(session.Key{Channel: req.Channel, Binding: req.Binding}, req.Options)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+func (s *Server) budgets(w http.ResponseWriter, r *http.Request) {
+	b, err := s.d.Budgets()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
 }
 
 func (s *Server) bindings(w http.ResponseWriter, r *http.Request) {

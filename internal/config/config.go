@@ -53,7 +53,8 @@ type Binding struct {
 	System     string `json:"system,omitempty"`      // system framing text
 	SystemFile string `json:"system_file,omitempty"` // or a file holding it
 	Brief      string `json:"brief,omitempty"`       // overrides the default brief
-	// BriefPlacement is "turn" (default) or "framing".
+	// BriefPlacement is "framing" (the default for a supervised resident
+	// binding) or "turn" (the default for the others, and the source's).
 	BriefPlacement delivery.Placement `json:"brief_placement,omitempty"`
 	// BriefEvery re-sends the full brief every N warm turns when it lives in
 	// the framing, so a session that compacted its history gets it back.
@@ -63,9 +64,17 @@ type Binding struct {
 	Resident   bool `json:"resident"`
 	// SavedSession is an exact native session id to load for every process.
 	SavedSession string `json:"saved_session,omitempty"`
-	// Restore reloads a key's last native session with session/load when a
-	// new process starts; on by default.
+	// Restore reopens a key's last native session when a new process
+	// starts; on by default.
 	Restore *bool `json:"restore,omitempty"`
+	// RestoreMethod picks how: "auto" (default: session/resume when the
+	// agent offers it, else session/load), "resume" or "load" only.
+	RestoreMethod string `json:"restore_method,omitempty"`
+	// SessionOptions are the agent's session config options (model, mode,
+	// reasoning effort, …) by id and value, set with
+	// session/set_config_option when a session is created, loaded or
+	// resumed; a boolean option takes "true" or "false".
+	SessionOptions map[string]string `json:"session_options,omitempty"`
 	// Permission answers the agent's permission requests: deny (default),
 	// read-only or allow.
 	Permission permission.Policy `json:"permission,omitempty"`
@@ -104,6 +113,13 @@ type Prices struct {
 func (p Prices) Cost(in, out, cacheRead, cacheWrite int64) float64 {
 	return (float64(in)*p.Input + float64(out)*p.Output + float64(cacheRead)*p.CacheRead + float64(cacheWrite)*p.CacheWrite) / 1e6
 }
+
+// Restore methods of a binding.
+const (
+	RestoreAuto   = "auto"   // session/resume when the agent offers it, else session/load
+	RestoreResume = "resume" // session/resume only
+	RestoreLoad   = "load"   // session/load only
+)
 
 // RestoreOn reports whether restore is enabled.
 func (b Binding) RestoreOn() bool { return b.Restore == nil || *b.Restore }
@@ -165,6 +181,45 @@ type Config struct {
 	// daemon may create one) so stopping it ends everything it started and
 	// limits bound the tree; on by default.
 	Cgroups *bool `json:"cgroups,omitempty"`
+
+	// Budgets are daily spending limits per binding and per channel.
+	Budgets Budgets `json:"budgets,omitempty"`
+}
+
+// Budgets are optional daily spending limits. A day starts at Reset in
+// Timezone; the totals count the cost of every turn that ran while a
+// limit applied to its binding or channel.
+type Budgets struct {
+	Currency string  `json:"currency,omitempty"` // default "USD"; costs in another currency are not counted
+	Timezone string  `json:"timezone,omitempty"` // IANA name, "UTC" or "Local" (default)
+	Reset    string  `json:"reset,omitempty"`    // time of day the totals start again, "HH:MM"; default "00:00"
+	WarnAt   float64 `json:"warn_at,omitempty"`  // share of a limit that raises a warning; default 0.8
+	// Bindings and Channels are limits by id; ChannelDefault is the limit of
+	// every channel not in Channels (0: none).
+	Bindings       map[string]float64 `json:"bindings,omitempty"`
+	Channels       map[string]float64 `json:"channels,omitempty"`
+	ChannelDefault float64            `json:"channel_default,omitempty"`
+}
+
+// Location is the budget day's time zone.
+func (b Budgets) Location() (*time.Location, error) {
+	switch b.Timezone {
+	case "", "Local":
+		return time.Local, nil
+	}
+	return time.LoadLocation(b.Timezone)
+}
+
+// ResetOffset is how far into the calendar day a budget day starts.
+func (b Budgets) ResetOffset() (time.Duration, error) {
+	if b.Reset == "" {
+		return 0, nil
+	}
+	t, err := time.Parse("15:04", b.Reset)
+	if err != nil {
+		return 0, fmt.Errorf("reset %q must be a time of day such as \"00:00\" or \"06:30\"", b.Reset)
+	}
+	return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute, nil
 }
 
 // CgroupsOn reports whether agents get cgroups of their own.
@@ -287,6 +342,12 @@ func (c *Config) SetDefaults() {
 	if c.RestoreFailures <= 0 {
 		c.RestoreFailures = 3
 	}
+	if c.Budgets.Currency == "" {
+		c.Budgets.Currency = "USD"
+	}
+	if c.Budgets.WarnAt <= 0 {
+		c.Budgets.WarnAt = 0.8
+	}
 	if c.YieldAfter <= 0 {
 		c.YieldAfter = 4
 	}
@@ -329,7 +390,16 @@ func (c *Config) SetDefaults() {
 			b.Permission = permission.Deny
 		}
 		if b.BriefPlacement == "" {
+			// A process that remembers gets the stable brief once, with its
+			// framing, and a warm turn only what changed (the stable-prefix
+			// rule); a process that starts fresh every time is always cold.
 			b.BriefPlacement = delivery.InTurn
+			if b.Supervised && b.Resident {
+				b.BriefPlacement = delivery.InFraming
+			}
+		}
+		if b.RestoreMethod == "" {
+			b.RestoreMethod = RestoreAuto
 		}
 		if b.BriefEvery <= 0 {
 			b.BriefEvery = 10
@@ -373,6 +443,16 @@ func (c *Config) Validate() error {
 		if err := b.BriefPlacement.Check(); err != nil {
 			return fmt.Errorf("%w: binding %q: brief_placement: %v", ErrInvalid, b.ID, err)
 		}
+		switch b.RestoreMethod {
+		case "", RestoreAuto, RestoreResume, RestoreLoad:
+		default:
+			return fmt.Errorf("%w: binding %q: restore_method %q: use auto, resume or load", ErrInvalid, b.ID, b.RestoreMethod)
+		}
+		for id, v := range b.SessionOptions {
+			if id == "" || v == "" {
+				return fmt.Errorf("%w: binding %q: session_options: option %q = %q: both the option id and its value must be set", ErrInvalid, b.ID, id, v)
+			}
+		}
 		switch l := b.Limits; {
 		case l.MemoryMax < 0 || l.PidsMax < 0:
 			return fmt.Errorf("%w: binding %q: limits must not be negative", ErrInvalid, b.ID)
@@ -382,6 +462,35 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: binding %q: limits.cpu_weight %d must be 1..10000 (100 is the default share)", ErrInvalid, b.ID, l.CPUWeight)
 		}
 		seen[b.ID] = true
+	}
+	return c.Budgets.validate(seen)
+}
+
+func (b Budgets) validate(bindings map[string]bool) error {
+	if _, err := b.Location(); err != nil {
+		return fmt.Errorf("%w: budgets: timezone %q: %v; use an IANA name such as \"Europe/Berlin\", \"UTC\" or \"Local\"", ErrInvalid, b.Timezone, err)
+	}
+	if _, err := b.ResetOffset(); err != nil {
+		return fmt.Errorf("%w: budgets: %v", ErrInvalid, err)
+	}
+	if b.WarnAt < 0 || b.WarnAt >= 1 {
+		return fmt.Errorf("%w: budgets: warn_at %g must be a share between 0 and 1 (0.8 warns at 80%%)", ErrInvalid, b.WarnAt)
+	}
+	if b.ChannelDefault < 0 {
+		return fmt.Errorf("%w: budgets: channel_default %g must not be negative", ErrInvalid, b.ChannelDefault)
+	}
+	for id, v := range b.Bindings {
+		if !bindings[id] {
+			return fmt.Errorf("%w: budgets: bindings: %q is not a configured binding", ErrInvalid, id)
+		}
+		if v <= 0 {
+			return fmt.Errorf("%w: budgets: binding %q: a daily limit must be more than 0, got %g (leave it out for none)", ErrInvalid, id, v)
+		}
+	}
+	for id, v := range b.Channels {
+		if id == "" || v <= 0 {
+			return fmt.Errorf("%w: budgets: channel %q: a daily limit must be more than 0, got %g (leave it out for none)", ErrInvalid, id, v)
+		}
 	}
 	return nil
 }

@@ -45,14 +45,22 @@ func TestReadyClaudeBindingMatchesExample(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	c := &Config{Bindings: []Binding{Builtin("/bin/residentd", "/state")}}
+	c := &Config{Bindings: []Binding{Builtin("/bin/residentd", "/state"), {ID: "b-fresh", Handle: "@fresh", Command: "agent"}}}
 	c.SetDefaults()
 	if c.MaxLive != 4 || c.YieldAfter != 4 || time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context != (Context{Limit: 12, MaxChars: 600, MaxIDs: 200}) {
 		t.Fatalf("defaults = %+v", c)
 	}
+	if bu := c.Budgets; bu.Currency != "USD" || bu.WarnAt != 0.8 || bu.Reset != "" || len(bu.Bindings)+len(bu.Channels) != 0 || bu.ChannelDefault != 0 {
+		t.Fatalf("budget defaults = %+v", bu)
+	}
+	// A resident binding gets the brief with its framing; one that starts
+	// fresh every turn keeps the source's brief in every turn.
 	b := c.Bindings[0]
-	if b.Permission != permission.Deny || b.BriefPlacement != delivery.InTurn || b.BriefEvery != 10 || !b.OmitOwn() || !b.ToolsOn() {
+	if b.Permission != permission.Deny || b.BriefPlacement != delivery.InFraming || b.BriefEvery != 10 || !b.OmitOwn() || !b.ToolsOn() || b.RestoreMethod != RestoreAuto {
 		t.Fatalf("binding defaults = %+v", b)
+	}
+	if f := c.Bindings[1]; f.BriefPlacement != delivery.InTurn {
+		t.Fatalf("a binding that keeps no session defaults to brief placement %q, want turn", f.BriefPlacement)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -80,6 +88,14 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		{"tiny memory", func(c *Config) { c.Bindings[0].Limits.MemoryMax = 4096 }, "limits.memory_max 4096 bytes is too small"},
 		{"cpu weight", func(c *Config) { c.Bindings[0].Limits.CPUWeight = 20000 }, "limits.cpu_weight 20000 must be 1..10000"},
 		{"system_file a directory", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", os.TempDir() }, "is not a readable file"},
+		{"restore method", func(c *Config) { c.Bindings[0].RestoreMethod = "replay" }, `restore_method "replay": use auto, resume or load`},
+		{"empty option value", func(c *Config) { c.Bindings[0].SessionOptions = map[string]string{"model": ""} }, `session_options: option "model" = ""`},
+		{"budget of an unknown binding", func(c *Config) { c.Budgets.Bindings = map[string]float64{"b-nope": 5} }, `budgets: bindings: "b-nope" is not a configured binding`},
+		{"zero budget", func(c *Config) { c.Budgets.Bindings = map[string]float64{"b": 0} }, `binding "b": a daily limit must be more than 0`},
+		{"negative channel budget", func(c *Config) { c.Budgets.Channels = map[string]float64{"ch": -2} }, `channel "ch": a daily limit must be more than 0`},
+		{"budget timezone", func(c *Config) { c.Budgets.Timezone = "Mars/Olympus" }, `budgets: timezone "Mars/Olympus"`},
+		{"budget reset", func(c *Config) { c.Budgets.Reset = "25:00" }, `reset "25:00" must be a time of day`},
+		{"budget warning share", func(c *Config) { c.Budgets.WarnAt = 80 }, "warn_at 80 must be a share between 0 and 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,6 +49,10 @@ func Code(err error) string {
 		return apitype.CodeQueueTimeout
 	case errors.Is(err, ErrBackoff):
 		return apitype.CodeAgentBackoff
+	case errors.Is(err, ErrBudgetExceeded):
+		return apitype.CodeBudgetExceeded
+	case errors.Is(err, ErrInvalidOption):
+		return apitype.CodeInvalidOption
 	case errors.Is(err, ErrShuttingDown), errors.Is(err, pool.ErrClosed):
 		return apitype.CodeShuttingDown
 	case errors.Is(err, context.DeadlineExceeded):

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +85,7 @@ func TestBriefInTurnIsInEveryUserTurn(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) {
 		rec = filepath.Join(c.StateDir, "record.jsonl")
 		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
+		c.Bindings[0].BriefPlacement = delivery.InTurn
 	})
 	for _, id := range []string{"q1", "q2"} {
 		reply(t, h.mention("ch", "b-builtin", id, "@agent "+id))
@@ -132,5 +134,38 @@ func TestThreadMentionSeesItsThread(t *testing.T) {
 	got := reply(t, r)
 	if r.done.Context.Lines != 2 || got["context"] != "2" {
 		t.Fatalf("thread context %+v reply %v", r.done.Context, got)
+	}
+}
+
+// TestBriefAfterCompaction: with the brief in the framing (the default for
+// a resident binding), a turn during which the agent compacts its history
+// (its usage_update reports less context in use) makes the next warm turn
+// carry the full brief; the turns after go back to the one-line reminder.
+func TestBriefAfterCompaction(t *testing.T) {
+	var rec string
+	h := newHarness(t, func(c *config.Config) {
+		rec = filepath.Join(c.StateDir, "record.jsonl")
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
+	})
+	if p := h.cfg.Bindings[0].BriefPlacement; p != delivery.InFraming {
+		t.Fatalf("a supervised resident binding defaults to brief placement %q, want framing", p)
+	}
+	texts := []string{"@agent one", "@agent two", "@agent compact now [[compact]]", "@agent four", "@agent five"}
+	for i, text := range texts {
+		reply(t, h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), text))
+	}
+	got := prompts(t, rec)
+	brief, pointer := delivery.DefaultBrief, delivery.BriefPointer()
+	// cold (framing), warm, warm (compacts), warm: full brief again, warm.
+	wantFull := []bool{true, false, false, true, false}
+	for i, p := range got {
+		// The turn itself carries the reminder unless the full brief rides in it.
+		wantPointer := i == 0 || !wantFull[i]
+		if strings.Contains(p, brief) != wantFull[i] || strings.Contains(p, pointer) != wantPointer {
+			t.Fatalf("prompt %d: full brief %v, reminder %v; want full brief %v:\n%.300s", i+1, strings.Contains(p, brief), strings.Contains(p, pointer), wantFull[i], p)
+		}
+	}
+	if n := testutil.ToFloat64(h.m.Compactions.WithLabelValues("b-builtin")); n != 1 {
+		t.Fatalf("compactions = %v, want 1", n)
 	}
 }

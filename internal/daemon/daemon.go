@@ -19,6 +19,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
@@ -43,6 +44,9 @@ var (
 	// ErrBackoff: the binding's agents keep failing to start or crashing, so
 	// its next spawn waits; other bindings are unaffected.
 	ErrBackoff = errors.New("agent is in crash-loop backoff")
+	// ErrBudgetExceeded: a daily budget the turn counts toward is spent
+	// (budget.ErrExceeded, under the daemon's name).
+	ErrBudgetExceeded = budget.ErrExceeded
 	// errCancelled is the cause of a turn cancelled by a client.
 	errCancelled = errors.New("cancelled by a client")
 	// errFresh is the cause of a turn cancelled because its session was
@@ -102,6 +106,16 @@ type Daemon struct {
 	restores map[string]*restoreRun // binding -> its failed restores in a row
 	closing  bool
 
+	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
+	listed     map[string][]acp.Option           // binding -> the config options its agent last listed
+	optionErrs map[string]string                 // binding -> why its session options failed last
+	warnedCur  map[string]bool                   // binding -> a cost in another currency than the budgets' was logged
+
+	book *budget.Book // daily budgets
+
+	probes      sync.WaitGroup // startup option checks
+	stopProbing context.CancelFunc
+
 	backoffBase, backoffCap time.Duration
 
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
@@ -125,6 +139,9 @@ func New(o Options) (*Daemon, error) {
 		}, o.Now),
 		loops:       map[string]*crashLoop{},
 		restores:    map[string]*restoreRun{},
+		listed:      map[string][]acp.Option{},
+		optionErrs:  map[string]string{},
+		warnedCur:   map[string]bool{},
 		lastEnd:     map[session.Key]time.Time{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 	}
@@ -136,6 +153,14 @@ func New(o Options) (*Daemon, error) {
 	}
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
+	}
+	keyOpts, err := d.st.KeyOptions()
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	d.keyOpts = keyOpts
+	if d.book, err = newBook(o.Config.Budgets, o.Now, d.st); err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	sweepLeftovers(d.st, d.log)
 	d.cgroups = openCgroups(o.Config, d.log)
@@ -162,6 +187,10 @@ func New(o Options) (*Daemon, error) {
 	}, (*spawner)(d))
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
+	d.m.SetBudgets(budgetGauges{d.book})
+	pctx, stop := context.WithCancel(context.Background())
+	d.stopProbing = stop
+	d.probeOptions(pctx)
 	return d, nil
 }
 
@@ -194,7 +223,8 @@ func Outcome(err error) lease.Outcome {
 	switch {
 	case err == nil:
 		return lease.OutcomeOK
-	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, ErrBackoff):
+	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, ErrBackoff),
+		errors.Is(err, ErrBudgetExceeded), errors.Is(err, ErrInvalidOption):
 		return lease.OutcomeRejected
 	case errors.Is(err, context.DeadlineExceeded):
 		return lease.OutcomeTimeout
@@ -235,9 +265,10 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
+	briefN, briefDue := s.brief()
 	out, err := lease.Compose(lease.Input{
 		Shape: l.Shape, Native: l.Native,
-		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: s.briefCount(),
+		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: briefN, BriefDue: briefDue,
 		Conversation: func() ([]session.Turn, error) { return d.st.Conversation(key) },
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
@@ -254,7 +285,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if err != nil {
 		return lease.Output{}, nil, err
 	}
-	s.setBriefCount(out.BriefCount)
+	s.briefSent(out.BriefCount, out.BriefSent)
 	l.Stage(wk, out.Stage)
 	for th, ms := range out.Marks {
 		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})
@@ -381,11 +412,13 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 		timer.Stop()
 	}
+	d.stopProbing()
 	err := d.pool.Close()
 	// With their agents stopped the remaining turns end promptly; wait for
 	// them so none writes to the store (or starts a watcher) after Close.
 	d.turns.Wait()
 	d.watchers.Wait()
+	d.probes.Wait()
 	if d.cgroups != nil {
 		if cerr := d.cgroups.Close(); cerr != nil {
 			d.log.Warn("remove the agents' cgroup", zap.Error(cerr))

@@ -37,6 +37,7 @@ type harness struct {
 	m    *metrics.Metrics
 	d    *Daemon
 	log  *zap.Logger
+	now  func() time.Time // the daemon's clock; nil is time.Now
 	mu   sync.Mutex
 	evic []string // "key reason", in order
 }
@@ -56,6 +57,12 @@ func testBinding(t *testing.T, id, stateDir string, extra ...string) config.Bind
 
 func newHarness(t *testing.T, tweak ...func(*config.Config)) *harness {
 	t.Helper()
+	return newHarnessAt(t, nil, tweak...)
+}
+
+// newHarnessAt is newHarness with the daemon's clock.
+func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Config)) *harness {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	cfg.Bindings = []config.Binding{testBinding(t, "b-builtin", dir)}
@@ -66,7 +73,7 @@ func newHarness(t *testing.T, tweak ...func(*config.Config)) *harness {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, dir: dir, cfg: cfg, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
+	h := &harness{t: t, dir: dir, cfg: cfg, now: now, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	h.open()
 	t.Cleanup(h.close)
 	return h
@@ -80,7 +87,7 @@ func (h *harness) open() {
 	}
 	h.st = st
 	h.m = metrics.New("test", nil)
-	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, OnEvict: func(k session.Key, r pool.Reason) {
+	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, Now: h.now, OnEvict: func(k session.Key, r pool.Reason) {
 		h.mu.Lock()
 		h.evic = append(h.evic, k.String()+" "+string(r))
 		h.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/config"
 )
 
 // restoreRun is one binding's restores that failed in a row.
@@ -26,13 +27,14 @@ type restoreWay struct {
 
 // restoreWays are the ways a new process may reopen a saved session, in
 // the order they are tried: resume (the agent reopens it without replaying
-// it), then load (it replays the history, which residentd swallows).
-func restoreWays(a *acp.Agent) []restoreWay {
+// it), then load (it replays the history, which residentd swallows); a
+// binding's restore_method may keep only one of them.
+func restoreWays(a *acp.Agent, method string) []restoreWay {
 	var out []restoreWay
-	if a.CanResume() {
+	if a.CanResume() && method != config.RestoreLoad {
 		out = append(out, restoreWay{"resume", a.ResumeSession})
 	}
-	if a.CanLoad() {
+	if a.CanLoad() && method != config.RestoreResume {
 		out = append(out, restoreWay{"load", a.LoadSession})
 	}
 	return out
@@ -42,11 +44,12 @@ func restoreWays(a *acp.Agent) []restoreWay {
 // ("" when none did or none was tried: the turn goes cold). Each failure is
 // logged with the way that failed; restore_failures failed restores in a row
 // stop a binding's restores for the rest of the daemon's run.
-func (d *Daemon) restore(ctx context.Context, a *acp.Agent, binding, native string, log *zap.Logger) (string, error) {
+func (d *Daemon) restore(ctx context.Context, a *acp.Agent, b config.Binding, native string, log *zap.Logger) (string, error) {
+	binding := b.ID
 	if d.restoreStopped(binding) {
 		return "", nil
 	}
-	ways := restoreWays(a)
+	ways := restoreWays(a, b.RestoreMethod)
 	var last error
 	for i, w := range ways {
 		t0 := d.now()

@@ -18,23 +18,28 @@ import (
 // the metrics say which way restored it.
 func TestRestoreOrder(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		flags []string // the restarted agent's
-		shape string
-		how   string   // restored_by
-		asked []string // restore methods the agent saw, in order
+		name   string
+		flags  []string // the restarted agent's
+		method string   // the binding's restore_method
+		shape  string
+		how    string   // restored_by
+		asked  []string // restore methods the agent saw, in order
 	}{
-		{"resume", nil, "restored", "resume", []string{"session/resume"}},
-		{"no resume: load", []string{"--no-resume"}, "restored", "load", []string{"session/load"}},
-		{"resume fails: load", []string{"--fault", "resume-fail"}, "restored", "load", []string{"session/resume", "session/load"}},
-		{"both fail: cold", []string{"--fault", "restore-fail"}, "cold", "", []string{"session/resume", "session/load"}},
-		{"neither offered: cold", []string{"--no-resume", "--no-load"}, "cold", "", nil},
+		{"resume", nil, "", "restored", "resume", []string{"session/resume"}},
+		{"no resume: load", []string{"--no-resume"}, "", "restored", "load", []string{"session/load"}},
+		{"resume fails: load", []string{"--fault", "resume-fail"}, "", "restored", "load", []string{"session/resume", "session/load"}},
+		{"both fail: cold", []string{"--fault", "restore-fail"}, "", "cold", "", []string{"session/resume", "session/load"}},
+		{"neither offered: cold", []string{"--no-resume", "--no-load"}, "", "cold", "", nil},
+		{"restore_method load", nil, config.RestoreLoad, "restored", "load", []string{"session/load"}},
+		{"restore_method resume, not offered: cold", []string{"--no-resume"}, config.RestoreResume, "cold", "", nil},
+		{"restore_method resume fails: no load", []string{"--fault", "resume-fail"}, config.RestoreResume, "cold", "", []string{"session/resume"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rec string
 			h := newHarness(t, func(c *config.Config) {
 				rec = filepath.Join(c.StateDir, "record.jsonl")
 				c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
+				c.Bindings[0].RestoreMethod = tc.method
 			})
 			first := h.mention("ch", "b-builtin", "q1", "@agent one")
 			reply(t, first)

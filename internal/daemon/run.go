@@ -56,6 +56,9 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	if req.RunID == "" {
 		req.RunID = newRunID()
 	}
+	if err := d.checkBudget(b.ID, req.Channel); err != nil {
+		return nil, err
+	}
 	if req.ThreadRoot != nil {
 		known, err := d.st.ThreadKnown(req.Channel, *req.ThreadRoot)
 		if err != nil {
@@ -230,6 +233,18 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
 	req.RunID = r.ID
 
+	// A turn that waited in the queue while its budget ran out does not start.
+	if err := d.checkBudget(b.ID, req.Channel); err != nil {
+		d.m.ObserveTurn(shape, lease.OutcomeRejected, d.now().Sub(start))
+		return apitype.Event{}, err
+	}
+	if err := d.applyOptions(ctx, co.Session, b, d.wantOptions(key, b), log); err != nil {
+		err = d.ctxErr(ctx, err)
+		d.m.ObserveTurn(shape, Outcome(err), d.now().Sub(start))
+		log.Info("turn failed: session options", zap.String("shape", shape), zap.Error(err))
+		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
+	}
+
 	out, rep, err := d.compose(key, b, req, l, co.Session)
 	text, user := out.Text, out.Stored
 	if err != nil {
@@ -265,6 +280,12 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		tc.Cost = *u.Cost
 	}
 	d.m.TurnUsage(tc)
+	spend := d.chargeBudgets(r, b, req.Channel, u, log)
+	if res.Compacted {
+		co.Session.compacted()
+		d.m.Compacted(b.ID)
+		log.Info("agent compacted its history; the next warm turn carries the full brief", zap.String("native", l.Native))
+	}
 	var gapS *float64
 	if hasGap {
 		v := gap.Seconds()
@@ -277,6 +298,9 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		}
 	}
 	if err != nil {
+		if serr := d.st.AddSpend(spend); serr != nil {
+			log.Error("storing the failed turn's cost toward its budgets failed; it counts until the daemon restarts", zap.Error(serr))
+		}
 		err = d.ctxErr(ctx, err)
 		outcome := Outcome(err)
 		if outcome == lease.OutcomeCrash {
@@ -291,7 +315,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	wm := apitype.WatermarkNone
 	// The exchange and the watermarks go in one transaction.
 	save := co.Session.takeUnsaved()
-	n, cerr := l.Commit(turnCommit{st: d.st, key: key, save: save, turns: []session.Turn{
+	n, cerr := l.Commit(turnCommit{st: d.st, key: key, save: save, spend: spend, turns: []session.Turn{
 		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
 	}})
@@ -320,10 +344,11 @@ type turnCommit struct {
 	key   session.Key
 	save  bool
 	turns []session.Turn
+	spend []store.Spend
 }
 
 func (c turnCommit) CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error {
-	return c.st.FinishTurn(c.key, store.Finish{Turns: c.turns, Native: native, SaveNative: c.save, Staged: staged})
+	return c.st.FinishTurn(c.key, store.Finish{Turns: c.turns, Native: native, SaveNative: c.save, Staged: staged, Spend: c.spend})
 }
 
 // saveNative saves a new session's id after a turn that stored nothing, so

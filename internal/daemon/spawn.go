@@ -29,9 +29,13 @@ type resident struct {
 	a      *acp.Agent
 	native string
 
-	mu      sync.Mutex // guards briefN and unsaved
-	briefN  int        // warm turns since the brief last went out in full (brief in framing)
-	unsaved bool       // native is new and not yet the key's saved session id
+	mu       sync.Mutex // guards briefN, briefDue, unsaved and appliedOpts
+	briefN   int        // warm turns since the brief last went out in full (brief in framing)
+	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
+	unsaved  bool       // native is new and not yet the key's saved session id
+	// appliedOpts are the session options residentd set on this process's
+	// session, by id.
+	appliedOpts map[string]string
 
 	restoredBy string // "resume" or "load" when the process reopened a saved session
 
@@ -60,15 +64,29 @@ func (s *resident) keepUnsaved() {
 	s.mu.Unlock()
 }
 
-func (s *resident) briefCount() int {
+// brief is the process's warm turns since the full brief, and whether it
+// is due anyway (the agent compacted its history).
+func (s *resident) brief() (n int, due bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.briefN
+	return s.briefN, s.briefDue
 }
 
-func (s *resident) setBriefCount(n int) {
+// briefSent records the count after a turn's compose; a full brief pays
+// what a compaction made due.
+func (s *resident) briefSent(n int, full bool) {
 	s.mu.Lock()
 	s.briefN = n
+	if full {
+		s.briefDue = false
+	}
+	s.mu.Unlock()
+}
+
+// compacted makes the next warm turn carry the full brief.
+func (s *resident) compacted() {
+	s.mu.Lock()
+	s.briefDue = true
 	s.mu.Unlock()
 }
 
@@ -98,31 +116,9 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 			d.spawnFailed(b.ID, err)
 		}
 	}()
-	dir := b.Dir
-	if dir == "" {
-		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, lease.Cold, fmt.Errorf("create working dir: %w", err)
-	}
-	env := make([]string, 0, len(b.Env))
-	for k, v := range b.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	mcp := []sdk.McpServer{}
-	release := func() {}
-	if d.mcp != nil && b.ToolsOn() {
-		servers, rel := d.mcp(k, b)
-		mcp = append(mcp, servers...)
-		if rel != nil {
-			release = rel
-		}
-	}
-	spec := acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask,
-		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
-		Cgroups: d.cgroups, Limits: limitsOf(b),
+	spec, release, err := d.agentSpec(k, b, true)
+	if err != nil {
+		return nil, lease.Cold, err
 	}
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
 	t0 := d.now()
@@ -145,7 +141,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 		want = id
 	}
 	if want != "" {
-		how, err := d.restore(ctx, a, b.ID, want, log)
+		how, err := d.restore(ctx, a, b, want, log)
 		if err != nil {
 			a.Close()
 			return nil, lease.Cold, err
@@ -166,6 +162,38 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
 	return d.live(&resident{a: a, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+}
+
+// agentSpec is how to start binding b's agent for key k, and a release
+// func to call once that process has exited (it revokes the channel tools'
+// capability). tools false leaves the channel tools out.
+func (d *Daemon) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spec, func(), error) {
+	dir := b.Dir
+	if dir == "" {
+		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return acp.Spec{}, nil, fmt.Errorf("create working dir: %w", err)
+	}
+	env := make([]string, 0, len(b.Env))
+	for k, v := range b.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	mcp := []sdk.McpServer{}
+	release := func() {}
+	if tools && d.mcp != nil && b.ToolsOn() {
+		servers, rel := d.mcp(k, b)
+		mcp = append(mcp, servers...)
+		if rel != nil {
+			release = rel
+		}
+	}
+	return acp.Spec{
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask,
+		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
+		Cgroups: d.cgroups, Limits: limitsOf(b),
+	}, release, nil
 }
 
 // live registers s for the sessions listing until its process is reaped.

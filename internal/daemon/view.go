@@ -14,6 +14,7 @@ func (d *Daemon) Status() apitype.Health {
 	return apitype.Health{
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
 		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.RestoreStops(),
+		OptionErrors: d.OptionErrors(),
 	}
 }
 
@@ -35,7 +36,7 @@ func (d *Daemon) Sessions() []apitype.Session {
 		}
 		if v, ok := d.residents.Load(in.Pid); ok {
 			r := v.(*resident)
-			ses.RestoredBy, ses.Usage = r.restoredBy, r.usedSoFar()
+			ses.RestoredBy, ses.Usage, ses.Options = r.restoredBy, r.usedSoFar(), r.currentOptions()
 		}
 		out = append(out, ses)
 	}
@@ -49,6 +50,7 @@ func (d *Daemon) Bindings() []apitype.Binding {
 		out = append(out, apitype.Binding{
 			ID: b.ID, Handle: b.Handle, Runtime: b.Runtime, Command: b.Command,
 			Supervised: b.Supervised, Resident: b.Resident, Restore: b.RestoreOn(),
+			RestoreMethod: b.RestoreMethod, BriefPlacement: string(b.BriefPlacement), SessionOptions: b.SessionOptions,
 		})
 	}
 	return out

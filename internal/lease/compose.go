@@ -27,6 +27,9 @@ type Input struct {
 	// answered since it last got it.
 	BriefEvery int
 	BriefCount int
+	// BriefDue: the agent compacted its history since the brief last went
+	// out, so this warm turn carries it in full (delivery.InFraming).
+	BriefDue bool
 
 	// Conversation returns the key's stored turns, oldest first, for a replay.
 	Conversation func() ([]session.Turn, error)
@@ -170,8 +173,9 @@ func Compose(in Input) (Output, error) {
 		switch {
 		case framed:
 			out.BriefCount = 0 // a new process gets the brief with its framing
-		case in.BriefCount+1 >= in.BriefEvery:
-			// A session that compacted its history gets the brief back.
+		case in.BriefDue || in.BriefCount+1 >= in.BriefEvery:
+			// A session that compacted its history (reported, or assumed
+			// every BriefEvery turns) gets the brief back.
 			out.BriefCount = 0
 			turnBrief = brief
 		default:

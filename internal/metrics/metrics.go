@@ -37,6 +37,8 @@ var (
 	IngestResults   = []string{"added", "edited", "duplicate", "rejected", "deleted"}
 	UsageKinds      = []string{"reported", "unknown"}
 	GapBuckets      = []string{"first", "under_5m", "5m_to_60m", "over_60m"}
+	BudgetScopes    = []string{"binding", "channel"}
+	BudgetLevels    = []string{"warning", "exceeded"}
 )
 
 // labels formats a producer's values as label values (String for a Shape).
@@ -54,6 +56,17 @@ type Gauges interface {
 	Live() int
 	Busy() int
 	Queued() int
+}
+
+// BudgetState is one configured daily budget at scrape time.
+type BudgetState struct {
+	Scope, ID    string
+	Spent, Limit float64
+}
+
+// Budgets reports the configured budgets, read at scrape time.
+type Budgets interface {
+	BudgetStates() []BudgetState
 }
 
 // StoreStats is what the store reports about its writes, read at scrape
@@ -92,12 +105,23 @@ type Metrics struct {
 	FramingChanges    *prometheus.CounterVec // binding
 	MessagesIngested  *prometheus.CounterVec // result
 	BuildInfo         *prometheus.GaugeVec   // version, goversion
+	OptionsSet        *prometheus.CounterVec // binding
+	Compactions       *prometheus.CounterVec // binding
+	BudgetCrossings   *prometheus.CounterVec // scope, level
+	BudgetRefusals    *prometheus.CounterVec // scope
 
 	gauges *gaugeCollector
 }
 
 // SetGauges makes scrapes read the live, busy and queued counts from g.
 func (m *Metrics) SetGauges(g Gauges) { m.gauges.set(g) }
+
+// SetBudgets makes scrapes read the configured budgets from b.
+func (m *Metrics) SetBudgets(b Budgets) {
+	m.gauges.mu.Lock()
+	m.gauges.budgets = b
+	m.gauges.mu.Unlock()
+}
 
 // SetStore makes scrapes read the store's commit and write counts from s.
 func (m *Metrics) SetStore(s StoreStats) {
@@ -220,6 +244,22 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_messages_ingested_total",
 		Help: "Channel messages posted to the daemon, by result.",
 	}, []string{"result"})
+	m.OptionsSet = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_session_options_set_total",
+		Help: "Session config options set on agents (session/set_config_option) when a session starts or the key's options change, by binding.",
+	}, []string{"binding"})
+	m.Compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_compactions_total",
+		Help: "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.",
+	}, []string{"binding"})
+	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_budget_crossings_total",
+		Help: "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.",
+	}, []string{"scope", "level"})
+	m.BudgetRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_budget_refusals_total",
+		Help: "Turns refused with budget_exceeded, by the scope of the spent budget.",
+	}, []string{"scope"})
 	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "residentd_build_info",
 		Help: "Always 1; labels carry the residentd version and the Go version it was built with.",
@@ -231,7 +271,7 @@ func New(version string, g Gauges) *Metrics {
 		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo,
+		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.Compactions, m.BudgetCrossings, m.BudgetRefusals,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -255,6 +295,12 @@ func New(version string, g Gauges) *Metrics {
 	initVec(m.ChannelLines, LineFates)
 	initVec(m.BriefTokensSent, BriefPlacements)
 	initVec(m.MessagesIngested, IngestResults)
+	initVec(m.BudgetRefusals, BudgetScopes)
+	for _, sc := range BudgetScopes {
+		for _, l := range BudgetLevels {
+			m.BudgetCrossings.WithLabelValues(sc, l)
+		}
+	}
 	for _, meth := range ReadyMethods {
 		m.SessionReady.WithLabelValues(meth)
 	}
@@ -272,6 +318,8 @@ func initVec(v *prometheus.CounterVec, values []string) {
 // keeps the label's cardinality bounded.
 func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.FramingChanges, ids)
+	initVec(m.OptionsSet, ids)
+	initVec(m.Compactions, ids)
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
 		m.IdleGap.WithLabelValues(id)
@@ -417,6 +465,20 @@ func (m *Metrics) Ingested(added, edited, dup, rejected int) {
 	addN(m.MessagesIngested.WithLabelValues("rejected"), rejected)
 }
 
+// OptionSet counts one session option set on an agent of binding.
+func (m *Metrics) OptionSet(binding string) { m.OptionsSet.WithLabelValues(binding).Inc() }
+
+// Compacted counts a turn during which binding's agent compacted its history.
+func (m *Metrics) Compacted(binding string) { m.Compactions.WithLabelValues(binding).Inc() }
+
+// BudgetCrossed counts a turn that took a budget of scope to level.
+func (m *Metrics) BudgetCrossed(scope, level string) {
+	m.BudgetCrossings.WithLabelValues(scope, level).Inc()
+}
+
+// BudgetRefused counts a turn refused because a budget of scope is spent.
+func (m *Metrics) BudgetRefused(scope string) { m.BudgetRefusals.WithLabelValues(scope).Inc() }
+
 // Deleted counts one message deleted by the desktop app.
 func (m *Metrics) Deleted() { m.MessagesIngested.WithLabelValues("deleted").Inc() }
 
@@ -439,10 +501,12 @@ func add64(c prometheus.Counter, n int64) {
 type gaugeCollector struct {
 	live, busy, queued *prometheus.Desc
 	commits, writes    *prometheus.Desc
+	spent, limit       *prometheus.Desc
 
-	mu sync.Mutex // guards g and st
-	g  Gauges
-	st StoreStats
+	mu      sync.Mutex // guards g, st and budgets
+	g       Gauges
+	st      StoreStats
+	budgets Budgets
 }
 
 func (c *gaugeCollector) set(g Gauges) {
@@ -461,6 +525,10 @@ func newGaugeCollector(g Gauges) *gaugeCollector {
 			"bbolt write transactions committed (two fsyncs each): one per warm turn, at most two per cold turn, fewer than turns when concurrent turns share a group commit.", nil, nil),
 		writes: prometheus.NewDesc("residentd_store_writes_total",
 			"Writes the committed transactions carried; writes over commits is how many callers shared each fsync pair.", nil, nil),
+		spent: prometheus.NewDesc("residentd_budget_spent",
+			"What the current budget day has cost so far, per configured daily budget (scope binding or channel), in the budgets' currency.", []string{"scope", "id"}, nil),
+		limit: prometheus.NewDesc("residentd_budget_limit",
+			"The daily limit of each configured budget, in the budgets' currency.", []string{"scope", "id"}, nil),
 	}
 }
 
@@ -470,14 +538,22 @@ func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.queued
 	ch <- c.commits
 	ch <- c.writes
+	ch <- c.spent
+	ch <- c.limit
 }
 
 func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	var live, busy, queued int
 	var commits, writes int64
 	c.mu.Lock()
-	g, st := c.g, c.st
+	g, st, bs := c.g, c.st, c.budgets
 	c.mu.Unlock()
+	if bs != nil {
+		for _, b := range bs.BudgetStates() {
+			ch <- prometheus.MustNewConstMetric(c.spent, prometheus.GaugeValue, b.Spent, b.Scope, b.ID)
+			ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, b.Limit, b.Scope, b.ID)
+		}
+	}
 	if g != nil {
 		live, busy, queued = g.Live(), g.Busy(), g.Queued()
 	}

@@ -80,6 +80,9 @@ func (o *Options) binding(name, dir string) config.Binding {
 	b.ID, b.Handle, b.Env, b.OmitOwnPosts = "b-"+strings.ReplaceAll(name, "_", "-"), AgentHandle, o.AgentEnv, &own
 	b.Args = append(append([]string(nil), o.AgentArgs...),
 		"--state", filepath.Join(dir, "agent-"+name), "--record", recordPath(dir, name))
+	// The source's brief rides in every user turn; the daemon's own default
+	// for a resident binding is its own strategy, BriefInFraming.
+	b.BriefPlacement = delivery.InTurn
 	switch name {
 	case Window, WindowEvicted:
 		b.Supervised = false // no session kept: a snapshot every turn, but the process stays warm

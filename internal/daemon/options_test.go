@@ -1,0 +1,229 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/testkit"
+)
+
+// optionSets returns the session/set_config_option calls the built-in agent
+// recorded, as "session option=value", in order.
+func optionSets(t *testing.T, rec string) []string {
+	t.Helper()
+	var out []string
+	for _, r := range records(t, rec) {
+		if r["method"] == "session/set_config_option" {
+			out = append(out, fmt.Sprintf("%s %s=%s", r["session"], r["config_id"], r["value"]))
+		}
+	}
+	return out
+}
+
+// promptOptions returns the options the agent had for its last prompt.
+func promptOptions(t *testing.T, rec string) map[string]any {
+	t.Helper()
+	var last map[string]any
+	for _, r := range records(t, rec) {
+		if r["method"] == "session/prompt" {
+			last, _ = r["options"].(map[string]any)
+		}
+	}
+	return last
+}
+
+// TestSessionOptionsOncePerSession: a binding's session options go to the
+// agent when its session is created, in the agent's order, before the
+// first prompt; never again to the warm process; and again, once, to a new
+// process that resumed the session. The sessions listing shows them.
+func TestSessionOptionsOncePerSession(t *testing.T) {
+	var rec string
+	h := newHarness(t, func(c *config.Config) {
+		rec = filepath.Join(c.StateDir, "record.jsonl")
+		b := &c.Bindings[0]
+		b.Args = append(b.Args, "--record", rec)
+		b.SessionOptions = map[string]string{"verbose": "true", "model": "builtin-large"}
+	})
+	r1 := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, r1)
+	native := r1.done.Native
+	want := []string{native + " model=builtin-large", native + " verbose=true"}
+	if got := optionSets(t, rec); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("options set on the new session: %q, want %q (the agent's order)", got, want)
+	}
+	if o := promptOptions(t, rec); o["model"] != "builtin-large" || o["verbose"] != "true" || o["mode"] != "ask" {
+		t.Fatalf("the first prompt ran with options %v", o)
+	}
+	for _, id := range []string{"q2", "q3"} {
+		if r := h.mention("ch", "b-builtin", id, "@agent "+id); r.done.Shape != "warm" {
+			t.Fatalf("turn %s: shape %s err %v, want warm", id, r.done.Shape, r.err)
+		}
+	}
+	if got := optionSets(t, rec); len(got) != 2 {
+		t.Fatalf("warm turns set options again: %q", got)
+	}
+	if n := testutil.ToFloat64(h.m.OptionsSet.WithLabelValues("b-builtin")); n != 2 {
+		t.Fatalf("options set metric = %v, want 2", n)
+	}
+	ss := h.d.Sessions()
+	if len(ss) != 1 || ss[0].Options["model"] != "builtin-large" || ss[0].Options["verbose"] != "true" || ss[0].Options["mode"] != "ask" {
+		t.Fatalf("sessions listing options %+v", ss)
+	}
+
+	// A new process resumes the session: its agent starts from its
+	// defaults, so it gets the options again, once.
+	h.restart()
+	r4 := h.mention("ch", "b-builtin", "q4", "@agent four")
+	reply(t, r4)
+	if r4.done.Shape != "restored" || r4.done.Native != native {
+		t.Fatalf("after restart: shape %s native %s", r4.done.Shape, r4.done.Native)
+	}
+	reply(t, h.mention("ch", "b-builtin", "q5", "@agent five"))
+	if got := optionSets(t, rec); len(got) != 4 || got[2] != want[0] || got[3] != want[1] {
+		t.Fatalf("options set across a restore: %q, want the two again once", got)
+	}
+	if o := promptOptions(t, rec); o["model"] != "builtin-large" {
+		t.Fatalf("the restored session's prompts ran with %v", o)
+	}
+}
+
+// TestSessionOptionNotListed: an option id or value the agent does not
+// list fails the turn with invalid_option before the prompt, naming both
+// and what the agent lists; the startup check reports it in health before
+// any turn; the watermark does not move.
+func TestSessionOptionNotListed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  map[string]string
+		flags []string
+		want  []string // in the error
+	}{
+		{"unknown id", map[string]string{"modle": "builtin-large"}, nil, []string{`"modle"`, "mode, model, verbose"}},
+		{"unknown value", map[string]string{"model": "gpt-9"}, nil, []string{`"model" = "gpt-9"`, "builtin-small, builtin-large"}},
+		{"boolean takes true or false", map[string]string{"verbose": "yes"}, nil, []string{`"verbose" = "yes"`, "true, false"}},
+		{"agent lists none", map[string]string{"model": "builtin-large"}, []string{"--no-options"}, []string{`"model"`, "lists no session config options"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rec string
+			h := newHarness(t, func(c *config.Config) {
+				rec = filepath.Join(c.StateDir, "record.jsonl")
+				b := &c.Bindings[0]
+				b.Args = append(b.Args, append([]string{"--record", rec}, tc.flags...)...)
+				b.SessionOptions = tc.opts
+			})
+			// The check at startup, before any turn.
+			testkit.WaitFor(t, 30*time.Second, func() bool { return len(h.d.Status().OptionErrors) > 0 },
+				testkit.Waiting("the startup check to report the binding's session options"))
+			oe := h.d.Status().OptionErrors
+			if len(oe) != 1 || oe[0].Binding != "b-builtin" || !containsAll(oe[0].Error, tc.want) {
+				t.Fatalf("health option_errors %+v, want %q", oe, tc.want)
+			}
+
+			h.say("ch", "a", 2)
+			r := h.mention("ch", "b-builtin", "q1", "@agent one")
+			if !errors.Is(r.err, ErrInvalidOption) || Code(r.err) != apitype.CodeInvalidOption || !containsAll(r.err.Error(), tc.want) {
+				t.Fatalf("turn error %v (code %s), want invalid_option naming %q", r.err, Code(r.err), tc.want)
+			}
+			if len(prompts(t, rec)) != 0 || len(optionSets(t, rec)) != 0 {
+				t.Fatal("the agent was prompted or set options despite the bad option")
+			}
+			if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "rejected")); n != 1 {
+				t.Fatalf("turns{cold,rejected} = %v, want 1", n)
+			}
+			if _, found, _ := h.st.Watermark(channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b-builtin"}}); found {
+				t.Fatal("a turn that failed on its options moved the watermark")
+			}
+		})
+	}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSessionOptionsThroughAPI: a key's own options, set while its process
+// is warm, go to that process with its next turn, only what changed, once;
+// they are checked against what the agent listed, kept across a restart
+// and a start fresh, and cleared with an empty set.
+func TestSessionOptionsThroughAPI(t *testing.T) {
+	var rec string
+	h := newHarness(t, func(c *config.Config) {
+		rec = filepath.Join(c.StateDir, "record.jsonl")
+		b := &c.Bindings[0]
+		b.Args = append(b.Args, "--record", rec)
+		b.SessionOptions = map[string]string{"mode": "code"}
+	})
+	k := session.Key{Channel: "ch", Binding: "b-builtin"}
+	r1 := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, r1)
+	n1 := r1.done.Native
+	if got := optionSets(t, rec); len(got) != 1 || got[0] != n1+" mode=code" {
+		t.Fatalf("binding options on the new session: %q", got)
+	}
+
+	o, err := h.d.SetSessionOptions(k, map[string]string{"model": "builtin-large"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Options["model"] != "builtin-large" || o.Effective["model"] != "builtin-large" || o.Effective["mode"] != "code" || len(o.Options) != 1 {
+		t.Fatalf("after set: %+v", o)
+	}
+	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two"))
+	reply(t, h.mention("ch", "b-builtin", "q3", "@agent three"))
+	if got := optionSets(t, rec); len(got) != 2 || got[1] != n1+" model=builtin-large" {
+		t.Fatalf("the warm process got %q, want only the changed model, once", got)
+	}
+	if o := promptOptions(t, rec); o["model"] != "builtin-large" || o["mode"] != "code" {
+		t.Fatalf("warm prompts ran with %v", o)
+	}
+
+	// Checked against what the agent listed: nothing is stored.
+	if _, err := h.d.SetSessionOptions(k, map[string]string{"model": "gpt-9"}); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "builtin-small, builtin-large") {
+		t.Fatalf("set an unlisted value: %v", err)
+	}
+	if _, err := h.d.SetSessionOptions(session.Key{Channel: "ch", Binding: "b-nope"}, map[string]string{"model": "x"}); !errors.Is(err, ErrUnknownBinding) {
+		t.Fatalf("set on an unknown binding: %v", err)
+	}
+	if _, err := h.d.SetSessionOptions(k, map[string]string{"model": ""}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("set an empty value: %v", err)
+	}
+
+	// Kept in the store: a restarted daemon still has them, and so does a
+	// key started fresh; its new session gets both options.
+	h.restart()
+	if o, err := h.d.SessionOptions(k); err != nil || o.Options["model"] != "builtin-large" {
+		t.Fatalf("after restart: %+v %v", o, err)
+	}
+	if _, err := h.d.Fresh(k); err != nil {
+		t.Fatal(err)
+	}
+	r4 := h.mention("ch", "b-builtin", "q4", "@agent four")
+	reply(t, r4)
+	got := optionSets(t, rec)
+	if r4.done.Shape != "cold" || len(got) != 4 || got[2] != r4.done.Native+" mode=code" || got[3] != r4.done.Native+" model=builtin-large" {
+		t.Fatalf("fresh session (shape %s) got %q", r4.done.Shape, got)
+	}
+
+	if o, err := h.d.SetSessionOptions(k, map[string]string{}); err != nil || len(o.Options) != 0 || o.Effective["mode"] != "code" || len(o.Effective) != 1 {
+		t.Fatalf("clear: %+v %v", o, err)
+	}
+	reply(t, h.mention("ch", "b-builtin", "q5", "@agent five"))
+	if got := optionSets(t, rec); len(got) != 4 {
+		t.Fatalf("clearing the key's options sent something to the warm process: %q", got)
+	}
+}
