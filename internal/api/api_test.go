@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -184,6 +185,15 @@ func TestBadInput(t *testing.T) {
 		{"fresh unknown binding", "POST", "/v1/sessions/fresh", `{"channel_id":"ch","binding_id":"b-nope"}`, 404, "unknown_binding", "b-nope"},
 		{"fresh unknown field", "POST", "/v1/sessions/fresh", `{"channel_id":"ch","binding_id":"b-builtin","x":1}`, 400, "bad_request", `unknown field "x"`},
 		{"fresh oversized", "POST", "/v1/sessions/fresh", bigSmall, 413, "payload_too_large", fmt.Sprintf("%d-byte limit", MaxSmallBody)},
+		{"options missing fields", "PUT", "/v1/sessions/options", `{"channel_id":"ch","options":{}}`, 400, "bad_request", "binding_id"},
+		{"options missing options", "PUT", "/v1/sessions/options", `{"channel_id":"ch","binding_id":"b-builtin"}`, 400, "bad_request", "options is required"},
+		{"options empty value", "PUT", "/v1/sessions/options", `{"channel_id":"ch","binding_id":"b-builtin","options":{"model":""}}`, 400, "bad_request", `option "model" = ""`},
+		{"options wrong type", "PUT", "/v1/sessions/options", `{"channel_id":"ch","binding_id":"b-builtin","options":{"verbose":true}}`, 400, "bad_request", "options"},
+		{"options unknown binding", "PUT", "/v1/sessions/options", `{"channel_id":"ch","binding_id":"b-nope","options":{"model":"x"}}`, 404, "unknown_binding", "b-nope"},
+		{"options query missing", "GET", "/v1/sessions/options?channel_id=ch", ``, 400, "bad_request", "binding_id"},
+		{"options query unknown binding", "GET", "/v1/sessions/options?channel_id=ch&binding_id=b-nope", ``, 404, "unknown_binding", "b-nope"},
+		{"POST on options", "POST", "/v1/sessions/options", `{}`, 405, "method_not_allowed", "GET"},
+		{"POST on budgets", "POST", "/v1/budgets", `{}`, 405, "method_not_allowed", "GET"},
 		{"messages empty", "POST", "/v1/messages", `{"messages":[]}`, 400, "bad_request", "at least one"},
 		{"messages wrong type", "POST", "/v1/messages", `{"messages":{}}`, 400, "bad_request", "messages"},
 		{"message invalid", "POST", "/v1/messages", `{"messages":[{"id":"m1","channel_id":"ch","author":"a","author_kind":"robot","created_at":"2026-01-01T00:00:00Z","body":"x"}]}`, 400, "invalid_message", "author_kind"},
@@ -297,6 +307,65 @@ func TestClientSeesCodes(t *testing.T) {
 		if r.ev.Event != "error" || r.ev.RunID != run {
 			t.Errorf("error event %+v, want run id %q", r.ev, run)
 		}
+	}
+}
+
+// TestOptionsAndBudgetsOverTheSocket: a key's options through the client,
+// refused with invalid_option once the agent has listed its own; a spent
+// budget refuses a turn with 429 budget_exceeded and a Retry-After until
+// the reset; GET /v1/budgets lists it.
+func TestOptionsAndBudgetsOverTheSocket(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--cost", "0.5")
+		c.Budgets = config.Budgets{Timezone: "UTC", Bindings: map[string]float64{"b-builtin": 1}}
+	})
+	ctx := context.Background()
+	o, err := e.c.SetSessionOptions(ctx, "ch", "b-builtin", map[string]string{"model": "builtin-large"})
+	if err != nil || o.Effective["model"] != "builtin-large" {
+		t.Fatalf("set options before any session: %+v %v", o, err)
+	}
+	var warned *apitype.Budget
+	for i := range 2 {
+		ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: fmt.Sprint("@agent ", i)}, func(ev apitype.Event) {
+			if ev.Event == apitype.EventBudget {
+				warned = ev.Budget
+			}
+		})
+		if err != nil || ev.Event != apitype.EventDone {
+			t.Fatalf("turn %d: %+v %v", i, ev, err)
+		}
+	}
+	if warned == nil || warned.Level != "exceeded" || warned.Spent != 1 {
+		t.Fatalf("the second turn's budget event: %+v", warned)
+	}
+	if _, err := e.c.SetSessionOptions(ctx, "ch", "b-builtin", map[string]string{"model": "gpt-9"}); !client.IsCode(err, apitype.CodeInvalidOption) || !strings.Contains(err.Error(), "builtin-small, builtin-large") {
+		t.Fatalf("set an unlisted value once the agent listed its own: %v", err)
+	}
+	if got, err := e.c.SessionOptions(ctx, "ch", "b-builtin"); err != nil || got.Options["model"] != "builtin-large" {
+		t.Fatalf("options after a refused change: %+v %v", got, err)
+	}
+	ss, err := e.c.Sessions(ctx)
+	if err != nil || len(ss) != 1 || ss[0].Options["model"] != "builtin-large" {
+		t.Fatalf("sessions %+v %v", ss, err)
+	}
+
+	req, _ := http.NewRequest("POST", "http://residentd/v1/turns", strings.NewReader(`{"channel_id":"ch","binding_id":"b-builtin","text":"@agent more"}`))
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body apitype.ErrorBody
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	now := time.Now().UTC()
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	if resp.StatusCode != http.StatusTooManyRequests || body.Error.Code != apitype.CodeBudgetExceeded || retry < 1 || retry > int(time.Until(midnight).Seconds())+2 {
+		t.Fatalf("turn on a spent budget: %d %+v Retry-After %q", resp.StatusCode, body.Error, resp.Header.Get("Retry-After"))
+	}
+	b, err := e.c.Budgets(ctx)
+	if err != nil || len(b.Budgets) != 1 || b.Budgets[0].Level != "exceeded" || b.Currency != "USD" || b.Day != b.ResetsAt.Add(-24*time.Hour).Format(time.DateOnly) {
+		t.Fatalf("budgets %+v %v", b, err)
 	}
 }
 

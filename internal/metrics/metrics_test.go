@@ -74,6 +74,10 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_framing_changes_total":         2,
 		"residentd_messages_ingested_total":       len(IngestResults),
 		"residentd_build_info":                    1,
+		"residentd_session_options_set_total":     2,
+		"residentd_agent_compactions_total":       2,
+		"residentd_budget_crossings_total":        len(BudgetScopes) * len(BudgetLevels),
+		"residentd_budget_refusals_total":         len(BudgetScopes),
 	}
 	mfs, err := m.Registry.Gather()
 	if err != nil {
@@ -152,6 +156,29 @@ residentd_turns_queued ` + queued + `
 	g.busy.Store(2)
 	g.queued.Store(7)
 	expect("4", "2", "7")
+}
+
+type fakeBudgets []BudgetState
+
+func (f fakeBudgets) BudgetStates() []BudgetState { return f }
+
+// Budget gauges are read at scrape time, one series per configured budget.
+func TestBudgetGaugesReadAtScrape(t *testing.T) {
+	m := New("test", nil)
+	m.SetBudgets(fakeBudgets{{Scope: "binding", ID: "b-claude", Spent: 4.5, Limit: 20}, {Scope: "channel", ID: "ch-backend", Spent: 0.25, Limit: 2}})
+	want := `
+# HELP residentd_budget_limit The daily limit of each configured budget, in the budgets' currency.
+# TYPE residentd_budget_limit gauge
+residentd_budget_limit{id="b-claude",scope="binding"} 20
+residentd_budget_limit{id="ch-backend",scope="channel"} 2
+# HELP residentd_budget_spent What the current budget day has cost so far, per configured daily budget (scope binding or channel), in the budgets' currency.
+# TYPE residentd_budget_spent gauge
+residentd_budget_spent{id="b-claude",scope="binding"} 4.5
+residentd_budget_spent{id="ch-backend",scope="channel"} 0.25
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "residentd_budget_spent", "residentd_budget_limit"); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestHelpers(t *testing.T) {
