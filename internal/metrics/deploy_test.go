@@ -20,6 +20,8 @@ func exportedNames(t *testing.T) map[string]bool {
 	m := New("test", nil)
 	// Series labelled by binding exist once the daemon names its bindings.
 	m.InitBindings([]string{"b-claude"})
+	// Budget gauges exist for configured budgets.
+	m.SetBudgets(fakeBudgets{{Scope: "binding", ID: "b-claude", Limit: 1}})
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +67,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s*-\s*alert:\s*(\S+)`).FindAllStringSubmatch(string(b), -1) {
 		alerts = append(alerts, m[1])
 	}
-	for _, want := range []string{"ResidentdCrashLoop", "ResidentdQueueSaturated", "ResidentdWatermarkDiscardsRising", "ResidentdDown"} {
+	for _, want := range []string{"ResidentdCrashLoop", "ResidentdQueueSaturated", "ResidentdWatermarkDiscardsRising", "ResidentdDown", "ResidentdBudgetNearlySpent", "ResidentdBudgetRefusingTurns"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alerts.yml lacks alert %s (has %q)", want, alerts)
 		}
@@ -130,6 +132,7 @@ func TestDashboardUsesExportedMetrics(t *testing.T) {
 		"residentd_turns_total", "residentd_evictions_total", "residentd_agents_live",
 		"residentd_agents_busy", "residentd_turns_queued", "residentd_turn_duration_seconds_bucket",
 		"residentd_agent_tokens_total", "residentd_watermark_commits_total", "residentd_watermark_discards_total",
+		"residentd_usage_cost_total", "residentd_budget_spent", "residentd_budget_limit", "residentd_usage_cost_by_gap_total",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("dashboard never queries %s", want)
