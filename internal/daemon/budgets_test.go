@@ -169,8 +169,8 @@ func TestChannelBudgetAndQueuedTurn(t *testing.T) {
 	if _, err, _ := third.Result(); !errors.Is(err, ErrBudgetExceeded) {
 		t.Fatalf("the queued third turn: %v, want budget_exceeded", err)
 	}
-	if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("warm", "rejected")); n != 1 {
-		t.Fatalf("turns{warm,rejected} = %v, want the queued turn", n)
+	if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("warm", "refused")); n != 1 {
+		t.Fatalf("turns{warm,refused} = %v, want the queued turn", n)
 	}
 
 	// Another channel is under the default limit and runs; what a failed

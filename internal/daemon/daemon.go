@@ -223,9 +223,10 @@ func Outcome(err error) lease.Outcome {
 	switch {
 	case err == nil:
 		return lease.OutcomeOK
-	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, ErrBackoff),
-		errors.Is(err, ErrBudgetExceeded), errors.Is(err, ErrInvalidOption):
+	case errors.Is(err, pool.ErrQueueFull), errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, ErrBackoff):
 		return lease.OutcomeRejected
+	case errors.Is(err, ErrBudgetExceeded), errors.Is(err, ErrInvalidOption):
+		return lease.OutcomeRefused
 	case errors.Is(err, context.DeadlineExceeded):
 		return lease.OutcomeTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, errCancelled), errors.Is(err, errFresh), errors.Is(err, ErrShuttingDown):

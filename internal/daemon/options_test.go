@@ -137,8 +137,8 @@ func TestSessionOptionNotListed(t *testing.T) {
 			if len(prompts(t, rec)) != 0 || len(optionSets(t, rec)) != 0 {
 				t.Fatal("the agent was prompted or set options despite the bad option")
 			}
-			if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "rejected")); n != 1 {
-				t.Fatalf("turns{cold,rejected} = %v, want 1", n)
+			if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "refused")); n != 1 {
+				t.Fatalf("turns{cold,refused} = %v, want 1", n)
 			}
 			if _, found, _ := h.st.Watermark(channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b-builtin"}}); found {
 				t.Fatal("a turn that failed on its options moved the watermark")

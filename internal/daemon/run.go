@@ -235,7 +235,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 
 	// A turn that waited in the queue while its budget ran out does not start.
 	if err := d.checkBudget(b.ID, req.Channel); err != nil {
-		d.m.ObserveTurn(shape, lease.OutcomeRejected, d.now().Sub(start))
+		d.m.ObserveTurn(shape, lease.OutcomeRefused, d.now().Sub(start))
 		return apitype.Event{}, err
 	}
 	if err := d.applyOptions(ctx, co.Session, b, d.wantOptions(key, b), log); err != nil {

@@ -41,10 +41,11 @@ const (
 	OutcomeCancelled  Outcome = "cancelled"   // a client, start fresh or shutdown ended it
 	OutcomeTimeout    Outcome = "timeout"     // the turn time limit
 	OutcomeRejected   Outcome = "rejected"    // never ran: queue full or timed out, crash-loop backoff
+	OutcomeRefused    Outcome = "refused"     // never reached the agent: a spent daily budget, a session option the agent does not list
 )
 
 // Outcomes lists every outcome, for metrics that pre-create their series.
-var Outcomes = []Outcome{OutcomeOK, OutcomeAgentError, OutcomeCrash, OutcomeCancelled, OutcomeTimeout, OutcomeRejected}
+var Outcomes = []Outcome{OutcomeOK, OutcomeAgentError, OutcomeCrash, OutcomeCancelled, OutcomeTimeout, OutcomeRejected, OutcomeRefused}
 
 func (s Shape) String() string {
 	switch s {

@@ -343,11 +343,11 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
 
-// ObserveTurn counts a finished turn and records its duration. Rejected turns
-// never ran, so their duration is not observed.
+// ObserveTurn counts a finished turn and records its duration. Rejected and
+// refused turns never ran, so their duration is not observed.
 func (m *Metrics) ObserveTurn(shape string, outcome lease.Outcome, d time.Duration) {
 	m.Turns.WithLabelValues(shape, string(outcome)).Inc()
-	if outcome != lease.OutcomeRejected {
+	if outcome != lease.OutcomeRejected && outcome != lease.OutcomeRefused {
 		m.TurnDuration.WithLabelValues(shape).Observe(d.Seconds())
 	}
 }
