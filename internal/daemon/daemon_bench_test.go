@@ -325,3 +325,71 @@ func BenchmarkFairness16Keys4Slots(b *testing.B) {
 		b.Errorf("unfair: %d keys got no turn, worst wait %v is %.1f× the median %v", zero, worst, ratio, median)
 	}
 }
+
+// BenchmarkRestoredTurnAfter200 is the first turn of a new process for a key
+// whose session has answered 200 turns (the built-in agent keeps and
+// replays its last 100; the daemon keeps 200 stored turns): resumed
+// (session/resume, nothing replayed), loaded (session/load replays the
+// agent's history, which the daemon swallows), and cold with restore off
+// (session/new and a replay of the stored conversation in the prompt). Each
+// iteration stops the key's process outside the timer and times its next
+// turn.
+//
+//	go test -run '^$' -bench RestoredTurnAfter200 -benchtime 20x ./internal/daemon/
+func BenchmarkRestoredTurnAfter200(b *testing.B) {
+	for _, tc := range []struct {
+		name, method string
+		restore      bool
+		shape        string
+	}{
+		{"resume", config.RestoreResume, true, "restored"},
+		{"load", config.RestoreLoad, true, "restored"},
+		{"cold", config.RestoreAuto, false, "cold"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			exe, err := os.Executable()
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := b.TempDir()
+			bd := config.Builtin(exe, dir)
+			bd.Env = map[string]string{"RESIDENTD_TEST_AGENT": "1"}
+			bd.RestoreMethod = tc.method
+			bd.Restore = &tc.restore
+			cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second), Bindings: []config.Binding{bd}}
+			cfg.SetDefaults()
+			st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			open := func() *Daemon {
+				d, err := New(Options{Config: cfg, Store: st, Metrics: metrics.New("bench", nil), Log: zap.NewNop()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return d
+			}
+			d := open()
+			for range 200 {
+				benchTurn(b, d, "ch")
+			}
+			var prompt int
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				d.Close(5 * time.Second) // the key's process stops; its session is saved
+				d = open()
+				b.StartTimer()
+				ev := benchTurn(b, d, "ch")
+				if ev.Shape != tc.shape {
+					b.Fatalf("shape %s, want %s", ev.Shape, tc.shape)
+				}
+				prompt = ev.Context.PromptBytes
+			}
+			b.StopTimer()
+			d.Close(5 * time.Second)
+			b.ReportMetric(float64(prompt), "prompt-bytes")
+		})
+	}
+}

@@ -28,6 +28,10 @@ type fakeAPI struct {
 	// whose user message holds tool.marker; the model's next call (carrying
 	// the tool's result) gets the reply.
 	tool *toolUse
+	// sized reports a call's input tokens as a quarter of its body's bytes,
+	// so the context in use grows with the conversation as a real model's
+	// does (the agent's usage_update reads it); otherwise 12 a call.
+	sized bool
 }
 
 // toolUse is the tool call the fake model asks for.
@@ -195,7 +199,11 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		var req messagesRequest
 		_ = json.Unmarshal(body, &req)
-		f.message(w, req)
+		in := 12
+		if f.sized {
+			in = len(body) / 4
+		}
+		f.message(w, req, in)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/models"):
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"data": [], "has_more": false, "first_id": null, "last_id": null}`)
@@ -209,7 +217,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // message answers a Messages call, streamed as server-sent events when asked.
-func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest) {
+func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	model := req.Model
 	if model == "" {
 		model = "claude-fake"
@@ -231,7 +239,7 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest) {
 			"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
 			"content":     []map[string]any{{"type": "text", "text": f.reply}},
 			"stop_reason": "end_turn", "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": 12, "output_tokens": 7},
+			"usage": map[string]any{"input_tokens": in, "output_tokens": 7},
 		})
 		return
 	}
@@ -248,7 +256,7 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest) {
 	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+		"usage": map[string]any{"input_tokens": in, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
 	}})
 	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
 	// Two deltas, so the reply reaches the client as more than one chunk.

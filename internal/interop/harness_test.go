@@ -81,8 +81,17 @@ type harness struct {
 
 func newHarness(t testing.TB, bindings ...config.Binding) *harness {
 	t.Helper()
+	return newHarnessCfg(t, nil, bindings...)
+}
+
+// newHarnessCfg is newHarness with tweak applied to the config first.
+func newHarnessCfg(t testing.TB, tweak func(*config.Config), bindings ...config.Binding) *harness {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(5 * time.Second), Bindings: bindings}
+	if tweak != nil {
+		tweak(cfg)
+	}
 	cfg.SetDefaults()
 	for i := range cfg.Bindings {
 		cfg.Bindings[i].TurnTimeout = config.Duration(testTimeout / 2)
