@@ -126,3 +126,45 @@ func TestMentionAsksThePerson(t *testing.T) {
 		}
 	}
 }
+
+// Session options and budgets from the command line, against a real
+// daemon: set, show, refuse an unlisted value, clear; the budget event in
+// mention's output, the budgets table, status, and the refusal.
+func TestOptionsAndBudgetsFromTheCommandLine(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := sockDir(t)
+	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(cfg, []byte(`{"budgets":{"timezone":"UTC","bindings":{"b-paid":1}},
+		"bindings":[{"id":"b-paid","handle":"@paid","command":"`+exe+`","args":["agent","--cost","0.5"],"supervised":true,"resident":true,"session_options":{"mode":"code"}}]}`), 0o600)
+	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
+	waitHealthy(t, d, sock)
+	cli := func(want string, code int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		got := run(append(args, "--socket", sock), strings.NewReader(""), &out, &errOut)
+		if got != code || !strings.Contains(out.String()+errOut.String(), want) {
+			t.Fatalf("%q: exit %d, %q %q; want %d and %q", args, got, out.String(), errOut.String(), code, want)
+		}
+		return out.String()
+	}
+	cli(`"model": "builtin-large"`, exitOK, "options", "--channel", "ch", "--binding", "b-paid", "model=builtin-large")
+	out := cli(`"mode": "code"`, exitOK, "options", "--channel", "ch", "--binding", "b-paid")
+	if !strings.Contains(out, `"effective"`) {
+		t.Fatalf("options without arguments printed %q", out)
+	}
+	cli(`option "model" must be ID=VALUE`, exitUsage, "options", "--channel", "ch", "--binding", "b-paid", "model")
+	cli("builtin turn=1", exitOK, "mention", "--channel", "ch", "--binding", "b-paid", "@paid one")
+	cli("[budget binding b-paid: exceeded, 1 of 1 USD spent today", exitOK, "mention", "--channel", "ch", "--binding", "b-paid", "@paid two")
+	cli("invalid session option", exitError, "options", "--channel", "ch", "--binding", "b-paid", "model=gpt-9")
+	cli(`"options": {}`, exitOK, "options", "--channel", "ch", "--binding", "b-paid", "--clear")
+	cli("budget_exceeded", exitError, "mention", "--channel", "ch", "--binding", "b-paid", "@paid three")
+	table := cli("exceeded", exitOK, "budgets")
+	if !strings.Contains(table, "binding  b-paid") || !strings.Contains(table, "100%") {
+		t.Fatalf("budgets printed:\n%s", table)
+	}
+	cli("budget binding b-paid: exceeded", exitOK, "status")
+}

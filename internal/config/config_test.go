@@ -23,8 +23,11 @@ func TestExampleConfigLoadsAndValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, ok := c.Binding("b-claude")
-	if !ok || b.Env["ENABLE_PROMPT_CACHING_1H"] != "1" || !b.KeepsSession() || !b.RestoreOn() {
+	if !ok || b.Env["ENABLE_PROMPT_CACHING_1H"] != "1" || !b.KeepsSession() || !b.RestoreOn() || b.SessionOptions["model"] != "sonnet" || b.BriefPlacement != "framing" {
 		t.Fatalf("b-claude = %+v", b)
+	}
+	if bu := c.Budgets; bu.Bindings["b-claude"] != 20 || bu.ChannelDefault != 5 || bu.WarnAt != 0.8 {
+		t.Fatalf("budgets = %+v", bu)
 	}
 	if time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context.Limit != 12 || c.YieldAfter != 4 || c.RestoreFailures != 3 || c.Context.Fetch != 0 {
 		t.Fatalf("config = %+v", c)
