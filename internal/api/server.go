@@ -344,11 +344,12 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if req.Channel == "" || req.Binding == "" {
-		fail(w, fmt.Errorf("%w: channel_id and binding_id are required", errBadRequest))
+	k, err := keyOf(req.Channel, req.Binding)
+	if err != nil {
+		fail(w, err)
 		return
 	}
-	had, err := s.d.Fresh(session.Key{Channel: req.Channel, Binding: req.Binding})
+	had, err := s.d.Fresh(k)
 	if err != nil {
 		fail(w, err)
 		return
@@ -356,13 +357,22 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.FreshResponse{StoppedProcess: had})
 }
 
+// keyOf is the (channel, binding) key a request names; both are required.
+func keyOf(channel, binding string) (session.Key, error) {
+	if channel == "" || binding == "" {
+		return session.Key{}, fmt.Errorf("%w: channel_id and binding_id are required", errBadRequest)
+	}
+	return session.Key{Channel: channel, Binding: binding}, nil
+}
+
 func (s *Server) sessionOptions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("channel_id") == "" || q.Get("binding_id") == "" {
-		fail(w, fmt.Errorf("%w: the channel_id and binding_id query parameters are required", errBadRequest))
+	k, err := keyOf(q.Get("channel_id"), q.Get("binding_id"))
+	if err != nil {
+		fail(w, err)
 		return
 	}
-	o, err := s.d.SessionOptions(session.Key{Channel: q.Get("channel_id"), Binding: q.Get("binding_id")})
+	o, err := s.d.SessionOptions(k)
 	if err != nil {
 		fail(w, err)
 		return
@@ -376,15 +386,16 @@ func (s *Server) setSessionOptions(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if req.Channel == "" || req.Binding == "" {
-		fail(w, fmt.Errorf("%w: channel_id and binding_id are required", errBadRequest))
+	k, err := keyOf(req.Channel, req.Binding)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	if req.Options == nil {
 		fail(w, fmt.Errorf("%w: options is required: an object of option ids and values, {} to clear the key's own", errBadRequest))
 		return
 	}
-	o, err := s.d.SetSessionOptions(session.Key{Channel: req.Channel, Binding: req.Binding}, req.Options)
+	o, err := s.d.SetSessionOptions(k, req.Options)
 	if err != nil {
 		fail(w, err)
 		return

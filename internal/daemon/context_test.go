@@ -143,10 +143,7 @@ func TestThreadMentionSeesItsThread(t *testing.T) {
 // carry the full brief; the turns after go back to the one-line reminder.
 func TestBriefAfterCompaction(t *testing.T) {
 	var rec string
-	h := newHarness(t, func(c *config.Config) {
-		rec = filepath.Join(c.StateDir, "record.jsonl")
-		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", rec)
-	})
+	h := newHarness(t, recordTo(&rec))
 	if p := h.cfg.Bindings[0].BriefPlacement; p != delivery.InFraming {
 		t.Fatalf("a supervised resident binding defaults to brief placement %q, want framing", p)
 	}

@@ -42,6 +42,15 @@ type harness struct {
 	evic []string // "key reason", in order
 }
 
+// recordTo makes the first binding's agent record what it gets (--record)
+// in a file of the state dir, and sets *path to it.
+func recordTo(path *string) func(*config.Config) {
+	return func(c *config.Config) {
+		*path = filepath.Join(c.StateDir, "record.jsonl")
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--record", *path)
+	}
+}
+
 // testBinding runs this test binary as the built-in agent.
 func testBinding(t *testing.T, id, stateDir string, extra ...string) config.Binding {
 	t.Helper()

@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,11 +47,8 @@ func promptOptions(t *testing.T, rec string) map[string]any {
 // process that resumed the session. The sessions listing shows them.
 func TestSessionOptionsOncePerSession(t *testing.T) {
 	var rec string
-	h := newHarness(t, func(c *config.Config) {
-		rec = filepath.Join(c.StateDir, "record.jsonl")
-		b := &c.Bindings[0]
-		b.Args = append(b.Args, "--record", rec)
-		b.SessionOptions = map[string]string{"verbose": "true", "model": "builtin-large"}
+	h := newHarness(t, recordTo(&rec), func(c *config.Config) {
+		c.Bindings[0].SessionOptions = map[string]string{"verbose": "true", "model": "builtin-large"}
 	})
 	r1 := h.mention("ch", "b-builtin", "q1", "@agent one")
 	reply(t, r1)
@@ -115,11 +111,9 @@ func TestSessionOptionNotListed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rec string
-			h := newHarness(t, func(c *config.Config) {
-				rec = filepath.Join(c.StateDir, "record.jsonl")
-				b := &c.Bindings[0]
-				b.Args = append(b.Args, append([]string{"--record", rec}, tc.flags...)...)
-				b.SessionOptions = tc.opts
+			h := newHarness(t, recordTo(&rec), func(c *config.Config) {
+				c.Bindings[0].Args = append(c.Bindings[0].Args, tc.flags...)
+				c.Bindings[0].SessionOptions = tc.opts
 			})
 			// The check at startup, before any turn.
 			testkit.WaitFor(t, 30*time.Second, func() bool { return len(h.d.Status().OptionErrors) > 0 },
@@ -162,11 +156,8 @@ func containsAll(s string, parts []string) bool {
 // and a start fresh, and cleared with an empty set.
 func TestSessionOptionsThroughAPI(t *testing.T) {
 	var rec string
-	h := newHarness(t, func(c *config.Config) {
-		rec = filepath.Join(c.StateDir, "record.jsonl")
-		b := &c.Bindings[0]
-		b.Args = append(b.Args, "--record", rec)
-		b.SessionOptions = map[string]string{"mode": "code"}
+	h := newHarness(t, recordTo(&rec), func(c *config.Config) {
+		c.Bindings[0].SessionOptions = map[string]string{"mode": "code"}
 	})
 	k := session.Key{Channel: "ch", Binding: "b-builtin"}
 	r1 := h.mention("ch", "b-builtin", "q1", "@agent one")
