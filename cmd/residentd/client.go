@@ -377,7 +377,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "binding %s: session options: %s\n", o.Binding, o.Error)
 	}
 	bu, err := c.Budgets(ctx)
-	if err != nil {
+	if err != nil && !client.IsNotFound(err) { // a daemon from before budgets
 		return err
 	}
 	for _, b := range bu.Budgets {

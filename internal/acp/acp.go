@@ -95,9 +95,9 @@ type Result struct {
 	Text       string // concatenated agent_message_chunk text
 	Usage      *Usage // the PromptResponse's, as the agent reported it
 	Cost       *Cost  // the session's cost after the turn, when the agent reported one
-	// Compacted: during the turn the agent reported less context in use
-	// than before, which is how agents show that they compacted (summarised
-	// and dropped) their history.
+	// Compacted: since the last result the agent reported less than half
+	// the context in use it reported before, which is how agents show that
+	// they compacted (summarised and dropped) their history.
 	Compacted bool
 }
 
@@ -147,8 +147,9 @@ type route struct {
 	options []Option // the session's config options as the agent last listed them
 	listed  bool     // the agent listed config options for the session at all
 	used    int      // context tokens in use at the last usage_update
-	// compacted: a usage_update reported less context in use than the one
-	// before it during the prompt: the agent compacted its history.
+	// compacted: a usage_update reported less than half the context in use
+	// of the one before: the agent compacted its history. The next prompt's
+	// result reports it, once.
 	compacted bool
 }
 
@@ -472,7 +473,6 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	r.on = on
 	r.text.Reset()
 	r.cost = nil
-	r.compacted = false
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -549,12 +549,15 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 func (a *Agent) partial(r *route) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return Result{Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
+	res := Result{Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
+	r.compacted = false // reported once
+	return res
 }
 
 func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
 	r.mu.Lock()
 	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
+	r.compacted = false // reported once
 	r.mu.Unlock()
 	if u := resp.Usage; u != nil {
 		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}

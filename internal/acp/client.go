@@ -61,8 +61,12 @@ func (a *Agent) deliverLocked(r *route, id string, su sdk.SessionUpdate) {
 		if c.Cost != nil && r.on != nil {
 			r.cost = &Cost{Amount: c.Cost.Amount, Currency: c.Cost.Currency}
 		}
-		// Context in use only shrinks when the agent compacts its history.
-		if c.Used < r.used && r.on != nil {
+		// Context in use shrinks by half or more only when the agent
+		// compacts its history (summarises and drops it). Smaller drops
+		// happen without one: a model may drop earlier turns' thinking
+		// from its context. A compaction between prompts is reported by
+		// the next one's result.
+		if c.Used < r.used/2 {
 			r.compacted = true
 		}
 		r.used = c.Used

@@ -3,22 +3,38 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
+	"strings"
 
 	acp "github.com/coder/acp-go-sdk"
 )
 
 // The built-in agent's session config options, as a real agent lists its
-// model, mode and a toggle. They change nothing in its replies; the
-// --record file shows them with every prompt.
+// mode, model, a reasoning effort that only its large model has (listed
+// after the model, as claude-agent-acp lists a model's efforts) and a
+// toggle. They change nothing in its replies; the --record file shows them
+// with every prompt.
 var builtinOptions = []struct {
 	id, name string
 	category acp.SessionConfigOptionCategory
 	values   []string // a select's values, the first the default; nil for the boolean
+	onlyWith string   // "option=value" it is listed with; "" always
 }{
-	{"mode", "Mode", acp.SessionConfigOptionCategoryMode, []string{"ask", "code"}},
-	{"model", "Model", acp.SessionConfigOptionCategoryModel, []string{"builtin-small", "builtin-large"}},
-	{"verbose", "Verbose", "", nil},
+	{"mode", "Mode", acp.SessionConfigOptionCategoryMode, []string{"ask", "code"}, ""},
+	{"model", "Model", acp.SessionConfigOptionCategoryModel, []string{"builtin-small", "builtin-large"}, ""},
+	{"effort", "Effort", acp.SessionConfigOptionCategoryThoughtLevel, []string{"low", "high"}, "model=builtin-large"},
+	{"verbose", "Verbose", "", nil, ""},
+}
+
+// listedWith reports whether an option that is listed only with another
+// option's value is listed for opts.
+func listedWith(onlyWith string, opts map[string]string) bool {
+	if onlyWith == "" {
+		return true
+	}
+	id, v, _ := strings.Cut(onlyWith, "=")
+	return opts[id] == v
 }
 
 func defaultOptions() map[string]string {
@@ -43,6 +59,9 @@ func (b *builtin) configOptions(s *session) []acp.SessionConfigOption {
 	defer b.mu.Unlock()
 	out := make([]acp.SessionConfigOption, 0, len(builtinOptions))
 	for _, o := range builtinOptions {
+		if !listedWith(o.onlyWith, s.options) {
+			continue
+		}
 		if o.values == nil {
 			out = append(out, acp.SessionConfigOption{Boolean: &acp.SessionConfigOptionBoolean{
 				Id: acp.SessionConfigId(o.id), Name: o.name, Type: "boolean", CurrentValue: s.options[o.id] == "true"}})
@@ -82,8 +101,11 @@ func (b *builtin) SetSessionConfigOption(ctx context.Context, p acp.SetSessionCo
 		return acp.SetSessionConfigOptionResponse{}, &acp.RequestError{Code: -32602, Message: "builtin: this agent lists no config options (--no-options)"}
 	}
 	valid := false
+	b.mu.Lock()
+	current := maps.Clone(s.options)
+	b.mu.Unlock()
 	for _, o := range builtinOptions {
-		if o.id != id {
+		if o.id != id || !listedWith(o.onlyWith, current) {
 			continue
 		}
 		if o.values == nil {
@@ -98,6 +120,9 @@ func (b *builtin) SetSessionConfigOption(ctx context.Context, p acp.SetSessionCo
 	}
 	b.mu.Lock()
 	s.options[id] = value
+	if id == "model" && value != "builtin-large" {
+		s.options["effort"] = "low" // another model has no efforts; the large one starts at low again
+	}
 	b.mu.Unlock()
 	return acp.SetSessionConfigOptionResponse{ConfigOptions: b.configOptions(s)}, nil
 }

@@ -44,6 +44,17 @@ func newBook(c config.Budgets, now func() time.Time, st *store.Store) (*budget.B
 	}), nil
 }
 
+// warnOnce runs warn the first time the daemon meets what names.
+func (d *Daemon) warnOnce(what string, warn func()) {
+	d.mu.Lock()
+	first := !d.warned[what]
+	d.warned[what] = true
+	d.mu.Unlock()
+	if first {
+		warn()
+	}
+}
+
 // checkBudget refuses a turn whose binding or channel spent its daily
 // budget.
 func (d *Daemon) checkBudget(binding, channel string) error {
@@ -68,13 +79,9 @@ func (d *Daemon) chargeBudgets(r *run.Run, b config.Binding, channel string, u a
 		return nil
 	}
 	if !counted {
-		d.mu.Lock()
-		warn := !d.warnedCur[b.ID]
-		d.warnedCur[b.ID] = true
-		d.mu.Unlock()
-		if warn {
+		d.warnOnce("currency:"+b.ID, func() {
 			log.Warn("turn costs are in another currency than the budgets; they are not counted", zap.String("currency", u.Currency), zap.String("budget_currency", d.book.Currency()))
-		}
+		})
 		return nil
 	}
 	for _, c := range crossed {

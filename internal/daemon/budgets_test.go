@@ -169,6 +169,11 @@ func TestChannelBudgetAndQueuedTurn(t *testing.T) {
 	if _, err, _ := third.Result(); !errors.Is(err, ErrBudgetExceeded) {
 		t.Fatalf("the queued third turn: %v, want budget_exceeded", err)
 	}
+	for _, l := range third.Read(0, false).Lines {
+		if ev, _ := decodeEvent(l); ev.Event == apitype.EventStarted {
+			t.Fatal("the refused queued turn was announced as started")
+		}
+	}
 	if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("warm", "refused")); n != 1 {
 		t.Fatalf("turns{warm,refused} = %v, want the queued turn", n)
 	}

@@ -109,9 +109,11 @@ type Daemon struct {
 	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
 	listed     map[string][]acp.Option           // binding -> the config options its agent last listed
 	optionErrs map[string]string                 // binding -> why its session options failed last
-	warnedCur  map[string]bool                   // binding -> a cost in another currency than the budgets' was logged
+	warned     map[string]bool                   // what warnOnce logged already
 
 	book *budget.Book // daily budgets
+
+	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
 	probes      sync.WaitGroup // startup option checks
 	stopProbing context.CancelFunc
@@ -141,7 +143,7 @@ func New(o Options) (*Daemon, error) {
 		restores:    map[string]*restoreRun{},
 		listed:      map[string][]acp.Option{},
 		optionErrs:  map[string]string{},
-		warnedCur:   map[string]bool{},
+		warned:      map[string]bool{},
 		lastEnd:     map[session.Key]time.Time{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 	}

@@ -25,39 +25,48 @@ import (
 // an unknown option id, or a value the option does not offer.
 var ErrInvalidOption = errors.New("invalid session option")
 
-// wantOptions is what key k asks of its session: the binding's
-// session_options with the key's own (set through the API) on top.
-func (d *Daemon) wantOptions(k session.Key, b config.Binding) map[string]string {
-	d.mu.Lock()
-	own := d.keyOpts[k]
-	d.mu.Unlock()
-	if len(b.SessionOptions) == 0 && len(own) == 0 {
-		return nil
-	}
-	want := maps.Clone(b.SessionOptions)
-	if want == nil {
-		want = map[string]string{}
-	}
-	maps.Copy(want, own)
-	return want
+// wanted is what a key asks of its session: the binding's session_options
+// with the key's own (set through the API) on top, and which ids are the
+// key's own, so an error can say where to fix a bad one.
+type wanted struct {
+	opts map[string]string
+	own  map[string]string
 }
 
-// checkOptions reports the first of want the listing does not have: an id
-// it does not list, or a value the option does not offer. listed says
-// whether the agent lists config options at all.
-func checkOptions(b config.Binding, list []acp.Option, listed bool, want map[string]string) error {
-	ids := slices.Sorted(maps.Keys(want))
-	if !listed && len(ids) > 0 {
-		return fmt.Errorf("%w %q: the agent of binding %q (%s) lists no session config options; remove it from the binding's session_options", ErrInvalidOption, ids[0], b.ID, b.Command)
+// wantOptions is what key k asks of its session.
+func (d *Daemon) wantOptions(k session.Key, b config.Binding) wanted {
+	d.mu.Lock()
+	own := maps.Clone(d.keyOpts[k])
+	d.mu.Unlock()
+	w := wanted{opts: maps.Clone(b.SessionOptions), own: own}
+	if w.opts == nil {
+		w.opts = map[string]string{}
 	}
-	for _, id := range ids {
-		i := slices.IndexFunc(list, func(o acp.Option) bool { return o.ID == id })
-		if i < 0 {
-			return fmt.Errorf("%w %q: the agent of binding %q does not list it (it lists %s)", ErrInvalidOption, id, b.ID, optionIDs(list))
-		}
-		if o := list[i]; !o.Accepts(want[id]) {
-			return fmt.Errorf("%w %q = %q: the agent of binding %q does not offer that value (it offers %s)", ErrInvalidOption, id, want[id], b.ID, strings.Join(o.Values, ", "))
-		}
+	maps.Copy(w.opts, own)
+	return w
+}
+
+// where says where option id was asked for, and how to change it.
+func (w wanted) where(k session.Key, b config.Binding, id string) string {
+	if _, ok := w.own[id]; ok {
+		return fmt.Sprintf("set for %s through the API; change it with residentd options --channel %s --binding %s, or --clear", k, k.Channel, k.Binding)
+	}
+	return fmt.Sprintf("in binding %q's session_options; fix the config", b.ID)
+}
+
+// checkOption reports whether the listing offers value for option id: the
+// id must be listed and the value one it offers. listed says whether the
+// agent lists config options at all.
+func checkOption(b config.Binding, list []acp.Option, listed bool, id, value string) error {
+	if !listed {
+		return fmt.Errorf("%w %q: the agent of binding %q (%s) lists no session config options", ErrInvalidOption, id, b.ID, b.Command)
+	}
+	i := slices.IndexFunc(list, func(o acp.Option) bool { return o.ID == id })
+	if i < 0 {
+		return fmt.Errorf("%w %q: the agent of binding %q does not list it (it lists %s)", ErrInvalidOption, id, b.ID, optionIDs(list))
+	}
+	if o := list[i]; !o.Accepts(value) {
+		return fmt.Errorf("%w %q = %q: the agent of binding %q does not offer that value (it offers %s)", ErrInvalidOption, id, value, b.ID, strings.Join(o.Values, ", "))
 	}
 	return nil
 }
@@ -70,82 +79,121 @@ func optionIDs(list []acp.Option) string {
 	return strings.Join(ids, ", ")
 }
 
-// applyOptions brings the session of s to want before a turn: once per
-// session for each option, when the session was created, loaded or resumed
-// (its first turn), and on a warm process only what the key changed since
-// (through the API), never the same value twice. The value an agent lists
-// as current is not trusted to skip one: after session/resume,
-// claude-agent-acp lists its default model while it runs the one in its
-// transcript. Options go in the order the agent lists them (a model before
-// its efforts), each checked against the listing as the one before left it.
-func (d *Daemon) applyOptions(ctx context.Context, s *resident, b config.Binding, want map[string]string, log *zap.Logger) error {
+// applyOptions brings the session of s to what key k wants before a turn:
+// once per session for each option, when the session was created, loaded or
+// resumed (its first turn), and on a warm process only what the key
+// changed since (through the API), never the same value twice; an option
+// the key no longer asks for goes back to the value the agent had before
+// residentd set it. The value an agent lists as current is not trusted to
+// skip one: after session/resume claude-agent-acp lists its default model
+// while it runs the one in its transcript. Options go in the order the
+// agent lists them (a model before its efforts), each checked against the
+// listing as the ones before left it; one the agent lists, or offers the
+// value of, only after another changed waits for a second pass.
+func (d *Daemon) applyOptions(ctx context.Context, s *resident, b config.Binding, k session.Key, log *zap.Logger) error {
+	return d.setOptions(ctx, s, b, k, d.wantOptions(k, b), true, log)
+}
+
+// setOptions is applyOptions for what w asks; count says whether the sets
+// are counted (the startup check's are not).
+func (d *Daemon) setOptions(ctx context.Context, s *resident, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
 	list, listed := s.a.Options(s.native)
 	d.noteListing(b.ID, list, listed)
-	// A second pass sets again what a change moved (a new model may reset
-	// its effort), as the live session's listing says.
-	for pass := 0; pass < 2; pass++ {
-		todo := s.optionsToApply(want)
-		if len(todo) == 0 {
-			break
-		}
-		if err := checkOptions(b, list, listed, todo); err != nil {
-			d.optionFailed(b.ID, err)
-			return err
-		}
+	todo, reverts := s.optionsToApply(w.opts)
+	if len(todo) == 0 {
+		return nil
+	}
+	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
 		for _, o := range list {
 			v, ok := todo[o.ID]
 			if !ok {
 				continue
 			}
 			cur, _ := s.a.Options(s.native)
-			if err := checkOptions(b, cur, true, map[string]string{o.ID: v}); err != nil {
-				d.optionFailed(b.ID, err)
-				return err
+			if checkOption(b, cur, true, o.ID, v) != nil {
+				continue // the next pass, after the options before it moved
 			}
 			t0 := d.now()
 			after, err := s.a.SetOption(ctx, s.native, o.ID, v)
 			if err != nil {
-				err = fmt.Errorf("set session option %q = %q for binding %q: %w", o.ID, v, b.ID, err)
-				d.optionFailed(b.ID, err)
-				return err
+				return fmt.Errorf("set session option %q = %q for binding %q: %w", o.ID, v, b.ID, err)
 			}
 			d.noteListing(b.ID, after, true)
-			s.noteApplied(o.ID, v, after)
+			s.noteApplied(o.ID, v, !reverts[o.ID], cur, after)
+			delete(todo, o.ID)
+			if !count {
+				continue
+			}
 			d.m.OptionSet(b.ID)
 			log.Info("session option set", zap.String("native", s.native), zap.String("option", o.ID), zap.String("value", v), zap.Duration("duration", d.now().Sub(t0)))
 		}
-		list, _ = s.a.Options(s.native)
+		list, listed = s.a.Options(s.native)
+		// What a change moved (a new model may reset its effort) is set again.
+		moved, _ := s.optionsToApply(w.opts)
+		maps.Copy(todo, moved)
 	}
-	d.optionWorked(b.ID)
+	for _, id := range slices.Sorted(maps.Keys(todo)) {
+		err := checkOption(b, list, listed, id, todo[id])
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("%w; it is %s", err, w.where(k, b, id))
+		if _, own := w.own[id]; !own {
+			d.optionFailed(b.ID, err)
+		}
+		return err
+	}
+	if len(w.own) == 0 {
+		d.optionWorked(b.ID)
+	}
 	return nil
 }
 
-// optionsToApply is what of want the process has not applied yet.
-func (s *resident) optionsToApply(want map[string]string) map[string]string {
+// optionsToApply is what of want the process has not applied yet, and
+// the options residentd set that want no longer has, at the value the
+// agent had before (reverts; the process forgets them as they are handed
+// over).
+func (s *resident) optionsToApply(want map[string]string) (todo map[string]string, reverts map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out map[string]string
+	todo, reverts = map[string]string{}, map[string]bool{}
 	for id, v := range want {
 		if s.appliedOpts[id] != v {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[id] = v
+			todo[id] = v
 		}
 	}
-	return out
+	for id := range s.appliedOpts {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		if v, ok := s.origOpts[id]; ok {
+			todo[id], reverts[id] = v, true
+		}
+		delete(s.appliedOpts, id)
+		delete(s.origOpts, id)
+	}
+	return todo, reverts
 }
 
-// noteApplied notes that residentd set the session's option id to v, and
-// forgets the options it set before that the agent's listing after the
-// change (after) no longer shows at their values.
-func (s *resident) noteApplied(id, v string, after []acp.Option) {
+// noteApplied notes a set of the session's option id to v: as residentd's
+// (keep), with the value the agent had before (from before, the first
+// time), or as a revert to that value. It forgets the options residentd
+// set earlier that the agent's listing after the change no longer shows
+// at their values, so they are set again.
+func (s *resident) noteApplied(id, v string, keep bool, before, after []acp.Option) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.appliedOpts == nil {
-		s.appliedOpts = map[string]string{}
+		s.appliedOpts, s.origOpts = map[string]string{}, map[string]string{}
 	}
-	s.appliedOpts[id] = v
+	if keep {
+		if _, ok := s.origOpts[id]; !ok {
+			if i := slices.IndexFunc(before, func(o acp.Option) bool { return o.ID == id }); i >= 0 {
+				s.origOpts[id] = before[i].Current
+			}
+		}
+		s.appliedOpts[id] = v
+	}
 	for other, was := range s.appliedOpts {
 		i := slices.IndexFunc(after, func(o acp.Option) bool { return o.ID == other })
 		if other != id && (i < 0 || after[i].Current != was) {
@@ -167,15 +215,33 @@ func (s *resident) currentOptions() map[string]string {
 	return out
 }
 
-// noteListing keeps the binding's latest listing, for checking options
-// set through the API before any turn uses them.
+// noteListing merges a listing into what the binding's agent has listed
+// so far, every id with every value it offered (a model's efforts come and
+// go with the model), for checking options set through the API before a
+// turn applies them.
 func (d *Daemon) noteListing(binding string, list []acp.Option, listed bool) {
 	if !listed {
 		return
 	}
 	d.mu.Lock()
-	d.listed[binding] = slices.Clone(list)
-	d.mu.Unlock()
+	defer d.mu.Unlock()
+	seen := d.listed[binding]
+	if seen == nil {
+		seen = []acp.Option{} // listed, if empty
+	}
+	for _, o := range list {
+		i := slices.IndexFunc(seen, func(x acp.Option) bool { return x.ID == o.ID })
+		if i < 0 {
+			seen = append(seen, acp.Option{ID: o.ID, Name: o.Name, Kind: o.Kind, Values: slices.Clone(o.Values)})
+			continue
+		}
+		for _, v := range o.Values {
+			if !slices.Contains(seen[i].Values, v) {
+				seen[i].Values = append(seen[i].Values, v)
+			}
+		}
+	}
+	d.listed[binding] = seen
 }
 
 func (d *Daemon) optionFailed(binding string, err error) {
@@ -217,21 +283,18 @@ func (d *Daemon) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 	d.mu.Lock()
 	own := maps.Clone(d.keyOpts[k])
 	d.mu.Unlock()
-	want := d.wantOptions(k, b)
 	if own == nil {
 		own = map[string]string{}
 	}
-	if want == nil {
-		want = map[string]string{}
-	}
-	return apitype.SessionOptions{Channel: k.Channel, Binding: k.Binding, Options: own, Effective: want}, nil
+	return apitype.SessionOptions{Channel: k.Channel, Binding: k.Binding, Options: own, Effective: d.wantOptions(k, b).opts}, nil
 }
 
 // SetSessionOptions replaces key k's own session options (none clears
 // them): the key's next turn applies what changed, to its warm process or
-// its next session. Options are checked against what the binding's agent
-// last listed, when it has listed any yet; otherwise at the next session
-// start.
+// its next session. Once the binding's agent has listed options, each id
+// and value must be one it has listed (for any session: a model's efforts
+// come with the model); whether it fits the key's session is checked when
+// the next turn applies it.
 func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
 	b, ok := d.cfg.Binding(k.Binding)
 	if !ok {
@@ -246,13 +309,19 @@ func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apity
 		}
 	}
 	d.mu.Lock()
-	list, known := d.listed[b.ID]
+	seen, known := d.listed[b.ID]
+	seen = slices.Clone(seen)
 	d.mu.Unlock()
 	if known {
-		if err := checkOptions(b, list, true, opts); err != nil {
-			return apitype.SessionOptions{}, err
+		for _, id := range slices.Sorted(maps.Keys(opts)) {
+			if err := checkOption(b, seen, true, id, opts[id]); err != nil {
+				return apitype.SessionOptions{}, err
+			}
 		}
 	}
+	// The store and the daemon's copy change together.
+	d.setOptsMu.Lock()
+	defer d.setOptsMu.Unlock()
 	if err := d.st.SetKeyOptions(k, opts); err != nil {
 		return apitype.SessionOptions{}, err
 	}
@@ -268,8 +337,8 @@ func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apity
 }
 
 // probeOptions checks, once at startup and in the background, the session
-// options of every binding that sets some against what its agent lists for
-// a new session: a typo shows in the log and in health right away rather
+// options of every binding that sets some, by setting them on a new session
+// of its agent: a typo shows in the log and in health right away rather
 // than at the binding's first turn. The probe's process runs beside the
 // pool's and is stopped at once; an agent that cannot start is left to its
 // first turn to report.
@@ -307,11 +376,19 @@ func (d *Daemon) probeBinding(ctx context.Context, b config.Binding) {
 		log.Info("session options not checked at startup: session/new failed; the binding's first turn will say why", zap.Error(err))
 		return
 	}
-	list, listed := a.Options(native)
-	d.noteListing(b.ID, list, listed)
-	if err := checkOptions(b, list, listed, b.SessionOptions); err != nil {
+	// The binding's options are set on this throwaway session as a turn
+	// would set them: what one option lists only after another is set is
+	// checked as it is then.
+	if err := d.setOptions(ctx, &resident{a: a, native: native}, b, session.Key{}, wanted{opts: b.SessionOptions}, false, log); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrInvalidOption) {
+			log.Error("session options of this binding are not ones its agent lists; its turns will fail until the config is fixed", zap.Error(err))
+			return
+		}
 		d.optionFailed(b.ID, err)
-		log.Error("session options of this binding are not ones its agent lists; its turns will fail until the config is fixed", zap.Error(err))
+		log.Error("the agent refused the binding's session options at the startup check", zap.Error(err))
 		return
 	}
 	log.Info("session options checked against the agent", zap.Int("options", len(b.SessionOptions)))

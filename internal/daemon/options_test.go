@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +18,14 @@ import (
 )
 
 // optionSets returns the session/set_config_option calls the built-in agent
-// recorded, as "session option=value", in order.
-func optionSets(t *testing.T, rec string) []string {
+// recorded for the sessions natives (every session when none is named), as
+// "session option=value", in order (the startup check sets options on
+// sessions of its own).
+func optionSets(t *testing.T, rec string, natives ...string) []string {
 	t.Helper()
 	var out []string
 	for _, r := range records(t, rec) {
-		if r["method"] == "session/set_config_option" {
+		if r["method"] == "session/set_config_option" && (len(natives) == 0 || slices.Contains(natives, r["session"].(string))) {
 			out = append(out, fmt.Sprintf("%s %s=%s", r["session"], r["config_id"], r["value"]))
 		}
 	}
@@ -54,7 +57,7 @@ func TestSessionOptionsOncePerSession(t *testing.T) {
 	reply(t, r1)
 	native := r1.done.Native
 	want := []string{native + " model=builtin-large", native + " verbose=true"}
-	if got := optionSets(t, rec); strings.Join(got, "|") != strings.Join(want, "|") {
+	if got := optionSets(t, rec, native); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("options set on the new session: %q, want %q (the agent's order)", got, want)
 	}
 	if o := promptOptions(t, rec); o["model"] != "builtin-large" || o["verbose"] != "true" || o["mode"] != "ask" {
@@ -65,7 +68,7 @@ func TestSessionOptionsOncePerSession(t *testing.T) {
 			t.Fatalf("turn %s: shape %s err %v, want warm", id, r.done.Shape, r.err)
 		}
 	}
-	if got := optionSets(t, rec); len(got) != 2 {
+	if got := optionSets(t, rec, native); len(got) != 2 {
 		t.Fatalf("warm turns set options again: %q", got)
 	}
 	if n := testutil.ToFloat64(h.m.OptionsSet.WithLabelValues("b-builtin")); n != 2 {
@@ -85,7 +88,7 @@ func TestSessionOptionsOncePerSession(t *testing.T) {
 		t.Fatalf("after restart: shape %s native %s", r4.done.Shape, r4.done.Native)
 	}
 	reply(t, h.mention("ch", "b-builtin", "q5", "@agent five"))
-	if got := optionSets(t, rec); len(got) != 4 || got[2] != want[0] || got[3] != want[1] {
+	if got := optionSets(t, rec, native); len(got) != 4 || got[2] != want[0] || got[3] != want[1] {
 		t.Fatalf("options set across a restore: %q, want the two again once", got)
 	}
 	if o := promptOptions(t, rec); o["model"] != "builtin-large" {
@@ -129,7 +132,7 @@ func TestSessionOptionNotListed(t *testing.T) {
 				t.Fatalf("turn error %v (code %s), want invalid_option naming %q", r.err, Code(r.err), tc.want)
 			}
 			if len(prompts(t, rec)) != 0 || len(optionSets(t, rec)) != 0 {
-				t.Fatal("the agent was prompted or set options despite the bad option")
+				t.Fatal("the agent was prompted or set options (by the turn or the startup check) despite the bad option")
 			}
 			if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "refused")); n != 1 {
 				t.Fatalf("turns{cold,refused} = %v, want 1", n)
@@ -163,7 +166,7 @@ func TestSessionOptionsThroughAPI(t *testing.T) {
 	r1 := h.mention("ch", "b-builtin", "q1", "@agent one")
 	reply(t, r1)
 	n1 := r1.done.Native
-	if got := optionSets(t, rec); len(got) != 1 || got[0] != n1+" mode=code" {
+	if got := optionSets(t, rec, n1); len(got) != 1 || got[0] != n1+" mode=code" {
 		t.Fatalf("binding options on the new session: %q", got)
 	}
 
@@ -176,7 +179,7 @@ func TestSessionOptionsThroughAPI(t *testing.T) {
 	}
 	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two"))
 	reply(t, h.mention("ch", "b-builtin", "q3", "@agent three"))
-	if got := optionSets(t, rec); len(got) != 2 || got[1] != n1+" model=builtin-large" {
+	if got := optionSets(t, rec, n1); len(got) != 2 || got[1] != n1+" model=builtin-large" {
 		t.Fatalf("the warm process got %q, want only the changed model, once", got)
 	}
 	if o := promptOptions(t, rec); o["model"] != "builtin-large" || o["mode"] != "code" {
@@ -205,16 +208,83 @@ func TestSessionOptionsThroughAPI(t *testing.T) {
 	}
 	r4 := h.mention("ch", "b-builtin", "q4", "@agent four")
 	reply(t, r4)
-	got := optionSets(t, rec)
+	got := optionSets(t, rec, n1, r4.done.Native)
 	if r4.done.Shape != "cold" || len(got) != 4 || got[2] != r4.done.Native+" mode=code" || got[3] != r4.done.Native+" model=builtin-large" {
 		t.Fatalf("fresh session (shape %s) got %q", r4.done.Shape, got)
 	}
 
+	// Cleared, the warm process goes back to the model it had before
+	// residentd set one, as a new process would start.
 	if o, err := h.d.SetSessionOptions(k, map[string]string{}); err != nil || len(o.Options) != 0 || o.Effective["mode"] != "code" || len(o.Effective) != 1 {
 		t.Fatalf("clear: %+v %v", o, err)
 	}
 	reply(t, h.mention("ch", "b-builtin", "q5", "@agent five"))
-	if got := optionSets(t, rec); len(got) != 4 {
-		t.Fatalf("clearing the key's options sent something to the warm process: %q", got)
+	reply(t, h.mention("ch", "b-builtin", "q6", "@agent six"))
+	if got := optionSets(t, rec, n1, r4.done.Native); len(got) != 5 || got[4] != r4.done.Native+" model=builtin-small" {
+		t.Fatalf("after clearing, the warm process got %q; want model back to builtin-small, once", got)
+	}
+	if o := promptOptions(t, rec); o["model"] != "builtin-small" || o["mode"] != "code" {
+		t.Fatalf("prompts after clearing ran with %v", o)
+	}
+}
+
+// TestSessionOptionListedAfterAnother: an option the agent lists only once
+// another is set (the built-in agent's effort comes with its large model,
+// as claude-agent-acp's efforts depend on the model) is set after it, in a
+// second pass; a key's change of it alone goes to the warm process alone.
+func TestSessionOptionListedAfterAnother(t *testing.T) {
+	var rec string
+	h := newHarness(t, recordTo(&rec), func(c *config.Config) {
+		c.Bindings[0].SessionOptions = map[string]string{"effort": "high", "model": "builtin-large"}
+	})
+	r := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, r)
+	n := r.done.Native
+	if got := optionSets(t, rec, n); strings.Join(got, "|") != n+" model=builtin-large|"+n+" effort=high" {
+		t.Fatalf("options set %q, want the model, then its effort", got)
+	}
+	if o := promptOptions(t, rec); o["effort"] != "high" || o["model"] != "builtin-large" {
+		t.Fatalf("the prompt ran with %v", o)
+	}
+	if _, err := h.d.SetSessionOptions(session.Key{Channel: "ch", Binding: "b-builtin"}, map[string]string{"effort": "low"}); err != nil {
+		t.Fatal(err)
+	}
+	reply(t, h.mention("ch", "b-builtin", "q2", "@agent two"))
+	if got := optionSets(t, rec, n); len(got) != 3 || got[2] != n+" effort=low" {
+		t.Fatalf("after the key's change: %q, want effort=low alone", got)
+	}
+}
+
+// TestRefusedFirstTurnKeepsNoSession: a new session whose first turn was
+// refused (an option the agent does not list) never got its framing, so it
+// is not kept: no process, no saved native id; once the option is fixed the
+// key's next turn is cold, with the framing.
+func TestRefusedFirstTurnKeepsNoSession(t *testing.T) {
+	var rec string
+	h := newHarness(t, recordTo(&rec))
+	k := session.Key{Channel: "ch", Binding: "b-builtin"}
+	// Nothing listed yet: the daemon takes it and the session start checks it.
+	if _, err := h.d.SetSessionOptions(k, map[string]string{"model": "gpt-9"}); err != nil {
+		t.Fatal(err)
+	}
+	r := h.mention("ch", "b-builtin", "q1", "@agent one")
+	if !errors.Is(r.err, ErrInvalidOption) || !strings.Contains(r.err.Error(), "through the API") || r.start.Event != "" {
+		t.Fatalf("first turn: %v (started %+v), want invalid_option naming the key's own option, never started", r.err, r.start)
+	}
+	if ss := h.d.Sessions(); len(ss) != 0 {
+		t.Fatalf("a refused first turn left a session: %+v", ss)
+	}
+	if n, _ := h.st.NativeID(k); n != "" {
+		t.Fatalf("a refused first turn saved native id %q", n)
+	}
+	if oe := h.d.Status().OptionErrors; len(oe) != 0 {
+		t.Fatalf("a key's own bad option is reported as the binding's: %+v", oe)
+	}
+	if _, err := h.d.SetSessionOptions(k, map[string]string{}); err != nil {
+		t.Fatal(err)
+	}
+	got := reply(t, h.mention("ch", "b-builtin", "q2", "@agent two"))
+	if got["framing"] != "yes" || got["turn"] != "1" {
+		t.Fatalf("after the fix: %v, want a cold first turn with the framing", got)
 	}
 }

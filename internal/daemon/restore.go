@@ -50,6 +50,11 @@ func (d *Daemon) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 		return "", nil
 	}
 	ways := restoreWays(a, b.RestoreMethod)
+	if len(ways) == 0 && b.RestoreMethod != config.RestoreAuto {
+		d.warnOnce("restore_method:"+binding, func() {
+			log.Warn("the binding's restore_method is one its agent does not offer: its new processes start cold", zap.String("restore_method", b.RestoreMethod), zap.Bool("agent_resumes", a.CanResume()), zap.Bool("agent_loads", a.CanLoad()))
+		})
+	}
 	var last error
 	for i, w := range ways {
 		t0 := d.now()

@@ -57,6 +57,7 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 		req.RunID = newRunID()
 	}
 	if err := d.checkBudget(b.ID, req.Channel); err != nil {
+		d.m.ObserveTurn(lease.Unstarted, lease.OutcomeRefused, 0)
 		return nil, err
 	}
 	if req.ThreadRoot != nil {
@@ -210,6 +211,19 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		return apitype.Event{}, err
 	}
 	d.m.ObserveQueueWait(co.Waited)
+	keep := b.Resident || b.SavedSession != ""
+	if err := d.prepare(ctx, r, b, req, co, start, log); err != nil {
+		// The agent never got this turn. A session that has not had its
+		// first turn (cold, restored) goes with its process: kept, its next
+		// turn would be warm without the framing or the replay it never
+		// got. An agent that failed or did not answer an option goes too.
+		if co.Lease.Shape != lease.Warm || !errors.Is(err, ErrInvalidOption) && !errors.Is(err, ErrBudgetExceeded) {
+			keep = false
+		}
+		co.Lease.Discard()
+		d.pool.Release(co, keep)
+		return apitype.Event{}, err
+	}
 	gap, hasGap := d.idleGap(co.Key, start)
 	done, err := d.answer(ctx, r, b, req, co, start, gap, hasGap, log)
 	d.turnEnded(co.Key)
@@ -221,8 +235,29 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	for n := co.Lease.Discard(); n > 0; n-- {
 		d.m.Watermark(false)
 	}
-	d.pool.Release(co, b.Resident || b.SavedSession != "")
+	d.pool.Release(co, keep)
 	return done, err
+}
+
+// prepare readies the checked-out session for the turn before it is
+// announced as started: a turn that waited while its budget ran out is
+// refused, and the key's session options are brought to what it wants
+// (bounded by the turn's time limit).
+func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, log *zap.Logger) error {
+	shape := co.Lease.Shape.String()
+	if err := d.checkBudget(b.ID, req.Channel); err != nil {
+		d.m.ObserveTurn(shape, lease.OutcomeRefused, d.now().Sub(start))
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
+	defer cancel()
+	if err := d.applyOptions(octx, co.Session, b, co.Key, log); err != nil {
+		err = d.ctxErr(ctx, err)
+		d.m.ObserveTurn(shape, Outcome(err), d.now().Sub(start))
+		log.Info("turn failed: session options", zap.String("shape", shape), zap.Error(err))
+		return fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
+	}
+	return nil
 }
 
 // answer runs the turn on its checked-out process: compose, prompt, and on
@@ -232,18 +267,6 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	shape := l.Shape.String()
 	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
 	req.RunID = r.ID
-
-	// A turn that waited in the queue while its budget ran out does not start.
-	if err := d.checkBudget(b.ID, req.Channel); err != nil {
-		d.m.ObserveTurn(shape, lease.OutcomeRefused, d.now().Sub(start))
-		return apitype.Event{}, err
-	}
-	if err := d.applyOptions(ctx, co.Session, b, d.wantOptions(key, b), log); err != nil {
-		err = d.ctxErr(ctx, err)
-		d.m.ObserveTurn(shape, Outcome(err), d.now().Sub(start))
-		log.Info("turn failed: session options", zap.String("shape", shape), zap.Error(err))
-		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
-	}
 
 	out, rep, err := d.compose(key, b, req, l, co.Session)
 	text, user := out.Text, out.Stored
@@ -329,6 +352,10 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	case cerr != nil:
 		wm = apitype.WatermarkFailed
 		log.Error("storing the turn failed: its exchange is not in the conversation and its watermarks did not move", zap.Error(cerr))
+		// The cost was spent all the same: the budgets keep it on their own.
+		if serr := d.st.AddSpend(spend); serr != nil {
+			log.Error("storing the turn's cost toward its budgets failed; it counts until the daemon restarts", zap.Error(serr))
+		}
 	case n > 0:
 		wm = apitype.WatermarkCommitted
 	}

@@ -29,13 +29,13 @@ type resident struct {
 	a      *acp.Agent
 	native string
 
-	mu       sync.Mutex // guards briefN, briefDue, unsaved and appliedOpts
+	mu       sync.Mutex // guards briefN, briefDue, unsaved, appliedOpts and origOpts
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
 	unsaved  bool       // native is new and not yet the key's saved session id
 	// appliedOpts are the session options residentd set on this process's
-	// session, by id.
-	appliedOpts map[string]string
+	// session, by id; origOpts what the agent had for them before.
+	appliedOpts, origOpts map[string]string
 
 	restoredBy string // "resume" or "load" when the process reopened a saved session
 
