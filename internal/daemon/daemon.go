@@ -101,9 +101,8 @@ type Daemon struct {
 	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
 	asking   map[string]*asker                  // native session -> the run its permission requests go to
 	framing  map[string]string                  // binding -> framing of its last cold turn
-	warnedFr map[string]bool
-	loops    map[string]*crashLoop  // binding -> its crash loop, while failing
-	restores map[string]*restoreRun // binding -> its failed restores in a row
+	loops    map[string]*crashLoop              // binding -> its crash loop, while failing
+	restores map[string]*restoreRun             // binding -> its failed restores in a row
 	closing  bool
 
 	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
@@ -134,7 +133,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d := &Daemon{
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
-		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{}, warnedFr: map[string]bool{},
+		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{},
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
@@ -335,16 +334,12 @@ func (d *Daemon) guardFraming(binding, system string) {
 	prev, seen := d.framing[binding]
 	d.framing[binding] = system
 	changed := seen && prev != system
-	warn := changed && !d.warnedFr[binding]
-	if warn {
-		d.warnedFr[binding] = true
-	}
 	d.mu.Unlock()
 	if changed {
 		d.m.FramingChanged(binding)
-	}
-	if warn {
-		d.log.Warn("system framing changed between cold turns; the provider's prompt cache is lost", zap.String("binding", binding))
+		d.warnOnce("framing:"+binding, func() {
+			d.log.Warn("system framing changed between cold turns; the provider's prompt cache is lost", zap.String("binding", binding))
+		})
 	}
 }
 
