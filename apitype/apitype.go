@@ -196,6 +196,7 @@ type PermissionAnswered struct {
 // Run states.
 const (
 	RunQueued    = "queued"    // waiting for its session or a slot
+	RunStarting  = "starting"  // waits in no queue and has not started: asking for its session, or its process is being readied (spawn, restore, options)
 	RunRunning   = "running"   // its agent is working on it
 	RunSucceeded = "succeeded" // ended with done
 	RunFailed    = "failed"    // ended with error

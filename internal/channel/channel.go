@@ -36,6 +36,10 @@ type Message struct {
 	// Seq numbers this version's arrival in its channel (1, 2, ...); the
 	// store assigns it, and an edit gets a new one.
 	Seq uint64 `json:"seq,omitempty"`
+	// First is the arrival of its first version; an edit keeps it, so a
+	// session can tell an edit of a message it saw from a message it has
+	// never seen.
+	First uint64 `json:"first_seq,omitempty"`
 	// Edited is set once the body was changed after the first push.
 	Edited bool `json:"edited,omitempty"`
 }
@@ -204,18 +208,17 @@ type Self struct {
 }
 
 // Wrote reports whether a post by author, carrying binding id binding (""
-// when the desktop app sent none), is the agent's own. It is when the post
-// names this binding; or when it is marked author_kind agent (agent) and
-// its author is the handle written with or without the leading "@", in any
-// letter case ("@claude", "claude", "Claude"); or, whatever its kind, when
-// its author is exactly the handle. A person who merely shares the name
-// ("Claude" posting as a user) is not the agent.
+// when the desktop app sent none), is the agent's own, by what the daemon
+// knows and nothing else. A post that carries a binding id is this agent's
+// exactly when the id is this binding's. One without is when it is marked
+// an agent's post (agent, author_kind agent) and its author is the handle
+// written with or without the leading "@", in any letter case ("@claude",
+// "claude", "Claude"). A person's post is never the agent's, whatever its
+// display name: a person called "@claude" is a person, and leaving the post
+// out would hide it from the agent without a trace.
 func (s Self) Wrote(author, binding string, agent bool) bool {
-	if binding != "" && binding == s.Binding {
-		return true
-	}
-	if s.Handle != "" && author == s.Handle {
-		return true
+	if binding != "" {
+		return binding == s.Binding
 	}
 	h := strings.TrimPrefix(strings.TrimSpace(s.Handle), "@")
 	a := strings.TrimPrefix(strings.TrimSpace(author), "@")
@@ -227,6 +230,7 @@ func (s Self) Wrote(author, binding string, agent bool) bool {
 type Candidate struct {
 	ID      string
 	Seq     uint64    // arrival of its current version
+	First   uint64    // arrival of its first version (Seq when never edited)
 	At      time.Time // created_at: the block's display order
 	Author  string
 	Binding string // binding_id, "" when none

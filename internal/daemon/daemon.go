@@ -386,10 +386,10 @@ func (d *Daemon) Close(grace time.Duration) error {
 	d.mu.Lock()
 	already := d.closing
 	d.closing = true
-	// Runs still waiting for their session or a slot have not started:
-	// they end now. Running ones get the grace to finish normally.
+	// Runs that have not started (queued, or starting: their process
+	// not readied yet) end now. Running ones get the grace to finish normally.
 	for id, c := range d.cancels {
-		if r, ok := d.runs.Get(id); ok && r.Snapshot().State == apitype.RunQueued {
+		if r, ok := d.runs.Get(id); ok && (r.Snapshot().State == apitype.RunQueued || r.Snapshot().State == apitype.RunStarting) {
 			c(ErrShuttingDown)
 		}
 	}

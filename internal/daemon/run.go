@@ -197,7 +197,7 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 			reason = apitype.QueueNoSlot
 		}
 		r.Emit(apitype.Event{Event: apitype.EventQueued, Reason: reason, Position: w.Position})
-	}})
+	}, OnStart: r.Starting})
 	if err != nil {
 		if errors.Is(err, pool.ErrClosed) {
 			err = ErrShuttingDown

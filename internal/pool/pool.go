@@ -254,6 +254,16 @@ type AcquireOptions struct {
 	// in line. It is called with the pool's lock held: it must not call the
 	// pool.
 	OnWait func(Wait)
+	// OnStart, when set, hears once the turn waits no more: it holds its
+	// key and its process (warm) or a slot for one (about to spawn).
+	// Called without the pool's lock.
+	OnStart func()
+}
+
+func (o AcquireOptions) started() {
+	if o.OnStart != nil {
+		o.OnStart()
+	}
 }
 
 // Acquire waits for the key (turns on one key run one at a time, in arrival
@@ -281,6 +291,7 @@ func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, o AcquireOptions) 
 		p.countStreakLocked(e)
 		sess := e.sess
 		p.mu.Unlock()
+		o.started()
 		return &Checkout[S]{Key: k, Session: sess, Lease: lease.New(lease.Warm, sess.Native()), Waited: p.cfg.Now().Sub(start), p: p, e: e}, nil
 	}
 
@@ -289,6 +300,7 @@ func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, o AcquireOptions) 
 		return nil, err
 	}
 	waited := p.cfg.Now().Sub(start) // the wait, not the spawn that follows
+	o.started()
 	// takeSlot counted this spawn in p.wg, so Close waits for it.
 	defer p.wg.Done()
 	p.mu.Lock()

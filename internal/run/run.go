@@ -112,8 +112,8 @@ type ask struct {
 }
 
 // Emit appends ev to the run's log, numbered and stamped, and returns it as
-// logged. A queued event records the wait and a started event marks the
-// run running. Emit after Finish does nothing.
+// logged. A queued event marks the run queued and records the wait, a
+// started event marks it running. Emit after Finish does nothing.
 func (r *Run) Emit(ev apitype.Event) apitype.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -122,11 +122,25 @@ func (r *Run) Emit(ev apitype.Event) apitype.Event {
 	}
 	switch ev.Event {
 	case apitype.EventQueued:
-		r.qReason, r.qPos = ev.Reason, ev.Position
+		r.state, r.qReason, r.qPos = apitype.RunQueued, ev.Reason, ev.Position
 	case apitype.EventStarted:
 		r.state, r.shape, r.started, r.qReason, r.qPos = apitype.RunRunning, ev.Shape, r.now(), "", 0
 	}
 	return r.appendLocked(ev)
+}
+
+// Starting marks a run that has left its queue and has not started: it
+// has its session's key and a slot and its process is being readied
+// (spawned, restored, options set). A listing then never shows a queued
+// run without its reason. It logs no event: the stream's next is started,
+// or the error.
+func (r *Run) Starting() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.result != nil || r.state != apitype.RunQueued {
+		return
+	}
+	r.state, r.qReason, r.qPos = apitype.RunStarting, "", 0
 }
 
 // Finish ends the run with its last event, done or error, and the Go error
@@ -433,7 +447,9 @@ func NewRegistry(l Limits, now func() time.Time) *Registry {
 	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}}
 }
 
-// New registers a queued run. An id still held by a run, running or ended
+// New registers a run, starting: it is queued only once it waits for its
+// session's key or a slot (a queued event), and starting again once it
+// has them. An id still held by a run, running or ended
 // and retained, is refused with ErrInUse.
 func (g *Registry) New(id string, k session.Key, messageID string) (*Run, error) {
 	g.mu.Lock()
@@ -444,7 +460,7 @@ func (g *Registry) New(id string, k session.Key, messageID string) (*Run, error)
 	}
 	r := &Run{
 		ID: id, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g,
-		state: apitype.RunQueued, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
+		state: apitype.RunStarting, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
 	}
 	g.runs[id] = r
 	return r, nil

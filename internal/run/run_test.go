@@ -53,6 +53,33 @@ func decode(t *testing.T, lines [][]byte) []apitype.Event {
 	return out
 }
 
+// A run's listed state is always true: starting until it waits, queued
+// with its reason while it waits, starting again once it has left the
+// queue, running once started.
+func TestRunStatesAroundTheQueue(t *testing.T) {
+	_, r, _ := newRun(t, Limits{})
+	want := func(state, reason string, pos int) {
+		t.Helper()
+		if s := r.Snapshot(); s.State != state || s.QueueReason != reason || s.QueuePosition != pos {
+			t.Fatalf("snapshot %+v; want %s %q %d", s, state, reason, pos)
+		}
+	}
+	want(apitype.RunStarting, "", 0)
+	r.Emit(apitype.Event{Event: apitype.EventQueued, Reason: apitype.QueueKeyBusy, Position: 1})
+	want(apitype.RunQueued, apitype.QueueKeyBusy, 1)
+	r.Starting()
+	want(apitype.RunStarting, "", 0)
+	if b := r.Read(0, true); b.Last != 1 {
+		t.Fatalf("Starting logged an event: last seq %d", b.Last)
+	}
+	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: "cold"})
+	r.Starting()
+	want(apitype.RunRunning, "", 0)
+	r.Finish(apitype.Event{Event: apitype.EventDone}, nil)
+	r.Starting()
+	want(apitype.RunSucceeded, "", 0)
+}
+
 func TestEventsAreNumberedAndReadAfterSeq(t *testing.T) {
 	_, r, _ := newRun(t, Limits{})
 	r.Emit(apitype.Event{Event: apitype.EventQueued, Reason: apitype.QueueNoSlot, Position: 2})

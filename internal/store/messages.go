@@ -35,6 +35,9 @@ type channelBuckets struct {
 	arrivals *bolt.Bucket
 	tcounts  *bolt.Bucket
 	gone     *bolt.Bucket
+	// pushed are the ids this push has written: a second version of one
+	// in the same push replaces it in place (see put).
+	pushed map[string]bool
 }
 
 func openChannel(tx *bolt.Tx, ch string) *channelBuckets {
@@ -128,7 +131,8 @@ func arrivalKey(m channel.Message) []byte {
 }
 
 // arrival is an arrivals index value: what Select needs to decide on a
-// message without decoding it. Encoding: one flags byte, then author and
+// message without decoding it. Encoding (since schema version 5): one
+// flags byte, the first version's arrival (uint64), then author and
 // binding as joinKey parts, then the msgs key.
 func arrival(m channel.Message, mk []byte) []byte {
 	flags := byte(0)
@@ -138,16 +142,17 @@ func arrival(m channel.Message, mk []byte) []byte {
 	if m.AuthorKind == channel.KindAgent {
 		flags |= 2
 	}
-	v := append([]byte{flags}, joinKey(m.Author, m.BindingID)...)
+	v := binary.BigEndian.AppendUint64([]byte{flags}, m.First)
+	v = append(v, joinKey(m.Author, m.BindingID)...)
 	return append(v, mk...)
 }
 
 func parseArrival(seq uint64, v []byte) (channel.Candidate, []byte, error) {
-	if len(v) < 1 {
+	if len(v) < 9 {
 		return channel.Candidate{}, nil, errBadKey
 	}
-	c := channel.Candidate{Seq: seq, Edited: v[0]&1 != 0, Agent: v[0]&2 != 0}
-	parts, rest, err := cutKey(v[1:], 2)
+	c := channel.Candidate{Seq: seq, First: binary.BigEndian.Uint64(v[1:9]), Edited: v[0]&1 != 0, Agent: v[0]&2 != 0}
+	parts, rest, err := cutKey(v[9:], 2)
 	if err != nil || len(rest) < 8 {
 		return c, nil, errBadKey
 	}
@@ -188,10 +193,23 @@ const (
 // put stores m. A known id with the same body is a duplicate; with another
 // body it is an edit: the body is replaced, the message marked edited and
 // given a new arrival number (so a session that saw it sees it once more),
-// and every other field of the first push is kept. A deleted id stays
-// deleted, and a message at or before what retention already dropped (by
-// created_at, id) is not taken back.
+// and every other field of the first push is kept, its first arrival too.
+// Two versions of one id in one push are one message, its last version: the
+// later replaces the earlier in place, as no session can have read between
+// them. A deleted id stays deleted, and a message at or before what
+// retention already dropped (by created_at, id) is not taken back.
 func (cb *channelBuckets) put(m channel.Message) (putResult, error) {
+	r, err := cb.putVersion(m)
+	if err == nil && r != putDuplicate {
+		if cb.pushed == nil {
+			cb.pushed = map[string]bool{}
+		}
+		cb.pushed[m.ID] = true
+	}
+	return r, err
+}
+
+func (cb *channelBuckets) putVersion(m channel.Message) (putResult, error) {
 	if cb.gone.Get([]byte(m.ID)) != nil {
 		return putDuplicate, nil
 	}
@@ -210,6 +228,14 @@ func (cb *channelBuckets) put(m channel.Message) (putResult, error) {
 		if old.Body == m.Body {
 			return putDuplicate, nil
 		}
+		if cb.pushed[m.ID] {
+			old.Body = m.Body
+			v, err := json.Marshal(old)
+			if err != nil {
+				return putDuplicate, err
+			}
+			return putEdited, cb.msgs.Put(bytes.Clone(mk), v)
+		}
 		if err := cb.arrivals.Delete(arrivalKey(old)); err != nil {
 			return putDuplicate, err
 		}
@@ -224,6 +250,7 @@ func (cb *channelBuckets) put(m channel.Message) (putResult, error) {
 	if m.Seq, err = cb.nextSeq(); err != nil {
 		return putDuplicate, err
 	}
+	m.First = m.Seq
 	if err := cb.write(m, msgKey(m.CreatedAt, m.ID)); err != nil {
 		return putDuplicate, err
 	}
@@ -282,7 +309,7 @@ func (cb *channelBuckets) trim(max int) error {
 // PutResult counts what one push did.
 type PutResult struct {
 	Added      int // new ids
-	Edited     int // known ids with a new body
+	Edited     int // known ids with a new body; a second body of an id in the same push too
 	Duplicates int // known ids with the same body, deleted ids, messages past retention
 }
 

@@ -1,7 +1,7 @@
 // Package store owns residentd's bbolt file: conversations, native session
 // ids, watermarks, channel messages, roster, activity and started agents.
 //
-// Schema version: 4. The layout of the file:
+// Schema version: 5. The layout of the file:
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
@@ -18,13 +18,13 @@
 //	    seq                      -> uint64 big-endian newest arrival number (since 3)
 //	    floor                    -> the msgs key retention dropped last (since 3)
 //	    msgs
-//	      <created_at><id>       -> channel.Message (JSON)
+//	      <created_at><id>       -> channel.Message (JSON; first_seq since 5)
 //	    ids
 //	      <id>                   -> <seq uint64><created_at><id> (arrival, msgs key)
 //	    timeline
 //	      <thread><created_at><id> -> empty; thread "" is the main timeline
 //	    arrivals                 (since 3)
-//	      <thread><seq uint64>   -> flags, author, binding id, msgs key (see arrival)
+//	      <thread><seq uint64>   -> flags, first seq (since 5), author, binding id, msgs key (see arrival)
 //	    tcounts                  (since 3)
 //	      <thread>               -> uint64 big-endian messages in the timeline
 //	    gone                     (since 3)
@@ -70,7 +70,7 @@ import (
 )
 
 // SchemaVersion is the layout this package reads and writes.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Defaults for Options fields left zero.
 const (
@@ -364,6 +364,7 @@ var migrations = []migration{
 	{version: 2, name: "channel projects", apply: migrateChannelProjects},
 	{version: 3, name: "arrival order, seq watermarks, compact turns", apply: migrateArrivals},
 	{version: 4, name: "key session options, budget spending", apply: migrateSettings},
+	{version: 5, name: "first arrival of every message", apply: migrateFirstArrivals},
 }
 
 // migrateChannelProjects adds the channel -> project mapping, which lived
