@@ -109,7 +109,7 @@ func TestSelfWrote(t *testing.T) {
 		agent, want     bool
 	}{
 		{"@claude", "", true, true},
-		{"@claude", "", false, false}, // a person whose name is the handle
+		{"@claude", "", false, false},       // a person whose name is the handle
 		{"@claude", "b-other", true, false}, // another binding's post under the same handle
 		{"claude", "", true, true},
 		{"Claude", "", true, true},
