@@ -306,7 +306,10 @@ type ContextReport struct {
 	Truncated    int    `json:"truncated"`
 	OwnOmitted   int    `json:"own_omitted"`
 	Known        int    `json:"known"`  // carried by the prompt another way: the mention, a replayed mention
-	Edited       int    `json:"edited"` // lines showing an edit of a message
+	Edited       int    `json:"edited"` // lines marked (edited): edits of messages the session saw
+	// DroppedBoundEdits are the ones of DroppedBound that are edits of
+	// messages the session saw; the pointer says how many.
+	DroppedBoundEdits int `json:"dropped_bound_edits"`
 	// Shown are the ids of the messages the block showed, in order: what
 	// the agent has now seen (a desktop app may mark them).
 	Shown       []string `json:"shown"`
@@ -494,7 +497,7 @@ type MessagesRequest struct {
 // MessagesResponse counts what a push did.
 type MessagesResponse struct {
 	Added      int `json:"added"`
-	Edited     int `json:"edited"`     // known ids pushed with a new body
+	Edited     int `json:"edited"`     // known ids pushed with a new body; a second body of an id in the same batch too
 	Duplicates int `json:"duplicates"` // known ids with the same body, deleted ids, and messages retention already dropped
 }
 

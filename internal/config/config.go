@@ -53,13 +53,16 @@ type Binding struct {
 	System     string `json:"system,omitempty"`      // system framing text
 	SystemFile string `json:"system_file,omitempty"` // or a file holding it
 	Brief      string `json:"brief,omitempty"`       // overrides the default brief
-	// BriefPlacement is "framing" (the default for a supervised resident
-	// binding) or "turn" (the default for the others, and the source's).
+	// BriefPlacement is "framing" (the default for a resident binding) or
+	// "turn" (the default for the others, and the source's).
 	BriefPlacement delivery.Placement `json:"brief_placement,omitempty"`
 	// BriefEvery re-sends the full brief every N warm turns when it lives in
 	// the framing, so a session that compacted its history gets it back.
 	BriefEvery int `json:"brief_every,omitempty"`
 
+	// Supervised and Resident go into every mention payload. Resident keeps
+	// the key's process between turns, and with it a watermark (see
+	// KeepsSession).
 	Supervised bool `json:"supervised"`
 	Resident   bool `json:"resident"`
 	// SavedSession is an exact native session id to load for every process.
@@ -131,9 +134,15 @@ func (b Binding) ToolsOn() bool { return b.Tools == nil || *b.Tools }
 func (b Binding) OmitOwn() bool { return b.OmitOwnPosts == nil || *b.OmitOwnPosts }
 
 // KeepsSession reports whether the binding's sessions remember earlier turns,
-// the only ones that get a watermark: supervised and resident, or an exact
-// saved session.
-func (b Binding) KeepsSession() bool { return (b.Supervised && b.Resident) || b.SavedSession != "" }
+// the only ones that get a watermark: resident, or an exact saved session.
+// A resident binding keeps its process and the daemon sends that process
+// warm turns (the newest user turn only), relying on its memory of the
+// earlier ones; its memory of the channel lines it was shown is the same
+// memory, so it gets a watermark, supervised or not. Without one each turn
+// would show it again the lines it already has. (The source gives
+// watermarks to supervised + resident bindings; an unsupervised resident
+// process is still resident.)
+func (b Binding) KeepsSession() bool { return b.Resident || b.SavedSession != "" }
 
 // Framing returns the system framing text, reading SystemFile if set.
 func (b Binding) Framing() (string, error) {
@@ -394,7 +403,7 @@ func (c *Config) SetDefaults() {
 			// framing, and a warm turn only what changed (the stable-prefix
 			// rule); a process that starts fresh every time is always cold.
 			b.BriefPlacement = delivery.InTurn
-			if b.Supervised && b.Resident {
+			if b.Resident {
 				b.BriefPlacement = delivery.InFraming
 			}
 		}

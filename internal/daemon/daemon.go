@@ -304,7 +304,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		}
 		d.m.BriefTokens(b.BriefPlacement, approxTokens(brief))
 	}
-	rep := &apitype.ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, Known: r.Known, Edited: r.Edited, Shown: r.Shown, PromptBytes: len(out.Text)}
+	rep := &apitype.ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, Known: r.Known, Edited: r.Edited, DroppedBoundEdits: r.BoundEdits, Shown: r.Shown, PromptBytes: len(out.Text)}
 	if rep.Shown == nil {
 		rep.Shown = []string{}
 	}

@@ -1,10 +1,12 @@
 package delivery
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -71,6 +73,12 @@ type Selection struct {
 	Known   int // candidates the prompt carries another way
 	Own     int // the agent's own posts, left out
 	Older   int // unseen candidates the bound left out: the block's pointer
+	// OlderEdits are the ones of Older that are edits of a message the
+	// session saw: the pointer says so.
+	OlderEdits int
+	// Edits are the ids of shown candidates that are edits of a message
+	// the session saw: only those lines are marked "(edited)".
+	Edits []string
 	// Root marks a thread's root that this delivery accounts for and the
 	// main timeline's watermark does not cover yet: once the run succeeds
 	// the main timeline must not show it again either.
@@ -81,14 +89,24 @@ type Selection struct {
 // that arrived after the watermark's Seq, and a thread's root). In order it
 // drops what the watermark covers, what the prompt carries another way, and
 // (with OmitOwn) the agent's own posts; of the rest it shows the newest
-// Limit by (created_at, id) and counts every other one in Older, however
-// far back: nothing unseen is left out without being counted.
+// Limit and counts every other one in Older, however far back: nothing
+// unseen is left out without being counted.
+//
+// Newest is by (created_at, id), except for an edit of a message the
+// session saw: that is news by its own arrival, not by the created_at of
+// its first version, so it ranks with the messages that arrived around it
+// (just after the newest created_at of every candidate that arrived before
+// it) and a burst of newer lines cannot bury it under its old place. Such
+// an edit, shown, is marked; left out, it is counted in OlderEdits. An
+// edit of a message the session never saw is a message like any other:
+// its first sight is not an edit.
 func Select(cands []channel.Candidate, o SelectOptions) Selection {
 	if o.Limit <= 0 {
 		o.Limit = DefaultLimit
 	}
 	var sel Selection
 	keep := make([]int, 0, len(cands))
+	news := make([]bool, len(cands))
 	for i, c := range cands {
 		root := o.Root != "" && c.ID == o.Root
 		inMain := o.Main != nil && (root && o.Main.Covers(c.ID, c.Seq, c.Edited) || o.Main.Marked(c.ID, c.Seq, c.Edited))
@@ -105,33 +123,103 @@ func Select(cands []channel.Candidate, o SelectOptions) Selection {
 			sel.Own++
 		default:
 			keep = append(keep, i)
+			news[i] = o.sawEarlier(c, root)
 		}
 	}
+	rank, bumped := arrivalRanks(cands, news)
 	slices.SortStableFunc(keep, func(a, b int) int {
-		if c := cands[a].At.Compare(cands[b].At); c != 0 {
+		if c := rank[a].Compare(rank[b]); c != 0 {
 			return c
+		}
+		// At one rank an edit placed by its arrival comes after the
+		// message it arrived behind, and edits in arrival order.
+		switch {
+		case bumped[a] != bumped[b]:
+			if bumped[a] {
+				return 1
+			}
+			return -1
+		case bumped[a]:
+			return cmp.Compare(cands[a].Seq, cands[b].Seq)
 		}
 		return strings.Compare(cands[a].ID, cands[b].ID)
 	})
 	if len(keep) > o.Limit {
 		sel.Older = len(keep) - o.Limit
+		for _, i := range keep[:sel.Older] {
+			if news[i] {
+				sel.OlderEdits++
+			}
+		}
 		keep = keep[sel.Older:]
+	}
+	for _, i := range keep {
+		if news[i] {
+			sel.Edits = append(sel.Edits, cands[i].ID)
+		}
 	}
 	sel.Show = keep
 	return sel
 }
 
+// sawEarlier reports whether candidate c is an edit of a message whose
+// earlier version the session saw: its first version is covered by the
+// timeline's watermark, by the main timeline's (a thread's root, or a
+// mark), or by a replay this prompt carries.
+func (o SelectOptions) sawEarlier(c channel.Candidate, root bool) bool {
+	if !c.Edited {
+		return false
+	}
+	// A first arrival the store did not keep (edited before it did) is
+	// taken as the channel's first.
+	first := max(c.First, 1)
+	switch {
+	case o.Watermark != nil && o.Watermark.Covers(c.ID, first, false):
+		return true
+	case o.Main != nil && (root && o.Main.Covers(c.ID, first, false) || o.Main.Marked(c.ID, first, false)):
+		return true
+	}
+	return channel.MarksCover(o.Replayed, c.ID, first, false)
+}
+
+// arrivalRanks is the time each candidate competes for the block with:
+// its created_at, or for an edit of a seen message (news) the newest
+// created_at of the candidates that arrived before it when that is later
+// (bumped).
+func arrivalRanks(cands []channel.Candidate, news []bool) ([]time.Time, []bool) {
+	rank := make([]time.Time, len(cands))
+	bumped := make([]bool, len(cands))
+	bySeq := make([]int, len(cands))
+	for i, c := range cands {
+		rank[i], bySeq[i] = c.At, i
+	}
+	slices.SortFunc(bySeq, func(a, b int) int { return cmp.Compare(cands[a].Seq, cands[b].Seq) })
+	var newest time.Time
+	for _, i := range bySeq {
+		if news[i] && newest.After(cands[i].At) {
+			rank[i], bumped[i] = newest, true
+		}
+		if cands[i].At.After(newest) {
+			newest = cands[i].At
+		}
+	}
+	return rank, bumped
+}
+
 // Report says what one block showed and why the rest was left out.
 type Report struct {
-	Lines        int  // message lines in the block
-	Chars        int  // characters (runes) of message bodies sent, markers included
-	DroppedSeen  int  // messages of the timeline the session has already seen
-	DroppedBound int  // unseen messages left out by the limit, counted in the pointer
-	Known        int  // messages the prompt carries another way (the mention, a replay)
-	Truncated    int  // bodies cut at MaxChars
-	OwnOmitted   int  // the answering agent's own posts
-	Edited       int  // lines marked edited
-	Watermarked  bool // a watermark was applied (header New)
+	Lines        int // message lines in the block
+	Chars        int // characters (runes) of message bodies sent, markers included
+	DroppedSeen  int // messages of the timeline the session has already seen
+	DroppedBound int // unseen messages left out by the limit, counted in the pointer
+	Known        int // messages the prompt carries another way (the mention, a replay)
+	Truncated    int // bodies cut at MaxChars
+	OwnOmitted   int // the answering agent's own posts
+	Edited       int // lines marked edited: edits of messages the session saw
+	// BoundEdits are the ones of DroppedBound that are edits of messages
+	// the session saw, said so in the pointer.
+	BoundEdits  int
+	Watermarked bool // a watermark was applied (header New)
 	// Shown are the ids of the block's lines, in order.
 	Shown []string
 }
@@ -140,7 +228,15 @@ type Report struct {
 // candidates Select was given) and completes the report with what was left
 // out and why.
 func Build(view channel.View, sel Selection, watermarked bool, opt RenderOptions) (string, Report) {
-	block, rep := Render(Block{Rows: view.Rows, Older: sel.Older, Watermarked: watermarked}, opt)
+	// Only an edit of a message the session saw reads "(edited)": the
+	// stored flag says the channel has had another version, not that this
+	// session knew it.
+	rows := make([]channel.Message, len(view.Rows))
+	for i, m := range view.Rows {
+		m.Edited = slices.Contains(sel.Edits, m.ID)
+		rows[i] = m
+	}
+	block, rep := Render(Block{Rows: rows, Older: sel.Older, OlderEdits: sel.OlderEdits, Watermarked: watermarked}, opt)
 	rep.DroppedSeen = view.Total - view.Candidates + sel.Covered
 	rep.Known, rep.OwnOmitted = sel.Known, sel.Own
 	return block, rep
@@ -151,6 +247,7 @@ func Build(view channel.View, sel Selection, watermarked bool, opt RenderOptions
 type Block struct {
 	Rows        []channel.Message
 	Older       int
+	OlderEdits  int  // of Older, edits of messages the session saw
 	Watermarked bool // the session has a watermark: header New, else Snapshot
 }
 
@@ -166,7 +263,7 @@ func Render(blk Block, opt RenderOptions) (string, Report) {
 	if opt.MaxChars <= 0 {
 		opt.MaxChars = DefaultMaxChars
 	}
-	rep := Report{Watermarked: blk.Watermarked, DroppedBound: blk.Older}
+	rep := Report{Watermarked: blk.Watermarked, DroppedBound: blk.Older, BoundEdits: blk.OlderEdits}
 	if len(blk.Rows) == 0 {
 		return "", rep
 	}
@@ -214,7 +311,7 @@ func Render(blk Block, opt RenderOptions) (string, Report) {
 	}
 	if blk.Older > 0 {
 		b.WriteString("\n")
-		b.WriteString(boundFooter(blk.Older))
+		b.WriteString(boundFooter(blk.Older, blk.OlderEdits))
 	}
 	return b.String(), rep
 }
@@ -225,11 +322,25 @@ func truncationMarker(n int) string {
 	return "… [" + strconv.Itoa(n) + " more characters; channel_history has the full message]"
 }
 
-func boundFooter(n int) string {
+// boundFooter is the pointer: how many unseen messages the bound left
+// out, and how many of them are edits of messages the session saw (news
+// it would otherwise not know it missed).
+func boundFooter(n, edits int) string {
+	count, them := strconv.Itoa(n)+" earlier messages", "them"
 	if n == 1 {
-		return "(1 earlier message not shown here; channel_history has it.)"
+		count, them = "1 earlier message", "it"
 	}
-	return "(" + strconv.Itoa(n) + " earlier messages not shown here; channel_history has them.)"
+	var which string
+	switch {
+	case edits <= 0:
+	case n == 1:
+		which = ", edited since you last heard of it"
+	case edits == 1:
+		which = ", 1 of them edited since you last heard of it"
+	default:
+		which = ", " + strconv.Itoa(edits) + " of them edited since you last heard of them"
+	}
+	return "(" + count + " not shown here" + which + "; channel_history has " + them + ".)"
 }
 
 // truncate keeps at most max runes of s, backing off so that no combining

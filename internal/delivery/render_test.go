@@ -56,8 +56,11 @@ func through(rows []channel.Message, o SelectOptions, r RenderOptions) (string, 
 			m.Seq = uint64(i + 1)
 		}
 		hw = max(hw, m.Seq)
+		if m.First == 0 && !m.Edited {
+			m.First = m.Seq
+		}
 		if m.Seq > after || (o.Root != "" && m.ID == o.Root) {
-			cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Agent: m.AuthorKind == channel.KindAgent, Edited: m.Edited})
+			cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, First: m.First, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Agent: m.AuthorKind == channel.KindAgent, Edited: m.Edited})
 			picks = append(picks, m)
 		}
 	}
@@ -270,6 +273,90 @@ func TestPointerIsExact(t *testing.T) {
 	}
 	if !strings.HasSuffix(block, "(28 earlier messages not shown here; channel_history has them.)") {
 		t.Fatalf("footer: %q", block[strings.LastIndex(block, "\n")+1:])
+	}
+}
+
+// editOf returns m edited: its first version arrived as first, this one
+// as n.
+func editOf(m channel.Message, first, n uint64, body string) channel.Message {
+	m.First, m.Seq, m.Edited, m.Body = first, n, true, body
+	return m
+}
+
+// An edit of a seen message is news by its arrival: a burst of newer
+// lines around it does not bury it under its first created_at. Left out
+// all the same (it arrived before the newest twelve), the pointer says it
+// is an edit.
+func TestEditUnderABurst(t *testing.T) {
+	seen := numbered(5) // arrived 1..5, seen
+	burst := func(from, n int) []channel.Message {
+		var out []channel.Message
+		for i := range n {
+			m := msg(fmt.Sprintf("b%02d", from+i), "ben", fmt.Sprintf("burst %d", from+i), 10+from+i)
+			out = append(out, m)
+		}
+		return out
+	}
+	wm := &channel.Watermark{Native: "s", Seq: 5}
+	// m03 edited after 4 burst lines arrived, 10 more after it.
+	rows := append(append(append(slices.Clone(seen), burst(0, 4)...), editOf(numbered(5)[2], 3, 10, "message 3, fixed")), burst(4, 10)...)
+	for i := range rows {
+		if rows[i].Seq == 0 {
+			rows[i].Seq = uint64(i + 1)
+		}
+	}
+	rows[9].Seq = 10
+	block, rep := through(rows, SelectOptions{Watermark: wm}, DefaultRenderOptions())
+	if !strings.Contains(block, "- [user] aiko (edited): message 3, fixed") || rep.Edited != 1 || rep.Lines != 12 || rep.DroppedBound != 3 || rep.BoundEdits != 0 {
+		t.Fatalf("edit in a burst: report %+v\n%s", rep, block)
+	}
+	if !strings.HasSuffix(block, "(3 earlier messages not shown here; channel_history has them.)") {
+		t.Fatalf("footer of %q", block)
+	}
+
+	// Edited before 13 newer lines arrived: beyond the bound, and said so.
+	rows = append(append(slices.Clone(seen), editOf(numbered(5)[1], 2, 6, "message 2, fixed")), burst(0, 13)...)
+	block, rep = through(rows, SelectOptions{Watermark: wm}, DefaultRenderOptions())
+	if strings.Contains(block, "fixed") || rep.DroppedBound != 2 || rep.BoundEdits != 1 || rep.Edited != 0 {
+		t.Fatalf("edit before a burst: report %+v\n%s", rep, block)
+	}
+	if !strings.HasSuffix(block, "(2 earlier messages not shown here, 1 of them edited since you last heard of it; channel_history has them.)") {
+		t.Fatalf("footer of %q", block)
+	}
+	rows[5].Seq, rows[6].Seq = 7, 6 // the edit arrived second: alone beyond the bound
+	rows = append(rows[:6], rows[7:]...)
+	_, rep = through(rows, SelectOptions{Watermark: wm}, DefaultRenderOptions())
+	if rep.DroppedBound != 1 || rep.BoundEdits != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	if got := boundFooter(1, 1); got != "(1 earlier message not shown here, edited since you last heard of it; channel_history has it.)" {
+		t.Fatalf("footer %q", got)
+	}
+	if got := boundFooter(9, 4); got != "(9 earlier messages not shown here, 4 of them edited since you last heard of them; channel_history has them.)" {
+		t.Fatalf("footer %q", got)
+	}
+}
+
+// "(edited)" only where the session saw an earlier version: not in a
+// snapshot, and not for a message whose every earlier version arrived
+// after the watermark.
+func TestEditedOnlyWhereSeen(t *testing.T) {
+	rows := append(numbered(3), editOf(msg("m04", "ben", "first", 4), 4, 5, "second"))
+	for _, o := range []SelectOptions{{}, {Watermark: &channel.Watermark{Native: "s", Seq: 3}}} {
+		block, rep := through(rows, o, DefaultRenderOptions())
+		if !strings.Contains(block, "- [user] ben: second") || rep.Edited != 0 {
+			t.Fatalf("watermark %v: report %+v\n%s", o.Watermark, rep, block)
+		}
+	}
+	// Seen as an answered mention (a mark), or carried by a replay: marked.
+	for _, o := range []SelectOptions{
+		{Watermark: &channel.Watermark{Native: "s", Seq: 3, Marks: channel.Unedited("m04")}},
+		{Watermark: &channel.Watermark{Native: "s", Seq: 3}, Replayed: []channel.Mark{{ID: "m04", Seq: 4}}},
+	} {
+		block, rep := through(rows, o, DefaultRenderOptions())
+		if !strings.Contains(block, "- [user] ben (edited): second") || rep.Edited != 1 {
+			t.Fatalf("%+v: report %+v\n%s", o, rep, block)
+		}
 	}
 }
 

@@ -18,10 +18,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -85,7 +87,14 @@ func (o *Options) binding(name, dir string) config.Binding {
 	b.BriefPlacement = delivery.InTurn
 	switch name {
 	case Window, WindowEvicted:
-		b.Supervised = false // no session kept: a snapshot every turn, but the process stays warm
+		// The source's window: the process stays warm, but no state says
+		// what it was shown, so every turn gets a snapshot of the newest
+		// lines. residentd itself gives every resident process a
+		// watermark; the sim forgets it before each of this strategy's
+		// turns (see forget), which is all that tells the two apart. No
+		// restore either: the source's window evicted starts cold.
+		off := false
+		b.Restore = &off
 	case WatermarkNoOwn:
 		b.OmitOwnPosts = nil // the daemon's default: own posts left out
 	case BriefInFraming:
@@ -115,7 +124,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d, closeD, err := o.open(cfg)
+	d, st, closeD, err := o.open(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +144,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 		mention++
 		if mention == evictAt {
 			closeD()
-			if d, closeD, err = o.open(cfg); err != nil {
+			if d, st, closeD, err = o.open(cfg); err != nil {
 				return nil, fmt.Errorf("sim: restart the daemon at mention %d: %w", mention, err)
 			}
 		}
@@ -150,6 +159,10 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 			go func() {
 				defer wg.Done()
 				run := fmt.Sprintf("%s-%03d", b.ID, mention)
+				if err := forget(st, b.ID); err != nil {
+					errs[j] = err
+					return
+				}
 				done, err := d.Turn(ctx, apitype.TurnRequest{
 					Channel: ChannelID, Binding: b.ID, MessageID: m.ID, RunID: run, Text: text,
 					ChannelAgents: []apitype.Agent{{Handle: AgentHandle, Reachable: true}}, MaxRecipients: 3,
@@ -185,12 +198,24 @@ func toChannel(msgs []Message) []apitype.Message {
 	return out
 }
 
+// forget drops what binding's session was shown of the channel when it
+// plays a window strategy: the source's window keeps no state.
+func forget(st *store.Store, binding string) error {
+	if binding != "b-"+strings.ReplaceAll(Window, "_", "-") && binding != "b-"+strings.ReplaceAll(WindowEvicted, "_", "-") {
+		return nil
+	}
+	if err := st.DeleteWatermark(channel.WatermarkKey{Key: session.Key{Channel: ChannelID, Binding: binding}}); err != nil {
+		return fmt.Errorf("sim: forget what %q was shown: %w", binding, err)
+	}
+	return nil
+}
+
 // open starts a daemon on cfg's state dir; the returned func stops it and
 // closes its store (idempotent).
-func (o *Options) open(cfg *config.Config) (*daemon.Daemon, func(), error) {
+func (o *Options) open(cfg *config.Config) (*daemon.Daemon, *store.Store, func(), error) {
 	st, err := store.Open(filepath.Join(cfg.StateDir, "residentd.db"), store.Options{})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	log := o.Log
 	if log == nil {
@@ -199,10 +224,10 @@ func (o *Options) open(cfg *config.Config) (*daemon.Daemon, func(), error) {
 	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("sim", nil), Log: log})
 	if err != nil {
 		st.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var once sync.Once
-	return d, func() {
+	return d, st, func() {
 		once.Do(func() {
 			d.Close(5 * time.Second)
 			st.Close()
