@@ -208,19 +208,21 @@ func TestEditsAndDeletes(t *testing.T) {
 			t.Fatalf("channel_history returns deleted %s", m.ID)
 		}
 	}
-	// A new session's snapshot shows the edit (marked) and not the deleted.
+	// A new session's snapshot shows the edited body, unmarked (this session
+	// never saw an earlier version), and not the deleted.
 	if _, err := h.d.Fresh(session.Key{Channel: "ch", Binding: "b-builtin"}); err != nil {
 		t.Fatal(err)
 	}
 	reply(t, h.mention("ch", "b-builtin", "q4", "@agent four"))
 	snap := strings.Join(blockLines(got()[3]), "|")
-	if !strings.Contains(snap, "aiko (edited): the fix is in b.go") || strings.Contains(snap, "secret") || strings.Contains(snap, "also deleted") {
+	if !strings.Contains(snap, "aiko: the fix is in b.go") || strings.Contains(snap, "(edited)") || strings.Contains(snap, "secret") || strings.Contains(snap, "also deleted") {
 		t.Fatalf("snapshot: %q", snap)
 	}
 }
 
 // The agent's own posts are left out in every form a chat app sends: the
-// handle with or without "@", in any case, or marked with the binding.
+// handle with or without "@", in any case, marked as an agent's post, or
+// marked with the binding. A person's post is shown whatever its name.
 func TestOwnPostForms(t *testing.T) {
 	h, got := recorded(t)
 	h.post(
@@ -228,6 +230,7 @@ func TestOwnPostForms(t *testing.T) {
 		channel.Message{ID: "o2", Channel: "ch", Author: "agent", AuthorKind: channel.KindAgent, Body: "own: no @"},
 		channel.Message{ID: "o3", Channel: "ch", Author: "Agent", AuthorKind: channel.KindAgent, Body: "own: other case"},
 		channel.Message{ID: "u2", Channel: "ch", Author: "Agent", AuthorKind: channel.KindUser, Body: "a person named Agent"},
+		channel.Message{ID: "u3", Channel: "ch", Author: "@agent", AuthorKind: channel.KindUser, Body: "a person named like the handle"},
 		channel.Message{ID: "o4", Channel: "ch", Author: "Resident Agent", AuthorKind: channel.KindAgent, BindingID: "b-builtin", Body: "own: display name and binding"},
 		channel.Message{ID: "x1", Channel: "ch", Author: "Codex", AuthorKind: channel.KindAgent, BindingID: "b-codex", Body: "another agent"},
 		channel.Message{ID: "u1", Channel: "ch", Author: "agentina", Body: "a person"},
@@ -235,7 +238,7 @@ func TestOwnPostForms(t *testing.T) {
 	r := h.mention("ch", "b-builtin", "q1", "@agent hi")
 	reply(t, r)
 	block := strings.Join(blockLines(got()[0]), "|")
-	if strings.Contains(block, "own:") || !strings.Contains(block, "another agent") || !strings.Contains(block, "a person") || !strings.Contains(block, "a person named Agent") || r.done.Context.OwnOmitted != 4 {
+	if strings.Contains(block, "own:") || !strings.Contains(block, "another agent") || !strings.Contains(block, "a person") || !strings.Contains(block, "a person named Agent") || !strings.Contains(block, "[user] @agent: a person named like the handle") || r.done.Context.OwnOmitted != 4 {
 		t.Fatalf("block %q context %+v", block, r.done.Context)
 	}
 }

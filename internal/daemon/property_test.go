@@ -31,7 +31,15 @@ import (
 // The histories hold bursts larger than the bound, equal and out-of-order
 // created_at, messages that arrive while a turn runs, mentions pushed after
 // their turn, failed and crashed runs, evictions (two channels, one slot)
-// with and without restore, daemon restarts, edits, deletes and threads.
+// with and without restore, daemon restarts, edits, deletes and threads,
+// edits of seen messages inside bursts beyond the bound, two versions of
+// one id in one push, and people whose name is the agent's handle.
+//
+// Edits are checked for content, not only ids: every edit of a message a
+// session saw is either shown to it once, marked (edited), or counted as
+// an edit in a block's pointer (and channel_history returns its body); a
+// message the session never saw is never marked (edited). The agent's own
+// posts are left out and counted in done.context.own_omitted, exactly.
 // RESIDENTD_PROPERTY_STEPS and RESIDENTD_PROPERTY_SEEDS make longer runs.
 func TestExactlyOnceProperty(t *testing.T) {
 	steps, seeds := 60, []uint64{1, 2}
@@ -54,12 +62,12 @@ func TestExactlyOnceProperty(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("checked %d successful turns over %d message versions: %d shown once, %d counted in a pointer (all in channel_history), %d carried as the mention, %d own posts left out, %d deleted before shown, %d not rendered yet; %d duplicates, %d silent losses",
-		total.Turns, total.Versions, total.Shown, total.Counted, total.Known, total.Own, total.DeletedUnseen, total.Pending, total.Duplicates, total.Losses)
+	t.Logf("checked %d successful turns over %d message versions: %d shown once, %d counted in a pointer (all in channel_history), %d carried as the mention, %d edits of seen messages shown marked (edited), %d counted as edits in a pointer, %d own posts left out and counted, %d posts by a person named like the agent shown or counted, %d deleted before shown, %d not rendered yet; %d duplicates, %d silent losses",
+		total.Turns, total.Versions, total.Shown, total.Counted, total.Known, total.EditsShown, total.EditsCounted, total.Own, total.Namesakes, total.DeletedUnseen, total.Pending, total.Duplicates, total.Losses)
 }
 
 type propCounts struct {
-	Turns, Failed, Versions, Shown, Counted, Known, Own, DeletedUnseen, Pending, Duplicates, Losses int
+	Turns, Failed, Versions, Shown, Counted, Known, EditsShown, EditsCounted, Own, Namesakes, DeletedUnseen, Pending, Duplicates, Losses int
 }
 
 func (c *propCounts) add(o propCounts) {
@@ -69,7 +77,10 @@ func (c *propCounts) add(o propCounts) {
 	c.Shown += o.Shown
 	c.Counted += o.Counted
 	c.Known += o.Known
+	c.EditsShown += o.EditsShown
+	c.EditsCounted += o.EditsCounted
 	c.Own += o.Own
+	c.Namesakes += o.Namesakes
 	c.DeletedUnseen += o.DeletedUnseen
 	c.Pending += o.Pending
 	c.Duplicates += o.Duplicates
@@ -83,6 +94,7 @@ type pmsg struct {
 	ver                             int // current version, 1 for the first push
 	pushed, deleted                 bool
 	own                             bool
+	namesake                        bool // a person whose name is the agent's handle: not the agent
 }
 
 func (m *pmsg) key() string  { return m.ch + "/" + m.id }
@@ -94,6 +106,22 @@ func filler(id string, ver int) string {
 		return strings.Repeat("long log line ", 60)
 	}
 	return fmt.Sprintf("about the refund spec (%d)", ver)
+}
+
+var propEdits = regexp.MustCompile(`earlier messages? not shown here, (?:(\d+) of them )?edited since`)
+
+// pointerEdits returns how many of a block's pointer's messages it says
+// are edits of seen messages.
+func pointerEdits(turn string) int {
+	m := propEdits.FindStringSubmatch(turn)
+	switch {
+	case m == nil:
+		return 0
+	case m[1] == "":
+		return 1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }
 
 var propLine = regexp.MustCompile(`^- \[(user|agent)\] (?:(.*?)( \(edited\))?: |(\(edited\) ))?(\S+) v(\d+) `)
@@ -172,8 +200,10 @@ func runProperty(t *testing.T, seed uint64, steps int, restore bool) propCounts 
 		at: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), got: map[string]map[string]int{}, carried: map[string]int{}}
 	for range steps {
 		switch x := p.rnd.IntN(100); {
-		case x < 34:
+		case x < 30:
 			p.pushBatch()
+		case x < 34:
+			p.editBurst()
 		case x < 40:
 			p.edit()
 		case x < 43:
@@ -212,7 +242,8 @@ func (p *propRun) newMsg(ch, thread string) *pmsg {
 	if m.at.IsZero() {
 		m.at = p.at
 	}
-	if p.rnd.IntN(10) == 0 {
+	switch x := p.rnd.IntN(20); {
+	case x < 2:
 		m.own = true
 		switch p.rnd.IntN(4) {
 		case 0:
@@ -224,6 +255,8 @@ func (p *propRun) newMsg(ch, thread string) *pmsg {
 		default:
 			m.author, m.binding = "Resident", "b-builtin"
 		}
+	case x < 3:
+		m.author, m.namesake = "@agent", true
 	}
 	p.msgs[m.key()] = m
 	p.order = append(p.order, m)
@@ -247,15 +280,20 @@ func (p *propRun) push(ms ...*pmsg) {
 	}
 }
 
+// apiMsg is m as the desktop app pushes it.
+func (m *pmsg) apiMsg() apitype.Message {
+	kind := apitype.AuthorUser
+	if m.own && m.binding == "" {
+		kind = apitype.AuthorAgent // a binding id needs no kind
+	}
+	return apitype.Message{ID: m.id, Channel: m.ch, ThreadRoot: m.thread, Author: m.author, AuthorKind: kind, BindingID: m.binding, CreatedAt: m.at, Body: m.body()}
+}
+
 // put pushes ms to the daemon; it may run off the test's goroutine.
 func (p *propRun) put(ms ...*pmsg) error {
 	in := make([]apitype.Message, len(ms))
 	for i, m := range ms {
-		kind := apitype.AuthorUser
-		if m.own && m.binding == "" && m.author != "@agent" {
-			kind = apitype.AuthorAgent // the exact handle and a binding id need no kind
-		}
-		in[i] = apitype.Message{ID: m.id, Channel: m.ch, ThreadRoot: m.thread, Author: m.author, AuthorKind: kind, BindingID: m.binding, CreatedAt: m.at, Body: m.body()}
+		in[i] = m.apiMsg()
 	}
 	if _, err := p.h.d.PutMessages(in); err != nil {
 		return err
@@ -284,6 +322,54 @@ func (p *propRun) pushBatch() {
 		batch = append(batch, p.newMsg(ch, thread))
 	}
 	p.push(batch...)
+}
+
+// editBurst pushes a burst over the 12-line bound in a few pushes, with
+// edits of live messages of the channel (most of them seen) arriving among
+// the new lines, and now and then a new line pushed twice in one push
+// (one message, its last version).
+func (p *propRun) editBurst() {
+	ch := p.pick("c1", "c2")
+	var targets []*pmsg
+	for _, m := range p.live() {
+		if m.ch == ch {
+			targets = append(targets, m)
+		}
+	}
+	var batch []apitype.Message
+	var fresh []*pmsg
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if _, err := p.h.d.PutMessages(batch); err != nil {
+			p.t.Fatal(err)
+		}
+		for _, m := range fresh {
+			m.pushed = true
+		}
+		batch, fresh = nil, nil
+	}
+	n := 13 + p.rnd.IntN(18)
+	for range n {
+		switch x := p.rnd.IntN(100); {
+		case x < 12 && len(targets) > 0:
+			m := targets[p.rnd.IntN(len(targets))]
+			m.ver++
+			p.counts.Versions++
+			batch = append(batch, m.apiMsg())
+		case x < 18:
+			flush()
+		}
+		m := p.newMsg(ch, "")
+		p.counts.Versions++
+		batch, fresh = append(batch, m.apiMsg()), append(fresh, m)
+		if p.rnd.IntN(10) == 0 {
+			m.ver++ // a second version in the same push
+			batch = append(batch, m.apiMsg())
+		}
+	}
+	flush()
 }
 
 func (p *propRun) live() []*pmsg {
@@ -432,12 +518,20 @@ func (p *propRun) check(r propRecord, q *pmsg, done apitype.Event, arrived []*pm
 		}
 	}
 	carries := func(m *pmsg) bool { return m.ver <= known[m.id] }
+	// An earlier version was given to this session: shown, counted, or
+	// carried by this prompt's replay.
+	sawEarlier := func(m *pmsg) bool { return got[m.key()] > 0 || known[m.id] > 0 }
 	// What the block must account for: every live message of the timeline
-	// (a thread's root included) this session has not been given.
-	var unseen []*pmsg
+	// (a thread's root included) this session has not been given; the
+	// agent's own of them are left out and counted.
+	var unseen, own []*pmsg
 	for _, m := range p.order {
 		inTimeline := m.thread == q.thread || (q.thread != "" && m.id == q.thread)
-		if m.ch != q.ch || !inTimeline || !m.pushed || m.deleted || got[m.key()] >= m.ver || carries(m) || m.own || slices.Contains(arrived, m) {
+		if m.ch != q.ch || !inTimeline || !m.pushed || m.deleted || got[m.key()] >= m.ver || carries(m) || slices.Contains(arrived, m) {
+			continue
+		}
+		if m.own {
+			own = append(own, m)
 			continue
 		}
 		unseen = append(unseen, m)
@@ -463,8 +557,8 @@ func (p *propRun) check(r propRecord, q *pmsg, done apitype.Event, arrived []*pm
 			t.Errorf("turn %s shows deleted %s", q.id, m.id)
 		case ver != m.ver:
 			t.Errorf("turn %s shows %s v%d, current is v%d", q.id, m.id, ver, m.ver)
-		case edited != (ver > 1):
-			t.Errorf("turn %s: %s v%d marked edited=%v", q.id, m.id, ver, edited)
+		case edited != sawEarlier(m):
+			t.Errorf("turn %s: %s v%d marked edited=%v, but the session was given v%d before", q.id, m.id, ver, edited, got[m.key()])
 		case got[m.key()] >= ver || carries(m):
 			p.counts.Duplicates++
 			t.Errorf("turn %s (session %s) shows %s v%d again (given v%d before)", q.id, r.Session, m.id, ver, got[m.key()])
@@ -473,24 +567,46 @@ func (p *propRun) check(r propRecord, q *pmsg, done apitype.Event, arrived []*pm
 		}
 		shown[m.key()] = true
 	}
-	want := 0
+	want, wantEdits := 0, 0
 	for _, m := range unseen {
 		if !shown[m.key()] {
 			want++
+			if sawEarlier(m) {
+				wantEdits++
+			}
 		}
 	}
 	if n := pointer(turn); n != want {
 		p.counts.Losses += max(0, want-n)
 		t.Errorf("turn %s (%s, thread %q): pointer says %d earlier messages, %d unseen were left out (%d shown, %d unseen)", q.id, done.Shape, q.thread, n, want, len(shown), len(unseen))
 	}
-	if done.Context.DroppedBound != want || done.Context.Lines != len(shown) {
-		t.Errorf("turn %s: context report %+v, want %d lines, %d left out", q.id, done.Context, len(shown), want)
+	if n := pointerEdits(turn); n != wantEdits {
+		p.counts.Losses += max(0, wantEdits-n)
+		t.Errorf("turn %s: pointer says %d of its messages are edits of seen ones, %d are", q.id, n, wantEdits)
+	}
+	if c := done.Context; c.DroppedBound != want || c.DroppedBoundEdits != wantEdits || c.Lines != len(shown) || c.OwnOmitted != len(own) {
+		t.Errorf("turn %s: context report %+v, want %d lines, %d left out (%d edits), %d own posts", q.id, done.Context, len(shown), want, wantEdits, len(own))
+	}
+	for _, m := range own {
+		p.counts.Own++
+		got[m.key()] = m.ver
 	}
 	for _, m := range unseen {
-		if shown[m.key()] {
+		edit := sawEarlier(m)
+		switch {
+		case shown[m.key()] && edit:
+			p.counts.EditsShown++
+		case shown[m.key()]:
 			p.counts.Shown++
-		} else {
+		case edit:
+			p.counts.EditsCounted++
+		default:
 			p.counts.Counted++
+		}
+		if m.namesake {
+			p.counts.Namesakes++
+		}
+		if !shown[m.key()] {
 			p.counted = append(p.counted, m)
 		}
 		got[m.key()] = m.ver
@@ -524,9 +640,7 @@ func (p *propRun) finish() {
 	}
 	for _, m := range p.order {
 		switch {
-		case !m.pushed:
-		case m.own:
-			p.counts.Own++
+		case !m.pushed, m.own:
 		case m.deleted && !p.given(m):
 			p.counts.DeletedUnseen++
 		case !p.given(m):
