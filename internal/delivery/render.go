@@ -126,20 +126,28 @@ func Select(cands []channel.Candidate, o SelectOptions) Selection {
 			news[i] = o.sawEarlier(c, root)
 		}
 	}
-	rank, bumped := arrivalRanks(cands, news)
+	bumped := arrivalRanks(cands, news)
+	rank := func(i int) time.Time {
+		if t, ok := bumped[i]; ok {
+			return t
+		}
+		return cands[i].At
+	}
 	slices.SortStableFunc(keep, func(a, b int) int {
-		if c := rank[a].Compare(rank[b]); c != 0 {
+		if c := rank(a).Compare(rank(b)); c != 0 {
 			return c
 		}
 		// At one rank an edit placed by its arrival comes after the
 		// message it arrived behind, and edits in arrival order.
+		_, ba := bumped[a]
+		_, bb := bumped[b]
 		switch {
-		case bumped[a] != bumped[b]:
-			if bumped[a] {
+		case ba != bb:
+			if ba {
 				return 1
 			}
 			return -1
-		case bumped[a]:
+		case ba:
 			return cmp.Compare(cands[a].Seq, cands[b].Seq)
 		}
 		return strings.Compare(cands[a].ID, cands[b].ID)
@@ -182,28 +190,31 @@ func (o SelectOptions) sawEarlier(c channel.Candidate, root bool) bool {
 	return channel.MarksCover(o.Replayed, c.ID, first, false)
 }
 
-// arrivalRanks is the time each candidate competes for the block with:
-// its created_at, or for an edit of a seen message (news) the newest
-// created_at of the candidates that arrived before it when that is later
-// (bumped).
-func arrivalRanks(cands []channel.Candidate, news []bool) ([]time.Time, []bool) {
-	rank := make([]time.Time, len(cands))
-	bumped := make([]bool, len(cands))
+// arrivalRanks returns the time an edit of a seen message (news) competes
+// for the block with, by candidate index, where that is not its
+// created_at: the newest created_at of the candidates that arrived before
+// it, when that is later. Every other candidate competes with its
+// created_at.
+func arrivalRanks(cands []channel.Candidate, news []bool) map[int]time.Time {
+	if !slices.Contains(news, true) {
+		return nil
+	}
 	bySeq := make([]int, len(cands))
-	for i, c := range cands {
-		rank[i], bySeq[i] = c.At, i
+	for i := range cands {
+		bySeq[i] = i
 	}
 	slices.SortFunc(bySeq, func(a, b int) int { return cmp.Compare(cands[a].Seq, cands[b].Seq) })
+	bumped := map[int]time.Time{}
 	var newest time.Time
 	for _, i := range bySeq {
 		if news[i] && newest.After(cands[i].At) {
-			rank[i], bumped[i] = newest, true
+			bumped[i] = newest
 		}
 		if cands[i].At.After(newest) {
 			newest = cands[i].At
 		}
 	}
-	return rank, bumped
+	return bumped
 }
 
 // Report says what one block showed and why the rest was left out.
