@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -908,5 +909,41 @@ func TestNoYieldWithoutSlotWaiters(t *testing.T) {
 	}
 	if _, _, spawned := sp.counts(); spawned != 2 || p.Live() != 2 {
 		t.Fatalf("spawned %d, live %d; want the two first processes only", spawned, p.Live())
+	}
+}
+
+// OnStart hears once per Acquire that the turn waits no more: after its
+// wait for the key, before a cold spawn, and on a warm checkout too.
+func TestOnStartAfterTheWait(t *testing.T) {
+	p, _, _ := newPool(t, Config{MaxLive: 1})
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+	opts := AcquireOptions{OnWait: func(Wait) { note("wait") }, OnStart: func() { note("start") }}
+	co, err := p.Acquire(context.Background(), key(0), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Checkout[*proc], 1)
+	go func() {
+		co, err := p.Acquire(context.Background(), key(0), opts)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- co
+	}()
+	waitFor(t, "the second turn to wait for the key", func() bool { mu.Lock(); defer mu.Unlock(); return len(events) == 2 })
+	p.Release(co, true)
+	co = <-got
+	if co == nil {
+		t.FailNow()
+	}
+	defer p.Release(co, true)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"start", "wait", "start"}; !slices.Equal(events, want) || co.Lease.Shape != lease.Warm {
+		t.Fatalf("events %v, shape %s; want %v, warm", events, co.Lease.Shape, want)
 	}
 }
