@@ -389,8 +389,10 @@ func (d *Daemon) Close(grace time.Duration) error {
 	// Runs that have not started (queued, or starting: their process
 	// not readied yet) end now. Running ones get the grace to finish normally.
 	for id, c := range d.cancels {
-		if r, ok := d.runs.Get(id); ok && (r.Snapshot().State == apitype.RunQueued || r.Snapshot().State == apitype.RunStarting) {
-			c(ErrShuttingDown)
+		if r, ok := d.runs.Get(id); ok {
+			if st := r.Snapshot().State; st == apitype.RunQueued || st == apitype.RunStarting {
+				c(ErrShuttingDown)
+			}
 		}
 	}
 	d.mu.Unlock()
