@@ -95,7 +95,8 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("test", nil), Log: log})
+	m := metrics.New("test", nil)
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	level := zap.NewAtomicLevel()
-	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)})
+	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Metrics: m.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e := &env{d: d, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}

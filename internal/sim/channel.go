@@ -102,6 +102,11 @@ var replies = []string{
 	"%s is idempotent on the server side (keyed by request id), so a retry is safe.",
 }
 
+// distinctTries is how many random draws a line gets to start unlike every
+// earlier line before Generate numbers it instead; without the bound a
+// channel longer than the templates' variety would never finish.
+const distinctTries = 64
+
 // Generate builds the channel for p deterministically: the same parameters
 // give the same messages.
 func Generate(p ChannelParams) ([]Message, error) {
@@ -173,6 +178,11 @@ func Generate(p ChannelParams) ([]Message, error) {
 			}
 			if try > 0 {
 				m.Body += fmt.Sprintf(" (#%d)", 100+rng.IntN(900))
+			}
+			if try >= distinctTries {
+				// The templates ran out of lines that start differently (a
+				// long channel): number the line where its key sees it.
+				m.Body = fmt.Sprintf("(%s) %s", m.ID, m.Body)
 			}
 			if key := matchKey(m.Body); !seen[key] {
 				seen[key] = true

@@ -106,8 +106,46 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		row("re-sent tokens of lines the old process had seen", func(f Figures) string { return thousands(f.ResentAfterEviction) }, "–", "–")
 		row("… of which in the new turn's snapshot (not the replay)", func(f Figures) string { return thousands(f.ResentInNewTurn) }, "–", "23")
 	}
+	r.writeWarmCost(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// warmCheckpoints are the mentions whose warm-turn cost a long channel's
+// table shows: flat from 10 to 300 means a session's cost does not grow
+// with its age.
+var warmCheckpoints = []int{10, 100, 300, 1000}
+
+// writeWarmCost adds, for a channel of 100 mentions or more, the uncached
+// tokens of single warm turns at fixed mentions, window against watermark.
+func (r *Report) writeWarmCost(b *strings.Builder) {
+	if r.Stats.Mentions < 100 {
+		return
+	}
+	at := map[string]map[int]Row{}
+	for _, x := range r.Rows {
+		if x.Strategy != Window && x.Strategy != Watermark {
+			continue
+		}
+		if at[x.Strategy] == nil {
+			at[x.Strategy] = map[int]Row{}
+		}
+		at[x.Strategy][x.Mention] = x
+	}
+	b.WriteString("\nUncached tokens of one warm turn, by mention:\n\n| mention | window | watermark |\n|---:|---:|---:|\n")
+	for _, m := range warmCheckpoints {
+		if m > r.Stats.Mentions {
+			break
+		}
+		cell := func(s string) string {
+			x, ok := at[s][m]
+			if !ok || !x.OK || x.Shape != "warm" {
+				return "–"
+			}
+			return thousands(x.UncachedTokens)
+		}
+		fmt.Fprintf(b, "| %d | %s | %s |\n", m, cell(Window), cell(Watermark))
+	}
 }
 
 // WriteJSON prints one object keyed by strategy.

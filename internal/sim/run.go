@@ -137,6 +137,9 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 		if !m.MentionsAgent {
 			continue
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("sim: stopped before mention %d: %w", mention+1, context.Cause(ctx))
+		}
 		if _, err := d.PutMessages(toChannel(o.Messages[posted : i+1])); err != nil {
 			return nil, fmt.Errorf("sim: post messages up to %q: %w", m.ID, err)
 		}

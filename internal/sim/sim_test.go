@@ -210,3 +210,57 @@ func TestRunRejectsNegativeFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestLongChannel: 300 mentions over 2,000 messages generate (the reply
+// templates run out of distinct lines long before that), play through the
+// daemon, and a warm turn at mention 300 costs what one at mention 10 does.
+func TestLongChannel(t *testing.T) {
+	p := DefaultChannelParams()
+	p.Messages, p.Mentions = 2000, 300
+	msgs, err := Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := Describe(msgs, p.MaxChars); s.Messages != 2000 || s.Mentions != 300 {
+		t.Fatalf("channel stats %+v, want 2000 messages and 300 mentions", s)
+	}
+	keys := map[string]string{}
+	for _, m := range msgs {
+		if other, dup := keys[matchKey(m.Body)]; dup {
+			t.Fatalf("%s and %s start alike: the sim could not tell their lines apart", other, m.ID)
+		}
+		keys[matchKey(m.Body)] = m.ID
+	}
+	r := run(t, msgs, 0, 0)
+	uncached := map[string]map[int]int{}
+	for _, x := range r.Rows {
+		if !x.OK {
+			t.Fatalf("%s mention %d failed", x.Strategy, x.Mention)
+		}
+		if uncached[x.Strategy] == nil {
+			uncached[x.Strategy] = map[int]int{}
+		}
+		if x.Shape == "warm" {
+			uncached[x.Strategy][x.Mention] = x.UncachedTokens
+		}
+	}
+	wm := uncached[Watermark]
+	for _, m := range []int{10, 100, 300} {
+		if _, ok := wm[m]; !ok {
+			t.Fatalf("watermark mention %d was not a warm turn", m)
+		}
+	}
+	// Flat: the newest turn costs its own new lines, not the session's age.
+	if wm[300] > wm[10]*3/2 || wm[100] > wm[10]*3/2 {
+		t.Fatalf("watermark warm-turn cost grows with the session: %d at 10, %d at 100, %d at 300", wm[10], wm[100], wm[300])
+	}
+	var md strings.Builder
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"| 10 |", "| 100 |", "| 300 |"} {
+		if !strings.Contains(md.String(), m) {
+			t.Fatalf("the long channel's table lacks the row %q:\n%s", m, md.String())
+		}
+	}
+}
