@@ -34,7 +34,7 @@ func checkFile(path string, lockTimeout time.Duration) (CheckReport, error) {
 		return rep, nil
 	}
 	start := time.Now()
-	r, err := scan(f, fi.Size(), path, nil)
+	r, err := scanOpen(f, fi.Size(), path, nil)
 	rep = *r
 	rep.Took = time.Since(start)
 	if err != nil {
@@ -87,7 +87,7 @@ func Verify(path string) (*CheckReport, error) {
 		return nil, fmt.Errorf("store: check %q: %w", path, err)
 	}
 	start := time.Now()
-	rep, err := scan(f, fi.Size(), path, nil)
+	rep, err := scanOpen(f, fi.Size(), path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("store: check %q: %w", path, err)
 	}

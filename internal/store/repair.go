@@ -59,7 +59,7 @@ func Repair(path string, lockTimeout time.Duration) (*RepairReport, error) {
 		return nil, fmt.Errorf("store: repair %q: create %q: %w", path, tmp, err)
 	}
 	c := &copier{db: db}
-	found, err := scan(f, fi.Size(), path, c)
+	found, err := scanOpen(f, fi.Size(), path, c)
 	if err == nil {
 		err = c.commit()
 	}

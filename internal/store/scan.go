@@ -139,6 +139,8 @@ type scanner struct {
 	seen  map[uint64]bool // pages reached, overflow included
 	free  map[uint64]bool // pages the freelist holds
 	visit visitor         // nil: check only
+	depth int             // pages being walked, root to current (0 outside the walk)
+	bufs  [][]byte        // a check's page buffer per depth
 	rep   *CheckReport
 	top   map[string]*BucketCount
 }
@@ -156,7 +158,15 @@ func scanFile(path string, visit visitor) (*CheckReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return scan(f, fi.Size(), path, visit)
+	return scanOpen(f, fi.Size(), path, visit)
+}
+
+// scanOpen scans the open file f of size bytes with pread, a page at a
+// time: an I/O error is that page's read error, never a fault. (A window
+// of several pages per read was no faster: a tree's pages are spread over
+// the file by its commits; a mapping costs a page fault per page.)
+func scanOpen(f *os.File, size int64, path string, visit visitor) (*CheckReport, error) {
+	return scan(f, size, path, visit)
 }
 
 func scan(r io.ReaderAt, size int64, path string, visit visitor) (*CheckReport, error) {
@@ -271,7 +281,7 @@ func (s *scanner) readPage(id uint64) ([]byte, error) {
 	if id < 2 || id >= s.m.hwm {
 		return nil, fmt.Errorf("page id out of range [2, %d)", s.m.hwm)
 	}
-	h := make([]byte, s.m.pageSize)
+	h := s.buffer(s.m.pageSize)
 	off := int64(id) * int64(s.m.pageSize)
 	if _, err := s.r.ReadAt(h, off); err != nil {
 		return nil, fmt.Errorf("read: %w", err)
@@ -286,11 +296,30 @@ func (s *scanner) readPage(id uint64) ([]byte, error) {
 	if over == 0 {
 		return h, nil
 	}
-	p := make([]byte, (1+over)*uint64(s.m.pageSize))
+	p := s.buffer(int(1+over) * s.m.pageSize)
 	if _, err := s.r.ReadAt(p, off); err != nil {
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	return p, nil
+}
+
+// buffer returns n bytes to read a page into. A check reuses one buffer
+// per tree depth (a page's keys bound its children's, so its buffer lives
+// while they are read); a repair keeps every page, as bbolt holds the
+// slices it is given until the copy's transaction commits.
+func (s *scanner) buffer(n int) []byte {
+	if s.visit != nil || s.depth == 0 {
+		return make([]byte, n)
+	}
+	for len(s.bufs) < s.depth {
+		s.bufs = append(s.bufs, nil)
+	}
+	b := s.bufs[s.depth-1]
+	if cap(b) < n {
+		b = make([]byte, n)
+		s.bufs[s.depth-1] = b
+	}
+	return b[:n]
 }
 
 // readFreelist collects the free page ids; a damaged freelist is a
@@ -387,6 +416,8 @@ func (s *scanner) walkBucket(path [][]byte, root, seq uint64, inline []byte) err
 // walkPage reads page id of the bucket at path, whose keys lie in [lo, hi)
 // (nil: unbounded).
 func (s *scanner) walkPage(path [][]byte, id uint64, lo, hi []byte) error {
+	s.depth++
+	defer func() { s.depth-- }()
 	if s.seen[id] {
 		s.lose(path, id, "page", -1, "pointed to twice (or is a meta or freelist page)")
 		return nil
