@@ -154,6 +154,15 @@ func TestDamagedStateFileUnderARunningDaemon(t *testing.T) {
 		t.Fatalf("the refusal does not name the repair, the file and the page:\n%s", out)
 	}
 
+	var checkOut, checkErr bytes.Buffer
+	if code := run([]string{"repair", "--check", path}, strings.NewReader(""), &checkOut, &checkErr); code != exitError ||
+		!strings.Contains(checkOut.String(), fmt.Sprintf("lost: page %d", leaf)) || !strings.Contains(checkErr.String(), "residentd repair "+path) {
+		t.Fatalf("repair --check of the damaged file: exit %d\n%s%s", code, checkOut.String(), checkErr.String())
+	}
+	if m, _ := filepath.Glob(path + ".*"); len(m) != 0 {
+		t.Fatalf("repair --check left %v", m)
+	}
+
 	rep := startProc(t, []string{"repair", "--state", state}, childEnv())
 	if code := rep.wait(t, 30*time.Second); code != exitOK {
 		t.Fatalf("repair: exit %d. Output:\n%s", code, rep.out.String())
