@@ -45,6 +45,10 @@ const (
 	noFreelist  = ^uint64(0)
 )
 
+// maxPageSize bounds the page size a meta page may claim (bbolt uses the
+// OS page size: 4 KiB, 16 KiB, 64 KiB).
+const maxPageSize = 1 << 20
+
 // maxProblems bounds the problems a report lists; the count goes on.
 const maxProblems = 50
 
@@ -227,7 +231,7 @@ func (s *scanner) readMeta(id uint64, off int64) (meta, error) {
 		hwm:      binary.LittleEndian.Uint64(b[40:]),
 		txid:     binary.LittleEndian.Uint64(b[48:]),
 	}
-	if m.pageSize < 512 || m.pageSize&(m.pageSize-1) != 0 || off != int64(id)*int64(m.pageSize) {
+	if m.pageSize < 512 || m.pageSize > maxPageSize || m.pageSize&(m.pageSize-1) != 0 || off != int64(id)*int64(m.pageSize) {
 		return meta{}, fmt.Errorf("page size %d", m.pageSize)
 	}
 	if m.hwm < 2 || m.hwm > uint64(s.size)/uint64(m.pageSize) {

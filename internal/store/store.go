@@ -51,6 +51,11 @@
 //
 // Schema changes are migrations appended to the migrations list; Open applies
 // those newer than the file's version in one transaction.
+//
+// Damage: Open checks every page in use before bbolt maps the file and
+// refuses a damaged one (ErrDamaged); a transaction that panics or faults on
+// a page damaged later is its caller's ErrDamaged; Repair salvages the
+// intact pages into a new file (scan.go, check.go, repair.go).
 package store
 
 import (

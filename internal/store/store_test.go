@@ -189,7 +189,7 @@ func msg(ch, id string, sec int, root string) channel.Message {
 }
 
 // fill writes one of everything.
-func fill(t *testing.T, s *Store) {
+func fill(t testing.TB, s *Store) {
 	t.Helper()
 	k := session.Key{Channel: "ch-backend", Binding: "b-claude"}
 	if err := s.AppendTurns(k, session.Turn{Role: session.RoleUser, Text: "hi", At: t0}, session.Turn{Role: session.RoleAssistant, Text: "hello", At: t0}); err != nil {
