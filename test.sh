@@ -29,3 +29,4 @@ RESIDENTD_API_TRACE_CHECK="$trace" go test -count=1 -run '^TestSuiteTraffic$' -v
 # Bounded fuzzing: the API's request decoder and the channel-context render.
 go test -run='^$' -fuzz=FuzzDecodeTurn -fuzztime=15s ./internal/api/
 go test -run='^$' -fuzz=FuzzRender -fuzztime=15s ./internal/delivery/
+go test -run='^$' -fuzz=FuzzScanDamaged -fuzztime=15s ./internal/store/

@@ -554,6 +554,7 @@ const (
 	CodeAlreadyAnswered  = "already_answered" // the permission request was answered already
 	CodeBudgetExceeded   = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
 	CodeInvalidOption    = "invalid_option"   // a session option id or value the binding's agent does not list
+	CodeStoreDamaged     = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

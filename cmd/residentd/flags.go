@@ -16,6 +16,7 @@ var synopses = map[string]string{
 	"sim":       "sim [flags]",
 	"install":   "install [flags]",
 	"uninstall": "uninstall [flags]",
+	"repair":    "repair [--check] [--config FILE] [--state DIR] [FILE]   (the daemon must be stopped)",
 	"mcp":       "mcp [flags]",
 	"mention":   "mention --channel ID [--binding ID] [flags] TEXT...",
 	"push":      "push [flags] < messages.ndjson   (one apitype.Message JSON object per line)",

@@ -39,6 +39,7 @@ Daemon:
   sim         reproduce the token simulation through the real daemon
   install     write the systemd user unit (Linux) or LaunchAgent (macOS)
   uninstall   remove them
+  repair      copy what is readable of a damaged state file into a new one
 
 Client (talks to the daemon's socket):
   mention     send a mention and stream the reply (asks you the agent's
@@ -94,6 +95,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdInstall(rest, stdout, false)
 	case "uninstall":
 		err = cmdInstall(rest, stdout, true)
+	case "repair":
+		err = cmdRepair(ctx, rest, stdout)
 	case "mention":
 		err = cmdMention(ctx, rest, stdin, stdout)
 	case "attach":

@@ -189,7 +189,12 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	log := deps.log
 	// The store's file lock comes first: a second daemon must fail here,
 	// before it touches the first one's socket.
-	st, err := store.Open(filepath.Join(cfg.StateDir, "residentd.db"), store.Options{MaxWatermarkIDs: cfg.Context.MaxIDs})
+	st, err := store.Open(filepath.Join(cfg.StateDir, "residentd.db"), store.Options{
+		MaxWatermarkIDs: cfg.Context.MaxIDs,
+		// A read or write that met a damaged page failed alone; say so
+		// once per failure, where an operator looks.
+		OnDamage: func(err error) { log.Error("store reported damage", zap.Error(err)) },
+	})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("%w: %v", errLockedState, err)
 	}
@@ -197,6 +202,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		return err
 	}
 	defer st.Close()
+	logChecked(log, st.Checked())
 
 	ln := deps.listener
 	if ln == nil {
@@ -224,6 +230,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	reg := tools.NewRegistry()
 	launcher := &tools.Launcher{Registry: reg, Command: deps.self, Args: []string{"mcp"}, Socket: sock}
 	m := metrics.New(version, nil) // the daemon plugs in its pool's gauges
+	m.Registry.MustRegister(storeDamage(st))
 	// What an agent starts and abandons re-parents here, not to PID 1, so it
 	// is found and reaped; serve owns the process, so it decides this.
 	if stopReaper, err := child.Subreaper(log.Named("child")); err != nil {

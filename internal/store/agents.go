@@ -62,7 +62,7 @@ func (s *Store) ForgetAgent(pid int) error {
 // Agents lists the recorded agent processes by pid.
 func (s *Store) Agents() ([]AgentRecord, error) {
 	var out []AgentRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAgents).ForEach(func(k, v []byte) error {
 			var r AgentRecord
 			if err := json.Unmarshal(v, &r); err != nil {

@@ -16,7 +16,7 @@ import (
 // error.
 func (s *Store) Conversation(k session.Key) ([]session.Turn, error) {
 	var out []session.Turn
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding))
 		if kb == nil {
 			return nil
@@ -149,7 +149,7 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 // NativeID returns the key's native ACP session id, "" when none is saved.
 func (s *Store) NativeID(k session.Key) (string, error) {
 	var native string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding)); kb != nil {
 			native = string(kb.Get(keyNative))
 		}
@@ -217,7 +217,7 @@ func (s *Store) Forget(k session.Key) error {
 // Keys lists every key with a saved conversation or native id.
 func (s *Store) Keys() ([]session.Key, error) {
 	var out []session.Key
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketConversations).ForEachBucket(func(name []byte) error {
 			parts, err := splitKey(name, 2)
 			if err != nil {

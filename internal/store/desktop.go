@@ -41,7 +41,7 @@ func (s *Store) SetRoster(ch string, members []apitype.Member) error {
 // Roster returns a channel's roster; none pushed yet gives nil.
 func (s *Store) Roster(ch string) ([]apitype.Member, error) {
 	var out []apitype.Member
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if ch == "" {
 			return nil
 		}
@@ -112,7 +112,7 @@ func (s *Store) AddActivity(project string, items []apitype.Activity) error {
 // newest first.
 func (s *Store) Activity(project string, n int) ([]apitype.Activity, error) {
 	var out []apitype.Activity
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if project == "" {
 			return nil
 		}
@@ -159,7 +159,7 @@ func (s *Store) SetProject(ch, project string) error {
 // itself when none was pushed.
 func (s *Store) Project(ch string) (string, error) {
 	project := ch
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketProjects).Get([]byte(ch)); v != nil {
 			project = string(v)
 		}

@@ -405,7 +405,7 @@ func (s *Store) DeleteMessage(ch, id string) error {
 // lives (Seq 0: the channel does not hold it).
 func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
 	var v channel.View
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		cb := openChannel(tx, ch)
 		if cb == nil {
 			for _, id := range known {
@@ -482,7 +482,7 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 // or any reply in it.
 func (s *Store) ThreadKnown(ch, root string) (bool, error) {
 	known := false
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if cb := openChannel(tx, ch); cb != nil {
 			_, _, ok := cb.lookup(root)
 			known = ok || cb.timelineCount(root) > 0
@@ -504,7 +504,7 @@ func (s *Store) Recent(ch, thread string, n int) ([]channel.Message, error) {
 		return nil, nil
 	}
 	var out []channel.Message
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		cb := openChannel(tx, ch)
 		if cb == nil {
 			return nil
@@ -530,7 +530,7 @@ func (s *Store) History(ch, thread string, before string, limit int) (msgs []cha
 	if limit <= 0 {
 		limit = DefaultHistoryLimit
 	}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		cb := openChannel(tx, ch)
 		if cb == nil {
 			return nil
@@ -612,7 +612,7 @@ func (cb *channelBuckets) page(thread string, bound []byte, limit int) ([]channe
 // HasMessage reports whether channel ch holds message id.
 func (s *Store) HasMessage(ch, id string) (bool, error) {
 	found := false
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		if cb := openChannel(tx, ch); cb != nil {
 			_, _, found = cb.lookup(id)
 		}
@@ -627,7 +627,7 @@ func (s *Store) HasMessage(ch, id string) (bool, error) {
 // Channels lists the channels holding messages, in byte order.
 func (s *Store) Channels() ([]string, error) {
 	var out []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketChannels).ForEachBucket(func(name []byte) error {
 			out = append(out, string(name))
 			return nil

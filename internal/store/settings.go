@@ -36,7 +36,7 @@ func migrateSettings(tx *bolt.Tx) error {
 // API (the binding's options are in the config).
 func (s *Store) KeyOptions() (map[session.Key]map[string]string, error) {
 	out := map[session.Key]map[string]string{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketOptions).ForEach(func(k, v []byte) error {
 			parts, err := splitKey(k, 2)
 			if err != nil {
@@ -109,7 +109,7 @@ func (s *Store) AddSpend(spend []Spend) error {
 func (s *Store) SpentOn(day time.Time) (map[SpendKey]float64, error) {
 	out := map[SpendKey]float64{}
 	prefix := joinKey(day.Format(dayLayout))
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketSpend).Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			parts, err := splitKey(k, 3)

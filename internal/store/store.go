@@ -51,6 +51,11 @@
 //
 // Schema changes are migrations appended to the migrations list; Open applies
 // those newer than the file's version in one transaction.
+//
+// Damage: Open checks every page in use before bbolt maps the file and
+// refuses a damaged one (ErrDamaged); a transaction that panics or faults on
+// a page damaged later is its caller's ErrDamaged; Repair salvages the
+// intact pages into a new file (scan.go, check.go, repair.go).
 package store
 
 import (
@@ -59,6 +64,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,6 +132,10 @@ type Options struct {
 	MaxRoster          int           // members kept per channel roster
 	MaxActivity        int           // activity items kept per project
 	MaxWatermarkIDs    int           // ids kept per watermark (oldest dropped); default channel.MaxWatermarkIDs
+
+	// OnDamage, if set, hears of every transaction that panicked (see
+	// ErrDamaged) with the error its caller gets; it must not block.
+	OnDamage func(error)
 }
 
 func (o Options) withDefaults() Options {
@@ -165,6 +175,9 @@ type Store struct {
 
 	commits atomic.Int64 // write transactions committed
 	writes  atomic.Int64 // writes committed (several can share a transaction)
+	damage  atomic.Int64 // transactions that panicked (ErrDamaged)
+
+	check CheckReport // what Open's check of the file found
 }
 
 // write is one caller's part of a group transaction.
@@ -227,10 +240,13 @@ func (s *Store) commitGroup(group []*write) {
 	// A panic in the transaction (bbolt panics on a corrupt page; bbolt
 	// rolls the transaction back) fails the group's writes with an error
 	// rather than in whichever caller happens to lead, and later writes go on.
+	// A fault on a page id past the mapping is such a panic too.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
+			err := s.damaged("write transaction", p)
 			for _, g := range group {
-				g.finishOnce(fmt.Errorf("write transaction panicked: %v", p))
+				g.finishOnce(err)
 			}
 		}
 	}()
@@ -238,7 +254,7 @@ func (s *Store) commitGroup(group []*write) {
 		failed := -1
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			for i, w := range group {
-				if err := w.run(tx); err != nil {
+				if err := w.run(s, tx); err != nil {
 					failed = i
 					return err
 				}
@@ -268,10 +284,10 @@ func (w *write) finish(err error) {
 
 // run runs w's fn, a panic in it (bbolt panics on a corrupt page) as its
 // error, so that only w fails.
-func (w *write) run(tx *bolt.Tx) (err error) {
+func (w *write) run(s *Store, tx *bolt.Tx) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("write panicked: %v", p)
+			err = s.damaged("write", p)
 		}
 	}()
 	return w.fn(tx)
@@ -296,10 +312,19 @@ func (s *Store) Writes() int64 { return s.writes.Load() }
 
 // Open opens (creating if needed) the database at path and migrates it to
 // SchemaVersion. The parent directory is created 0700 and the file 0600.
+// An existing file is checked page by page first (see scan): a damaged one
+// is refused with an error wrapping ErrDamaged that names `residentd
+// repair`; Checked reports what the check found.
 func Open(path string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: create directory for %q: %w", path, err)
+	}
+	// The file is checked before bbolt maps it: bbolt panics, or faults,
+	// on a damaged page when a request first reads it, long after startup.
+	check, err := checkFile(path, opts.LockTimeout)
+	if err != nil {
+		return nil, err
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opts.LockTimeout,
@@ -316,7 +341,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %q: %w", path, err)
 	}
-	return &Store{db: db, path: path, opts: opts}, nil
+	return &Store{db: db, path: path, opts: opts, check: check}, nil
 }
 
 // Close releases the file and its lock. Calling it again returns the first
@@ -335,7 +360,7 @@ func (s *Store) Path() string { return s.path }
 
 // Check runs bbolt's consistency check and returns the first problem found.
 func (s *Store) Check() error {
-	return s.db.View(func(tx *bolt.Tx) error {
+	return s.view(func(tx *bolt.Tx) error {
 		var first error
 		// Drain every report: the checker goroutine blocks on the channel
 		// until it is read to the end and must not outlive the transaction.

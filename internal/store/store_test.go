@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,11 +173,11 @@ func TestCheckHealthy(t *testing.T) {
 func TestOptionsDefaults(t *testing.T) {
 	got := Options{}.withDefaults()
 	want := Options{LockTimeout: 100 * time.Millisecond, MaxTurns: 200, MaxChannelMessages: 5000, MaxRoster: 500, MaxActivity: 200, MaxWatermarkIDs: 200}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}
 	kept := Options{LockTimeout: time.Second, MaxTurns: 1, MaxChannelMessages: 2, MaxRoster: 3, MaxActivity: 4, MaxWatermarkIDs: 5}
-	if got := kept.withDefaults(); got != kept {
+	if got := kept.withDefaults(); !reflect.DeepEqual(got, kept) {
 		t.Errorf("set options changed: %+v", got)
 	}
 }
@@ -188,7 +189,7 @@ func msg(ch, id string, sec int, root string) channel.Message {
 }
 
 // fill writes one of everything.
-func fill(t *testing.T, s *Store) {
+func fill(t testing.TB, s *Store) {
 	t.Helper()
 	k := session.Key{Channel: "ch-backend", Binding: "b-claude"}
 	if err := s.AppendTurns(k, session.Turn{Role: session.RoleUser, Text: "hi", At: t0}, session.Turn{Role: session.RoleAssistant, Text: "hello", At: t0}); err != nil {

@@ -25,7 +25,7 @@ func (s *Store) Watermark(wk channel.WatermarkKey) (channel.Watermark, bool, err
 		w     channel.Watermark
 		found bool
 	)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		w, found, err = getWatermark(tx, wk)
 		return err
