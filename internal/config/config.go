@@ -101,6 +101,11 @@ type Binding struct {
 	UsageTotals bool `json:"usage_totals,omitempty"`
 	// Prices price a turn the agent reports tokens for but no cost.
 	Prices *Prices `json:"prices,omitempty"`
+
+	// RetryInterrupted runs a turn that was in flight when the daemon
+	// stopped (clean or killed) again, as a new attempt of the same run,
+	// when the daemon next starts; on by default.
+	RetryInterrupted *bool `json:"retry_interrupted,omitempty"`
 }
 
 // Prices are per million tokens, in Currency (default USD).
@@ -126,6 +131,9 @@ const (
 
 // RestoreOn reports whether restore is enabled.
 func (b Binding) RestoreOn() bool { return b.Restore == nil || *b.Restore }
+
+// RetryOn reports whether an interrupted run is retried after a restart.
+func (b Binding) RetryOn() bool { return b.RetryInterrupted == nil || *b.RetryInterrupted }
 
 // ToolsOn reports whether channel tools are passed to the agent.
 func (b Binding) ToolsOn() bool { return b.Tools == nil || *b.Tools }

@@ -41,6 +41,9 @@ var (
 	ErrRunEnded       = errors.New("run already ended")
 	ErrAgentFailed    = errors.New("agent failed the turn")
 	ErrShuttingDown   = errors.New("daemon is shutting down")
+	// ErrInterrupted: the daemon stopped while the run's attempt was in
+	// flight, and its binding does not retry interrupted runs.
+	ErrInterrupted = errors.New("interrupted by a restart")
 	// ErrBackoff: the binding's agents keep failing to start or crashing, so
 	// its next spawn waits; other bindings are unaffected.
 	ErrBackoff = errors.New("agent is in crash-loop backoff")
@@ -192,6 +195,10 @@ func New(o Options) (*Daemon, error) {
 	pctx, stop := context.WithCancel(context.Background())
 	d.stopProbing = stop
 	d.probeOptions(pctx)
+	if err := d.resume(); err != nil {
+		d.Close(0)
+		return nil, fmt.Errorf("daemon: resume the recorded runs: %w", err)
+	}
 	return d, nil
 }
 
