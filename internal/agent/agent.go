@@ -74,6 +74,10 @@ var (
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// holdDirective makes the turn wait, after a first reply chunk, until
+	// the file it names exists: a turn a test can stop mid-prompt and
+	// that passes on its next attempt.
+	holdDirective = lazyRegexp(`\[\[hold:([^\]]+)\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -403,6 +407,14 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 
 	b.directives(ctx, id, text)
+	if m := holdDirective().FindStringSubmatch(text); m != nil {
+		if err := b.send(ctx, id, acp.UpdateAgentThoughtText("holding until "+m[1]+" exists")); err != nil {
+			return acp.PromptResponse{}, err
+		}
+		if !waitFile(ctx, m[1]) {
+			return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+		}
+	}
 	if strings.Contains(text, truncationMarker) {
 		if h := b.fetchHistory(ctx, id, text, mcp); h != "" {
 			reply += " " + h
@@ -458,6 +470,22 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 	}
 	_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	return in, out, spentIn, spentOut
+}
+
+// waitFile waits until path exists (true) or ctx ends (false).
+func waitFile(ctx context.Context, path string) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // directives runs the test-only client calls found in the prompt.

@@ -86,7 +86,7 @@ type Run struct {
 	qPos     int
 	started  time.Time
 	ended    time.Time
-	attempt  int // attempts started
+	attempt  int    // attempts started
 	lines    []line // buffered events, seq order
 	chunked  bool   // reply chunks were logged: the done line need not repeat the text
 	bytes    int
