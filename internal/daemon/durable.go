@@ -167,12 +167,18 @@ func (d *Daemon) resume() error {
 	}
 	var todo []pending
 	for _, rec := range recs {
-		if !rec.Ended.IsZero() {
-			continue // read when a client asks for it (known)
-		}
 		var req apitype.TurnRequest
 		if err := json.Unmarshal(rec.Request, &req); err != nil {
 			d.log.Error("a recorded run's request does not read; it is dropped", zap.String("run", rec.ID), zap.Error(err))
+			continue
+		}
+		if !rec.Ended.IsZero() {
+			if rec.Ended.After(cut) {
+				key := session.Key{Channel: req.Channel, Binding: req.Binding}
+				if _, err := d.runs.Restore(rec.ID, key, req.MessageID, fingerprint(req), rec.Created, rec.Attempt, raw(rec.Events)); err != nil {
+					d.log.Error("restore a recorded run", zap.String("run", rec.ID), zap.Error(err))
+				}
+			}
 			continue
 		}
 		todo = append(todo, pending{rec, req})

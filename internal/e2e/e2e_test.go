@@ -44,7 +44,8 @@ type node struct {
 	sock  string
 	cmd   *exec.Cmd
 	c     *client.Client
-	posts int // messages posted so far: each gets a later created_at
+	posts int      // messages posted so far: each gets a later created_at
+	env   []string // added to the daemon's environment
 }
 
 func newNode(t *testing.T) *node {
@@ -64,6 +65,9 @@ func (n *node) start(args ...string) {
 		n.t.Fatal(err)
 	}
 	n.cmd.Stderr = log
+	if len(n.env) > 0 {
+		n.cmd.Env = append(os.Environ(), n.env...)
+	}
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}

@@ -90,6 +90,7 @@ type Run struct {
 	lines    []line // buffered events, seq order
 	chunked  bool   // reply chunks were logged: the done line need not repeat the text
 	bytes    int
+	dropped  int64         // the seq of the last event the bounds dropped
 	last     int64         // the last seq handed out
 	changed  chan struct{} // closed and replaced on every change
 	result   *apitype.Event
@@ -227,6 +228,7 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	// Keep the newest within both bounds, and always the newest one.
 	for len(r.lines) > 1 && (len(r.lines) > r.limits.Events || r.bytes > r.limits.Bytes) {
 		r.bytes -= len(r.lines[0].data)
+		r.dropped = r.lines[0].seq
 		r.lines[0] = line{}
 		r.lines = r.lines[1:]
 	}
@@ -279,7 +281,7 @@ func (r *Run) Read(after int64, lean bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := Batch{Last: after, Changed: r.changed}
-	if len(r.lines) > 0 && after+1 < r.lines[0].seq {
+	if after < r.dropped {
 		b.Gone = true
 		return b
 	}
