@@ -91,7 +91,24 @@ func rawEvents(lines [][]byte) []json.RawMessage {
 type record struct {
 	d         *Daemon
 	rec       store.RunRecord
-	committed bool // the end rode the turn's own transaction
+	committed bool           // the end rode the turn's own transaction
+	final     *apitype.Event // the run's last event, once recorded
+}
+
+// finish records the run's end once, done or the error err, and returns
+// its last event.
+func (c *record) finish(r *run.Run, done apitype.Event, err error) apitype.Event {
+	if c.final != nil {
+		return *c.final
+	}
+	if err != nil {
+		done = apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: c.d.now()}
+	}
+	if !c.committed {
+		c.end(r, done, err)
+	}
+	c.final = &done
+	return done
 }
 
 // start records that attempt rec.Attempt+1 of r is about to prompt its

@@ -128,14 +128,8 @@ func (d *Daemon) goRun(ctx context.Context, cancel context.CancelCauseFunc, r *r
 		d.mu.Lock()
 		delete(d.cancels, r.ID)
 		d.mu.Unlock()
-		if err != nil {
-			done = apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: d.now()}
-		}
 		// Recorded before a follower can see the end.
-		if !c.committed {
-			c.end(r, done, err)
-		}
-		r.Finish(done, err)
+		r.Finish(c.finish(r, done, err), err)
 	}()
 }
 
@@ -256,6 +250,7 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 			keep = false
 		}
 		co.Lease.Discard()
+		c.finish(r, apitype.Event{}, err)
 		d.pool.Release(co, keep)
 		return apitype.Event{}, err
 	}
@@ -270,6 +265,9 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	for n := co.Lease.Discard(); n > 0; n-- {
 		d.m.Watermark(false)
 	}
+	// Recorded while the key is still held, so the next run on it starts
+	// after this one has its end.
+	c.finish(r, done, err)
 	d.pool.Release(co, keep)
 	return done, err
 }
