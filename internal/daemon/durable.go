@@ -160,7 +160,9 @@ func (c *record) end(r *run.Run, last apitype.Event, err error) {
 	if last.At.IsZero() {
 		last.At = rec.Ended
 	}
-	rec.Events = append(rec.Events, r.Final(last))
+	if _, _, ended := r.Result(); !ended {
+		rec.Events = append(rec.Events, r.Final(last))
+	}
 	if serr := c.d.st.EndRun(rec, cut, keep); serr != nil {
 		c.d.log.Error("recording the run's end failed: a restart would run it again", zap.String("run", r.ID), zap.Error(serr))
 	}

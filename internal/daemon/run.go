@@ -237,6 +237,11 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		if !errors.Is(err, ErrShuttingDown) {
 			log.Info("turn failed before it started", zap.String("outcome", string(Outcome(err))), zap.Error(err))
 		}
+		// It holds no key: it ends now, as it always did, and its record
+		// follows (a restart in between runs it, never started, again).
+		ev := apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: d.now()}
+		r.Finish(ev, err)
+		c.finish(r, ev, err)
 		return apitype.Event{}, err
 	}
 	d.m.ObserveQueueWait(co.Waited)
