@@ -54,6 +54,12 @@ const (
 	QueueNoSlot  = "no_slot"  // every agent slot is taken by a running turn
 )
 
+// Answered is one mention a turn answered.
+type Answered struct {
+	RunID     string `json:"run_id"`
+	MessageID string `json:"message_id,omitempty"`
+}
+
 // Event is one line of a run's stream. Seq numbers a run's events from 1,
 // so a client that lost its connection re-attaches with
 // GET /v1/runs/{id}/events?after=SEQ.
@@ -90,6 +96,12 @@ type Event struct {
 	// IdleGapS is the time since the key's previous turn ended, in seconds;
 	// absent for the key's first turn in this daemon's run.
 	IdleGapS *float64 `json:"idle_gap_seconds,omitempty"`
+	// Answers lists every mention a coalesced turn answered (its own
+	// first), so the app can thread the reply to each.
+	Answers []Answered `json:"answers,omitempty"`
+	// AnsweredBy, in the done or error of a mention that was coalesced
+	// into another run's turn: that run, whose done has the reply.
+	AnsweredBy string `json:"answered_by,omitempty"`
 
 	// error
 	Code    string `json:"code,omitempty"`

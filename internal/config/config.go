@@ -106,7 +106,19 @@ type Binding struct {
 	// stopped (clean or killed) again, as a new attempt of the same run,
 	// when the daemon next starts; on by default.
 	RetryInterrupted *bool `json:"retry_interrupted,omitempty"`
+
+	// Bursts says what mentions that arrive while the key's turn runs do:
+	// "queue" (the default: each runs as its own turn, in order) or
+	// "coalesce" (those waiting when the key frees run as one turn that
+	// lists each of them).
+	Bursts string `json:"bursts,omitempty"`
 }
+
+// Burst modes of a binding.
+const (
+	BurstsQueue    = "queue"
+	BurstsCoalesce = "coalesce"
+)
 
 // Prices are per million tokens, in Currency (default USD).
 type Prices struct {
@@ -418,6 +430,9 @@ func (c *Config) SetDefaults() {
 		if b.RestoreMethod == "" {
 			b.RestoreMethod = RestoreAuto
 		}
+		if b.Bursts == "" {
+			b.Bursts = BurstsQueue
+		}
 		if b.BriefEvery <= 0 {
 			b.BriefEvery = 10
 		}
@@ -464,6 +479,11 @@ func (c *Config) Validate() error {
 		case "", RestoreAuto, RestoreResume, RestoreLoad:
 		default:
 			return fmt.Errorf("%w: binding %q: restore_method %q: use auto, resume or load", ErrInvalid, b.ID, b.RestoreMethod)
+		}
+		switch b.Bursts {
+		case "", BurstsQueue, BurstsCoalesce:
+		default:
+			return fmt.Errorf("%w: binding %q: bursts %q: use queue or coalesce", ErrInvalid, b.ID, b.Bursts)
 		}
 		for id, v := range b.SessionOptions {
 			if id == "" || v == "" {

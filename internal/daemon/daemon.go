@@ -106,6 +106,7 @@ type Daemon struct {
 	framing  map[string]string                  // binding -> framing of its last cold turn
 	loops    map[string]*crashLoop              // binding -> its crash loop, while failing
 	restores map[string]*restoreRun             // binding -> its failed restores in a row
+	bursts   map[session.Key][]*burst           // runs of coalescing bindings waiting for their key
 	closing  bool
 
 	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
@@ -143,6 +144,7 @@ func New(o Options) (*Daemon, error) {
 		}, o.Now),
 		loops:       map[string]*crashLoop{},
 		restores:    map[string]*restoreRun{},
+		bursts:      map[session.Key][]*burst{},
 		listed:      map[string][]acp.Option{},
 		optionErrs:  map[string]string{},
 		warned:      map[string]bool{},

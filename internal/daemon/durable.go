@@ -93,6 +93,8 @@ type record struct {
 	rec       store.RunRecord
 	committed bool           // the end rode the turn's own transaction
 	final     *apitype.Event // the run's last event, once recorded
+	cancel    context.CancelCauseFunc
+	taken     []*burst // the runs its turn answers besides its own (bursts coalesce)
 }
 
 // finish records the run's end once, done or the error err, and returns

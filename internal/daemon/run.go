@@ -119,6 +119,7 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 // goRun executes r in a goroutine the daemon owns (counted in d.turns by
 // the caller) and records its end.
 func (d *Daemon) goRun(ctx context.Context, cancel context.CancelCauseFunc, r *run.Run, b config.Binding, req apitype.TurnRequest, c *record) {
+	c.cancel = cancel
 	go func() {
 		defer d.turns.Done()
 		defer cancel(nil)
@@ -224,10 +225,18 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		reason := apitype.QueueKeyBusy
 		if w.Slot {
 			reason = apitype.QueueNoSlot
+		} else if b.Bursts == config.BurstsCoalesce {
+			d.joinBurst(r.Key, &burst{r: r, req: req, cancel: c.cancel})
 		}
 		r.Emit(apitype.Event{Event: apitype.EventQueued, Reason: reason, Position: w.Position})
 	}, OnStart: r.Starting})
+	if by, ok := coalescedBy(ctx); ok && err != nil {
+		done, err := awaitAnswer(by)
+		d.m.ObserveTurn(lease.Unstarted, Outcome(err), d.now().Sub(start))
+		return done, err
+	}
 	if err != nil {
+		d.takeBurst(r.Key, r, config.Binding{})
 		if errors.Is(err, pool.ErrClosed) {
 			err = ErrShuttingDown
 		}
@@ -245,6 +254,7 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		return apitype.Event{}, err
 	}
 	d.m.ObserveQueueWait(co.Waited)
+	c.taken = d.takeBurst(r.Key, r, b)
 	keep := b.Resident || b.SavedSession != ""
 	if err := d.prepare(ctx, r, b, req, co, start, log); err != nil {
 		// The agent never got this turn. A session that has not had its
@@ -305,6 +315,9 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	shape := l.Shape.String()
 	r.Emit(apitype.Event{Event: apitype.EventStarted, Attempt: r.Attempt() + 1, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
 	req.RunID = r.ID
+	if len(c.taken) > 0 {
+		req.Text = d.coalescedText(req, c.taken)
+	}
 
 	out, rep, err := d.compose(key, b, req, l, co.Session)
 	text, user := out.Text, out.Stored
@@ -384,7 +397,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	if l.Staged() == 0 {
 		wm = apitype.WatermarkNone
 	}
-	done := apitype.Event{Event: apitype.EventDone, At: now, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS}
+	done := apitype.Event{Event: apitype.EventDone, At: now, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS, Answers: answers(r, c.taken)}
 	// The exchange, the watermarks and the run's end go in one transaction.
 	ended := c.ended(r)
 	ended.Ended = now

@@ -1,0 +1,131 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/run"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// A binding with bursts "coalesce" answers the mentions that queued behind
+// its key's running turn in one turn: the run that gets the key next takes
+// every run still waiting for it, lists each mention in its prompt, and
+// lists them in its done; each taken run ends, once that turn has, with a
+// pointer to it (answered_by).
+
+// burst is a run of a coalescing binding waiting for its key.
+type burst struct {
+	r      *run.Run
+	req    apitype.TurnRequest
+	cancel context.CancelCauseFunc
+}
+
+// coalesced is the cancel cause of a run another run's turn took in.
+type coalesced struct{ by *run.Run }
+
+func (c *coalesced) Error() string { return "coalesced into run " + c.by.ID }
+
+// joinBurst registers r as waiting for its busy key.
+func (d *Daemon) joinBurst(k session.Key, bu *burst) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, o := range d.bursts[k] {
+		if o.r == bu.r {
+			return
+		}
+	}
+	d.bursts[k] = append(d.bursts[k], bu)
+}
+
+// takeBurst removes r from its key's waiting runs and, when b coalesces,
+// takes the others in: they stop waiting, and end when r's turn has.
+func (d *Daemon) takeBurst(k session.Key, r *run.Run, b config.Binding) []*burst {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var taken, rest []*burst
+	for _, o := range d.bursts[k] {
+		switch {
+		case o.r == r:
+		case b.Bursts == config.BurstsCoalesce:
+			taken = append(taken, o)
+		default:
+			rest = append(rest, o)
+		}
+	}
+	if len(rest) == 0 {
+		delete(d.bursts, k)
+	} else {
+		d.bursts[k] = rest
+	}
+	for _, o := range taken {
+		o.cancel(&coalesced{by: r})
+	}
+	return taken
+}
+
+// coalescedText is the user text of a turn that answers several mentions:
+// each with its message id, author and text, the turn's own first.
+func (d *Daemon) coalescedText(req apitype.TurnRequest, taken []*burst) string {
+	var sb strings.Builder
+	sb.WriteString("Several mentions arrived while you were busy; they are answered together in this turn. Answer each of them, naming its message id:\n")
+	line := func(q apitype.TurnRequest) {
+		author := "someone"
+		if q.MessageID != "" {
+			if m, ok, err := d.st.Message(q.Channel, q.MessageID); err == nil && ok {
+				author = m.Author
+			}
+		}
+		id := q.MessageID
+		if id == "" {
+			id = "-"
+		}
+		fmt.Fprintf(&sb, "- [%s] %s: %s\n", id, author, strings.ReplaceAll(q.Text, "\n", " "))
+	}
+	line(req)
+	for _, o := range taken {
+		line(o.req)
+	}
+	return sb.String()
+}
+
+// answers lists the mentions a turn answered: its own, then those taken in.
+func answers(r *run.Run, taken []*burst) []apitype.Answered {
+	if len(taken) == 0 {
+		return nil
+	}
+	out := []apitype.Answered{{RunID: r.ID, MessageID: r.MessageID}}
+	for _, o := range taken {
+		out = append(out, apitype.Answered{RunID: o.r.ID, MessageID: o.r.MessageID})
+	}
+	return out
+}
+
+// awaitAnswer waits for the run that took r in to end and returns r's own
+// last event: done (or that run's error) with a pointer to it.
+func awaitAnswer(by *run.Run) (apitype.Event, error) {
+	for {
+		changed := by.Wait() // before the check: a change in between closes it
+		ev, err, ok := by.Result()
+		if ok {
+			if err != nil {
+				return apitype.Event{}, fmt.Errorf("coalesced into run %q, which failed: %w", by.ID, err)
+			}
+			return apitype.Event{Event: apitype.EventDone, AnsweredBy: by.ID, Shape: ev.Shape, StopReason: ev.StopReason, Watermark: apitype.WatermarkNone}, nil
+		}
+		<-changed
+	}
+}
+
+// coalescedBy returns the run that took in the run whose context is ctx.
+func coalescedBy(ctx context.Context) (*run.Run, bool) {
+	var c *coalesced
+	if errors.As(context.Cause(ctx), &c) {
+		return c.by, true
+	}
+	return nil, false
+}
