@@ -113,13 +113,25 @@ func awaitAnswer(by *run.Run) (apitype.Event, error) {
 		ev, err, ok := by.Result()
 		if ok {
 			if err != nil {
-				return apitype.Event{}, fmt.Errorf("coalesced into run %q, which failed: %w", by.ID, err)
+				return apitype.Event{}, &answerFailed{by: by.ID, err: err}
 			}
 			return apitype.Event{Event: apitype.EventDone, AnsweredBy: by.ID, Shape: ev.Shape, StopReason: ev.StopReason, Watermark: apitype.WatermarkNone}, nil
 		}
 		<-changed
 	}
 }
+
+// answerFailed is the error of a run whose mention another run's failed
+// turn took in.
+type answerFailed struct {
+	by  string
+	err error
+}
+
+func (e *answerFailed) Error() string {
+	return fmt.Sprintf("coalesced into run %q, which failed: %v", e.by, e.err)
+}
+func (e *answerFailed) Unwrap() error { return e.err }
 
 // coalescedBy returns the run that took in the run whose context is ctx.
 func coalescedBy(ctx context.Context) (*run.Run, bool) {

@@ -105,6 +105,10 @@ func (c *record) finish(r *run.Run, done apitype.Event, err error) apitype.Event
 	}
 	if err != nil {
 		done = apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: c.d.now()}
+		var af *answerFailed
+		if errors.As(err, &af) {
+			done.AnsweredBy = af.by
+		}
 	}
 	if !c.committed {
 		c.end(r, done, err)
