@@ -110,7 +110,8 @@ type Binding struct {
 	// Bursts says what mentions that arrive while the key's turn runs do:
 	// "queue" (the default: each runs as its own turn, in order) or
 	// "coalesce" (those waiting when the key frees run as one turn that
-	// lists each of them).
+	// lists each of them) or "steer" (each joins the running turn, where
+	// the agent takes steering; otherwise it queues).
 	Bursts string `json:"bursts,omitempty"`
 }
 
@@ -118,6 +119,7 @@ type Binding struct {
 const (
 	BurstsQueue    = "queue"
 	BurstsCoalesce = "coalesce"
+	BurstsSteer    = "steer"
 )
 
 // Prices are per million tokens, in Currency (default USD).
@@ -481,9 +483,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: binding %q: restore_method %q: use auto, resume or load", ErrInvalid, b.ID, b.RestoreMethod)
 		}
 		switch b.Bursts {
-		case "", BurstsQueue, BurstsCoalesce:
+		case "", BurstsQueue, BurstsCoalesce, BurstsSteer:
 		default:
-			return fmt.Errorf("%w: binding %q: bursts %q: use queue or coalesce", ErrInvalid, b.ID, b.Bursts)
+			return fmt.Errorf("%w: binding %q: bursts %q: use queue, coalesce or steer", ErrInvalid, b.ID, b.Bursts)
 		}
 		for id, v := range b.SessionOptions {
 			if id == "" || v == "" {

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+
+	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
@@ -68,24 +72,90 @@ func (d *Daemon) takeBurst(k session.Key, r *run.Run, b config.Binding) []*burst
 	return taken
 }
 
+// steerTarget is the running turn of a steering binding's key, while its
+// agent works on it.
+type steerTarget struct {
+	r      *run.Run
+	a      *acp.Agent
+	native string
+
+	mu       sync.Mutex // guards taken and closed
+	taken    []*burst   // the mentions steered into the turn
+	closed   bool       // the prompt returned: no more steering
+	inflight sync.WaitGroup
+}
+
+// steerable registers the running turn of r on its key for steering and
+// returns the func that ends that and returns the mentions that joined it.
+func (d *Daemon) steerable(r *run.Run, a *acp.Agent, native string) func() []*burst {
+	t := &steerTarget{r: r, a: a, native: native}
+	d.mu.Lock()
+	d.steering[r.Key] = t
+	d.mu.Unlock()
+	return func() []*burst {
+		d.mu.Lock()
+		if d.steering[r.Key] == t {
+			delete(d.steering, r.Key)
+		}
+		d.mu.Unlock()
+		t.mu.Lock()
+		t.closed = true
+		t.mu.Unlock()
+		t.inflight.Wait()
+		return t.taken
+	}
+}
+
+// steer puts r's mention into its key's running turn, when there is one
+// and its agent takes it, and returns that turn's run.
+func (d *Daemon) steer(ctx context.Context, r *run.Run, req apitype.TurnRequest) (*run.Run, bool) {
+	d.mu.Lock()
+	t := d.steering[r.Key]
+	d.mu.Unlock()
+	if t == nil {
+		return nil, false
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, false
+	}
+	t.inflight.Add(1)
+	t.mu.Unlock()
+	defer t.inflight.Done()
+	if err := t.a.Steer(ctx, t.native, d.mentionLine(req)); err != nil {
+		// No turn running after all, or no steering: a turn of its own.
+		d.log.Debug("steering refused; the mention queues", zap.String("run", r.ID), zap.Error(err))
+		return nil, false
+	}
+	t.mu.Lock()
+	t.taken = append(t.taken, &burst{r: r, req: req})
+	t.mu.Unlock()
+	return t.r, true
+}
+
+// mentionLine is one mention as a coalesced or steered prompt lists it:
+// message id, author and text.
+func (d *Daemon) mentionLine(q apitype.TurnRequest) string {
+	author := "someone"
+	if q.MessageID != "" {
+		if m, ok, err := d.st.Message(q.Channel, q.MessageID); err == nil && ok {
+			author = m.Author
+		}
+	}
+	id := q.MessageID
+	if id == "" {
+		id = "-"
+	}
+	return fmt.Sprintf("- [%s] %s: %s", id, author, strings.ReplaceAll(q.Text, "\n", " "))
+}
+
 // coalescedText is the user text of a turn that answers several mentions:
 // each with its message id, author and text, the turn's own first.
 func (d *Daemon) coalescedText(req apitype.TurnRequest, taken []*burst) string {
 	var sb strings.Builder
 	sb.WriteString("Several mentions arrived while you were busy; they are answered together in this turn. Answer each of them, naming its message id:\n")
-	line := func(q apitype.TurnRequest) {
-		author := "someone"
-		if q.MessageID != "" {
-			if m, ok, err := d.st.Message(q.Channel, q.MessageID); err == nil && ok {
-				author = m.Author
-			}
-		}
-		id := q.MessageID
-		if id == "" {
-			id = "-"
-		}
-		fmt.Fprintf(&sb, "- [%s] %s: %s\n", id, author, strings.ReplaceAll(q.Text, "\n", " "))
-	}
+	line := func(q apitype.TurnRequest) { sb.WriteString(d.mentionLine(q) + "\n") }
 	line(req)
 	for _, o := range taken {
 		line(o.req)

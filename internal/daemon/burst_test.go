@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,9 +19,11 @@ import (
 // A burst of six mentions while the key's turn runs, under each bursts
 // mode: queue answers each in its own turn, in order; coalesce answers
 // the six in one turn whose prompt lists each, whose done lists all six,
-// and each of the others' runs ends pointing at it.
+// and each of the others' runs ends pointing at it; steer puts each into
+// the running turn (the built-in agent records each steer), whose done
+// lists them, and each ends pointing at it.
 func TestBurstOfSix(t *testing.T) {
-	for _, mode := range []string{config.BurstsQueue, config.BurstsCoalesce} {
+	for _, mode := range []string{config.BurstsQueue, config.BurstsCoalesce, config.BurstsSteer} {
 		t.Run(mode, func(t *testing.T) {
 			h, prompts := recorded(t, func(c *config.Config) { c.Bindings[0].Bursts = mode })
 			hold := filepath.Join(h.dir, "hold")
@@ -45,14 +48,19 @@ func TestBurstOfSix(t *testing.T) {
 				}
 				burst = append(burst, r)
 			}
-			testkit.WaitFor(t, 30*time.Second, func() bool {
-				for _, r := range burst {
-					if r.Snapshot().State != apitype.RunQueued {
-						return false
+			if mode == config.BurstsSteer {
+				testkit.WaitFor(t, 30*time.Second, func() bool { return len(steers(t, filepath.Join(h.dir, "record.jsonl"))) == 6 },
+					testkit.Waiting("the burst to be steered into the first turn"))
+			} else {
+				testkit.WaitFor(t, 30*time.Second, func() bool {
+					for _, r := range burst {
+						if r.Snapshot().State != apitype.RunQueued {
+							return false
+						}
 					}
-				}
-				return true
-			}, testkit.Waiting("the burst to queue behind the first turn"))
+					return true
+				}, testkit.Waiting("the burst to queue behind the first turn"))
+			}
 			if err := os.WriteFile(hold, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -69,8 +77,9 @@ func TestBurstOfSix(t *testing.T) {
 				}
 				ends[i] = ev
 			}
-			if ev, err, _ := first.Result(); err != nil || ev.Answers != nil {
-				t.Fatalf("the first turn: %+v %v", ev, err)
+			firstEv, err, _ := first.Result()
+			if err != nil || (mode != config.BurstsSteer) != (firstEv.Answers == nil) {
+				t.Fatalf("the first turn: %+v %v", firstEv, err)
 			}
 			got := prompts()
 			switch mode {
@@ -108,9 +117,51 @@ func TestBurstOfSix(t *testing.T) {
 						t.Fatalf("the coalesced prompt does not list %q once:\n%s", want, p)
 					}
 				}
+			case config.BurstsSteer:
+				if len(got) != 1 || !strings.HasSuffix(firstEv.Text, " steered=6") {
+					t.Fatalf("%d prompts (want 1), the running turn answered %q", len(got), firstEv.Text)
+				}
+				if len(firstEv.Answers) != 7 || firstEv.Answers[0].RunID != first.ID {
+					t.Fatalf("the running turn's answers %+v", firstEv.Answers)
+				}
+				listed := map[string]bool{}
+				for _, a := range firstEv.Answers[1:] {
+					listed[a.RunID+"/"+a.MessageID] = true
+				}
+				st := strings.Join(steers(t, filepath.Join(h.dir, "record.jsonl")), "\n")
+				for i, ev := range ends {
+					if ev.Event != apitype.EventDone || ev.AnsweredBy != first.ID || !listed[burst[i].ID+"/"+fmt.Sprintf("b%d", i+1)] {
+						t.Fatalf("run %d ended %+v, want a pointer to %s", i+1, ev, first.ID)
+					}
+					want := fmt.Sprintf("- [b%d] %s: @agent burst part %d", i+1, authors[i], i+1)
+					if strings.Count(st, want) != 1 {
+						t.Fatalf("the agent was not steered %q once:\n%s", want, st)
+					}
+				}
 			}
 		})
 	}
+}
+
+// steers reads the mentions the built-in agent was steered, from its
+// --record file.
+func steers(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		var rec struct {
+			Method string `json:"method"`
+			Prompt string `json:"prompt"`
+		}
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.Method == "_session/steering" {
+			out = append(out, rec.Prompt)
+		}
+	}
+	return out
 }
 
 // ended returns a channel closed once r has ended.

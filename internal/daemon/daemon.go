@@ -107,6 +107,7 @@ type Daemon struct {
 	loops    map[string]*crashLoop              // binding -> its crash loop, while failing
 	restores map[string]*restoreRun             // binding -> its failed restores in a row
 	bursts   map[session.Key][]*burst           // runs of coalescing bindings waiting for their key
+	steering map[session.Key]*steerTarget       // running turns of steering bindings
 	closing  bool
 
 	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
@@ -145,6 +146,7 @@ func New(o Options) (*Daemon, error) {
 		loops:       map[string]*crashLoop{},
 		restores:    map[string]*restoreRun{},
 		bursts:      map[session.Key][]*burst{},
+		steering:    map[session.Key]*steerTarget{},
 		listed:      map[string][]acp.Option{},
 		optionErrs:  map[string]string{},
 		warned:      map[string]bool{},

@@ -221,6 +221,13 @@ func (d *Daemon) Answer(runID, requestID, optionID string) error {
 func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, c *record) (apitype.Event, error) {
 	log := d.log.With(zap.String("key", r.Key.String()), zap.String("run", r.ID))
 	start := d.now()
+	if b.Bursts == config.BurstsSteer {
+		if by, ok := d.steer(ctx, r, req); ok {
+			done, err := awaitAnswer(by)
+			d.m.ObserveTurn(lease.Unstarted, Outcome(err), d.now().Sub(start))
+			return done, err
+		}
+	}
 	co, err := d.pool.Acquire(ctx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
 		if w.Slot {
@@ -339,6 +346,10 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	defer unask()
 	first := true
 	turnStart := d.now()
+	unsteer := func() []*burst { return nil }
+	if b.Bursts == config.BurstsSteer && co.Session.a.CanSteer() {
+		unsteer = d.steerable(r, co.Session.a, l.Native)
+	}
 	res, err := co.Session.a.Prompt(tctx, l.Native, text, func(u acp.Update) {
 		if first {
 			first = false
@@ -352,6 +363,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
 	crashAt("answered")
+	c.taken = append(c.taken, unsteer()...)
 	// Every turn that reached the agent costs what it reported, failed or not.
 	u := co.Session.turnUsage(b, res)
 	usage := &u
