@@ -183,8 +183,17 @@ func (d *Daemon) resume() error {
 		return err
 	}
 	cut, keep := d.retention()
-	if _, err := d.st.PruneRuns(cut, keep); err != nil {
-		return err
+	ended, old := 0, false
+	for _, rec := range recs {
+		if !rec.Ended.IsZero() {
+			ended++
+			old = old || !rec.Ended.After(cut)
+		}
+	}
+	if old || ended > keep { // a start without anything to prune writes nothing
+		if _, err := d.st.PruneRuns(cut, keep); err != nil {
+			return err
+		}
 	}
 	type pending struct {
 		rec store.RunRecord
