@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -21,12 +20,12 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/resident"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -34,8 +33,8 @@ import (
 
 // Errors the API maps to stable codes.
 var (
-	ErrBadRequest     = errors.New("bad request")
-	ErrUnknownBinding = errors.New("unknown binding")
+	ErrBadRequest     = resident.ErrBadRequest
+	ErrUnknownBinding = resident.ErrUnknownBinding
 	ErrUnknownRun     = errors.New("unknown run")
 	ErrUnknownThread  = errors.New("unknown thread")
 	ErrRunEnded       = errors.New("run already ended")
@@ -43,7 +42,9 @@ var (
 	ErrShuttingDown   = errors.New("daemon is shutting down")
 	// ErrBackoff: the binding's agents keep failing to start or crashing, so
 	// its next spawn waits; other bindings are unaffected.
-	ErrBackoff = errors.New("agent is in crash-loop backoff")
+	ErrBackoff = resident.ErrBackoff
+	// ErrInvalidOption: a session option the agent does not list.
+	ErrInvalidOption = resident.ErrInvalidOption
 	// ErrBudgetExceeded: a daily budget the turn counts toward is spent
 	// (budget.ErrExceeded, under the daemon's name).
 	ErrBudgetExceeded = budget.ErrExceeded
@@ -54,11 +55,8 @@ var (
 	errFresh = errors.New("cancelled: the session was started fresh")
 )
 
-// MCPServers returns the MCP servers handed to a new agent process for key
-// k, and a release func the daemon calls once that process has exited (so
-// any capability it carried dies with it). The daemon sends an empty list
-// when MCPServers is nil or the binding turned tools off.
-type MCPServers func(k session.Key, b config.Binding) (servers []sdk.McpServer, release func())
+// MCPServers is the channel tools handed to a new agent process.
+type MCPServers = resident.MCPServers
 
 // Options wires a Daemon.
 type Options struct {
@@ -80,50 +78,31 @@ type Options struct {
 
 // Daemon runs turns. Create it with New; stop it with Close.
 type Daemon struct {
-	cfg  *config.Config
-	st   *store.Store
-	m    *metrics.Metrics
-	log  *zap.Logger
-	mcp  MCPServers
-	now  func() time.Time
-	pool *pool.Pool[*resident]
+	cfg    *config.Config
+	st     *store.Store
+	m      *metrics.Metrics
+	log    *zap.Logger
+	now    func() time.Time
+	pool   *pool.Pool[*resident.Process]
+	keeper *resident.Keeper
+	book   *budget.Book // daily budgets
 
-	runs     *run.Registry
-	turns    sync.WaitGroup // runs in flight
-	watchers sync.WaitGroup // agent exit watchers
-
-	residents sync.Map // agent pid -> *resident, while it lives
+	runs  *run.Registry
+	turns sync.WaitGroup // runs in flight
 
 	lastMu  sync.Mutex
 	lastEnd map[session.Key]time.Time // when each key's last turn ended, this run
 
-	mu       sync.Mutex                         // guards the fields below
-	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
-	asking   map[string]*asker                  // native session -> the run its permission requests go to
-	framing  map[string]string                  // binding -> framing of its last cold turn
-	loops    map[string]*crashLoop              // binding -> its crash loop, while failing
-	restores map[string]*restoreRun             // binding -> its failed restores in a row
-	closing  bool
-
-	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
-	listed     map[string][]acp.Option           // binding -> the config options its agent last listed
-	optionErrs map[string]string                 // binding -> why its session options failed last
-	warned     map[string]bool                   // what warnOnce logged already
-
-	book *budget.Book // daily budgets
-
-	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
-
-	probes      sync.WaitGroup // startup option checks
-	stopProbing context.CancelFunc
-
-	backoffBase, backoffCap time.Duration
-
-	cgroups *child.Cgroups // nil: agents run without cgroups of their own
+	mu      sync.Mutex                         // guards cancels, asking, framing, warned and closing
+	cancels map[string]context.CancelCauseFunc // run id -> cancel, while it runs
+	asking  map[string]*asker                  // native session -> the run its permission requests go to
+	framing map[string]string                  // binding -> framing of its last cold turn
+	warned  map[string]bool                    // what warnOnce logged already
+	closing bool
 }
 
-// New returns a running daemon; Close stops it. It first stops the agents
-// an earlier run on the same store left behind (see sweepLeftovers).
+// New returns a running daemon; Close stops it. Its keeper first stops the
+// agents an earlier run on the same store left behind.
 func New(o Options) (*Daemon, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -132,46 +111,32 @@ func New(o Options) (*Daemon, error) {
 		o.Now = time.Now
 	}
 	d := &Daemon{
-		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
-		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{},
+		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), now: o.Now,
+		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{}, warned: map[string]bool{},
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
 		}, o.Now),
-		loops:       map[string]*crashLoop{},
-		restores:    map[string]*restoreRun{},
-		listed:      map[string][]acp.Option{},
-		optionErrs:  map[string]string{},
-		warned:      map[string]bool{},
-		lastEnd:     map[session.Key]time.Time{},
-		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
-	}
-	if d.backoffBase <= 0 {
-		d.backoffBase = time.Second
-	}
-	if d.backoffCap <= 0 {
-		d.backoffCap = time.Minute
+		lastEnd: map[session.Key]time.Time{},
 	}
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
 	}
-	keyOpts, err := d.st.KeyOptions()
-	if err != nil {
-		return nil, fmt.Errorf("daemon: %w", err)
-	}
-	d.keyOpts = keyOpts
+	var err error
 	if d.book, err = newBook(o.Config.Budgets, o.Now, d.st); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
-	sweepLeftovers(d.st, d.log)
-	d.cgroups = openCgroups(o.Config, d.log)
-	ids := make([]string, 0, len(o.Config.Bindings))
-	for _, b := range o.Config.Bindings {
-		ids = append(ids, b.ID)
+	// The keeper reads the daemon's clock, which tests may swap.
+	d.keeper, err = resident.New(resident.Options{
+		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
+		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
 	}
-	d.m.InitBindings(ids)
+	d.m.InitBindings(o.Config.BindingIDs())
 	plog := o.Log.Named("pool")
-	d.pool = pool.New[*resident](pool.Config{
+	d.pool = pool.New[*resident.Process](pool.Config{
 		MaxLive:      o.Config.MaxLive,
 		IdleTimeout:  time.Duration(o.Config.IdleTimeout),
 		QueueLen:     o.Config.QueueLen,
@@ -185,13 +150,10 @@ func New(o Options) (*Daemon, error) {
 			}
 			plog.Info("evicted", zap.String("key", k.String()), zap.String("reason", string(r)))
 		},
-	}, (*spawner)(d))
+	}, d.keeper)
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
-	pctx, stop := context.WithCancel(context.Background())
-	d.stopProbing = stop
-	d.probeOptions(pctx)
 	return d, nil
 }
 
@@ -240,7 +202,7 @@ func Outcome(err error) lease.Outcome {
 
 // compose reads what this turn's prompt is made of and hands it to
 // lease.Compose; the watermark it would move is staged on l.
-func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident) (lease.Output, *apitype.ContextReport, error) {
+func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident.Process, prep resident.Prepared) (lease.Output, *apitype.ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
@@ -267,10 +229,9 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
-	briefN, briefDue := s.brief()
 	out, err := lease.Compose(lease.Input{
 		Shape: l.Shape, Native: l.Native,
-		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: briefN, BriefDue: briefDue,
+		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
 		Conversation: func() ([]session.Turn, error) { return d.st.Conversation(key) },
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
@@ -287,7 +248,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if err != nil {
 		return lease.Output{}, nil, err
 	}
-	s.briefSent(out.BriefCount, out.BriefSent)
+	s.BriefSent(out.BriefCount, out.BriefSent)
 	l.Stage(wk, out.Stage)
 	for th, ms := range out.Marks {
 		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})
@@ -321,6 +282,25 @@ func (d *Daemon) watermark(wk channel.WatermarkKey) (*channel.Watermark, error) 
 		return nil, nil
 	}
 	return &w, nil
+}
+
+// idleGap is the time from the end of the key's previous turn in this run
+// to start; false for its first.
+func (d *Daemon) idleGap(k session.Key, start time.Time) (time.Duration, bool) {
+	d.lastMu.Lock()
+	defer d.lastMu.Unlock()
+	prev, ok := d.lastEnd[k]
+	if !ok {
+		return 0, false
+	}
+	return max(0, start.Sub(prev)), true
+}
+
+// turnEnded notes when the key's turn ended, for the next one's gap.
+func (d *Daemon) turnEnded(k session.Key) {
+	d.lastMu.Lock()
+	d.lastEnd[k] = d.now()
+	d.lastMu.Unlock()
 }
 
 // approxTokens estimates tokens at four bytes each; good enough for a
@@ -369,15 +349,6 @@ func (d *Daemon) Fresh(k session.Key) (bool, error) {
 	return had, nil
 }
 
-func (d *Daemon) bindingIDs() []string {
-	ids := make([]string, 0, len(d.cfg.Bindings))
-	for _, b := range d.cfg.Bindings {
-		ids = append(ids, b.ID)
-	}
-	sort.Strings(ids)
-	return ids
-}
-
 // Close stops the daemon: new runs are refused and queued ones end at once
 // (shutting_down); runs in flight get grace to finish with their normal
 // result, and those still going then are cancelled (shutting_down, their
@@ -412,18 +383,11 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 		timer.Stop()
 	}
-	d.stopProbing()
 	err := d.pool.Close()
 	// With their agents stopped the remaining turns end promptly; wait for
-	// them so none writes to the store (or starts a watcher) after Close.
+	// them so none writes to the store (or spawns) after Close.
 	d.turns.Wait()
-	d.watchers.Wait()
-	d.probes.Wait()
-	if d.cgroups != nil {
-		if cerr := d.cgroups.Close(); cerr != nil {
-			d.log.Warn("remove the agents' cgroup", zap.Error(cerr))
-		}
-	}
+	d.keeper.Close()
 	return err
 }
 

@@ -421,8 +421,11 @@ func TestCrashLoopBackoff(t *testing.T) {
 		c.Bindings = append(c.Bindings, faultBinding(t, "b-loop", c.StateDir, mark, "--fault", "exit-initialize"))
 	})
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	// Nothing runs yet: the daemon's clock and backoff can be set directly.
-	h.d.now, h.d.backoffBase, h.d.backoffCap = clk.Now, time.Second, 4*time.Second
+	// Nothing runs yet: reopen with the backoff, then set the daemon's clock.
+	h.close()
+	h.backoffBase, h.backoffCap = time.Second, 4*time.Second
+	h.open()
+	h.d.now = clk.Now
 
 	loop := func(id string) error {
 		return h.turn(apitype.TurnRequest{Channel: "ch-" + id, Binding: "b-loop", Text: "@agent " + id}).err

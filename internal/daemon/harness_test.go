@@ -38,6 +38,8 @@ type harness struct {
 	d    *Daemon
 	log  *zap.Logger
 	now  func() time.Time // the daemon's clock; nil is time.Now
+	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
+	backoffBase, backoffCap time.Duration
 	mu   sync.Mutex
 	evic []string // "key reason", in order
 }
@@ -96,7 +98,7 @@ func (h *harness) open() {
 	}
 	h.st = st
 	h.m = metrics.New("test", nil)
-	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, Now: h.now, OnEvict: func(k session.Key, r pool.Reason) {
+	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, OnEvict: func(k session.Key, r pool.Reason) {
 		h.mu.Lock()
 		h.evic = append(h.evic, k.String()+" "+string(r))
 		h.mu.Unlock()

@@ -5,7 +5,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/child"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // Status reports the pool's counts and the configuration's size: the part
@@ -13,34 +13,35 @@ import (
 func (d *Daemon) Status() apitype.Health {
 	return apitype.Health{
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
-		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.RestoreStops(),
-		OptionErrors: d.OptionErrors(),
+		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.keeper.RestoreStops(),
+		OptionErrors: d.keeper.OptionErrors(),
 	}
 }
 
-// Sessions lists the live agent processes, sorted by key, with each one's
-// memory (0 where it cannot be read): its cgroup's, covering the whole
-// tree, when it has one with the memory controller, else its RSS.
+// Sessions lists the live agent processes, sorted by key, as the pool
+// holds them and the keeper knows them.
 func (d *Daemon) Sessions() []apitype.Session {
 	infos := d.pool.Sessions()
 	out := make([]apitype.Session, 0, len(infos))
 	for _, in := range infos {
-		rss, source, err := child.Memory(in.Pid)
-		if err != nil {
-			source = ""
-		}
 		ses := apitype.Session{
 			Channel: in.Key.Channel, Binding: in.Key.Binding, Pid: in.Pid, Native: in.Native, State: in.State,
-			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns, RSSBytes: rss, MemorySource: source,
-			RestoreStopped: d.restoreStopped(in.Key.Binding),
+			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns,
 		}
-		if v, ok := d.residents.Load(in.Pid); ok {
-			r := v.(*resident)
-			ses.RestoredBy, ses.Usage, ses.Options = r.restoredBy, r.usedSoFar(), r.currentOptions()
-		}
+		d.keeper.Describe(&ses)
 		out = append(out, ses)
 	}
 	return out
+}
+
+// SessionOptions returns key k's session options (the keeper's).
+func (d *Daemon) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
+	return d.keeper.SessionOptions(k)
+}
+
+// SetSessionOptions replaces key k's own session options (the keeper's).
+func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
+	return d.keeper.SetSessionOptions(k, opts)
 }
 
 // Bindings lists the configured bindings in configuration order.
