@@ -30,18 +30,18 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // harness is a daemon on a real bbolt file with the built-in agent bound as
 // "b-builtin" (and whatever bindings a test adds).
 type harness struct {
-	t    *testing.T
-	dir  string
-	cfg  *config.Config
-	st   *store.Store
-	m    *metrics.Metrics
-	d    *Daemon
-	log  *zap.Logger
-	now  func() time.Time // the daemon's clock; nil is time.Now
+	t   *testing.T
+	dir string
+	cfg *config.Config
+	st  *store.Store
+	m   *metrics.Metrics
+	d   *Daemon
+	log *zap.Logger
+	now func() time.Time // the daemon's clock; nil is time.Now
 	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
 	backoffBase, backoffCap time.Duration
-	mu   sync.Mutex
-	evic []string // "key reason", in order
+	mu                      sync.Mutex
+	evic                    []string // "key reason", in order
 }
 
 // recordTo makes the first binding's agent record what it gets (--record)
