@@ -16,6 +16,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/feed"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/session"
@@ -30,14 +31,15 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // harness is a daemon on a real bbolt file with the built-in agent bound as
 // "b-builtin" (and whatever bindings a test adds).
 type harness struct {
-	t   *testing.T
-	dir string
-	cfg *config.Config
-	st  *store.Store
-	m   *metrics.Metrics
-	d   *Daemon
-	log *zap.Logger
-	now func() time.Time // the daemon's clock; nil is time.Now
+	t    *testing.T
+	dir  string
+	cfg  *config.Config
+	st   *store.Store
+	m    *metrics.Metrics
+	d    *Daemon
+	feed *feed.Feed
+	log  *zap.Logger
+	now  func() time.Time // the daemon's clock; nil is time.Now
 	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
 	backoffBase, backoffCap time.Duration
 	mu                      sync.Mutex
@@ -106,7 +108,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.d = d
+	h.d, h.feed = d, feed.New(st, h.m)
 }
 
 func (h *harness) close() {
@@ -194,11 +196,7 @@ func (h *harness) post(msgs ...channel.Message) {
 			msgs[i].AuthorKind = channel.KindUser
 		}
 	}
-	in := make([]apitype.Message, len(msgs))
-	for i, m := range msgs {
-		in[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: m.CreatedAt, Body: m.Body}
-	}
-	if _, err := h.d.PutMessages(in); err != nil {
+	if _, err := h.feed.PutMessages(msgs); err != nil {
 		h.t.Fatal(err)
 	}
 }
