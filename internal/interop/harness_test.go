@@ -15,9 +15,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/feed"
