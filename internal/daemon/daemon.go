@@ -200,23 +200,16 @@ func Outcome(err error) lease.Outcome {
 	return lease.OutcomeAgentError
 }
 
-// compose reads what this turn's prompt is made of and hands it to
-// lease.Compose; the watermark it would move is staged on l.
+// compose reads what this turn's prompt is made of and has the lease
+// decide it (lease.Compose), which stages the watermarks it would move.
 func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident.Process, prep resident.Prepared) (lease.Output, *apitype.ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
 	}
-	wk := channel.WatermarkKey{Key: key, Thread: thread}
-	wm, err := d.watermark(wk)
+	wm, main, err := d.st.Seen(key, thread)
 	if err != nil {
 		return lease.Output{}, nil, err
-	}
-	main := wm
-	if thread != "" {
-		if main, err = d.watermark(channel.WatermarkKey{Key: key}); err != nil {
-			return lease.Output{}, nil, err
-		}
 	}
 	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
 	if req.ChannelAgents != nil {
@@ -229,8 +222,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
-	out, err := lease.Compose(lease.Input{
-		Shape: l.Shape, Native: l.Native,
+	out, err := l.Compose(key, thread, lease.Input{
 		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
 		Conversation: func() ([]session.Turn, error) { return d.st.Conversation(key) },
 		Mention: delivery.Payload{
@@ -249,10 +241,6 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		return lease.Output{}, nil, err
 	}
 	s.BriefSent(out.BriefCount, out.BriefSent)
-	l.Stage(wk, out.Stage)
-	for th, ms := range out.Marks {
-		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})
-	}
 	r := out.Context
 	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Known, r.Chars, r.Truncated)
 	if out.Framing != "" {
@@ -270,18 +258,6 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		rep.Shown = []string{}
 	}
 	return out, rep, nil
-}
-
-// watermark reads the stored record of wk, nil when there is none.
-func (d *Daemon) watermark(wk channel.WatermarkKey) (*channel.Watermark, error) {
-	w, found, err := d.st.Watermark(wk)
-	if err != nil {
-		return nil, fmt.Errorf("read watermark for %q: %w", wk, err)
-	}
-	if !found {
-		return nil, nil
-	}
-	return &w, nil
 }
 
 // idleGap is the time from the end of the key's previous turn in this run

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // Shape says what the answering process already knows.
@@ -92,6 +93,23 @@ func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 	prev.Seq = max(prev.Seq, seen.Seq)
 	prev.Marks = append(prev.Marks, seen.Marks...)
 	l.staged[k] = prev
+}
+
+// Compose decides the turn's prompt (see Compose) for the lease's shape
+// and native session, and stages the watermarks a success would move: the
+// one of key's timeline thread ("" the main one), and the marks of the
+// other timelines.
+func (l *Lease) Compose(key session.Key, thread string, in Input) (Output, error) {
+	in.Shape, in.Native = l.Shape, l.Native
+	out, err := Compose(in)
+	if err != nil {
+		return Output{}, err
+	}
+	l.Stage(channel.WatermarkKey{Key: key, Thread: thread}, out.Stage)
+	for th, ms := range out.Marks {
+		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})
+	}
+	return out, nil
 }
 
 // Committer persists a successful run's staged watermarks, all at once, for
