@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -161,7 +162,7 @@ func TestThreadRootShownOnce(t *testing.T) {
 	}
 	// An unknown root is refused by name.
 	nope := "no-such-root"
-	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent ?", ThreadRoot: &nope}); Code(r.err) != apitype.CodeUnknownThread || !strings.Contains(r.err.Error(), `"no-such-root"`) {
+	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent ?", ThreadRoot: &nope}); daemon.Code(r.err) != apitype.CodeUnknownThread || !strings.Contains(r.err.Error(), `"no-such-root"`) {
 		t.Fatalf("unknown root: %v", r.err)
 	}
 	// Replies whose root is not pushed yet (or was trimmed) still make a thread.
