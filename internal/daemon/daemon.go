@@ -200,16 +200,13 @@ func Outcome(err error) lease.Outcome {
 	return lease.OutcomeAgentError
 }
 
-// compose reads what this turn's prompt is made of and has the lease
-// decide it (lease.Compose), which stages the watermarks it would move.
+// compose has the lease decide this turn's prompt (Lease.Compose reads the
+// store and stages the watermarks it would move) from the binding and the
+// mention.
 func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident.Process, prep resident.Prepared) (lease.Output, *apitype.ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
-	}
-	wm, main, err := d.st.Seen(key, thread)
-	if err != nil {
-		return lease.Output{}, nil, err
 	}
 	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
 	if req.ChannelAgents != nil {
@@ -222,19 +219,15 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
-	out, err := l.Compose(key, thread, lease.Input{
+	out, err := l.Compose(d.st, key, thread, lease.Input{
 		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
-		Conversation: func() ([]session.Turn, error) { return d.st.Conversation(key) },
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
 			ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
 		},
-		Unseen: func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
-			return d.st.Unseen(req.Channel, thread, after, known, pick)
-		},
-		Watermark: wm, Main: main, KeepsSession: b.KeepsSession(),
-		Self: channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
+		KeepsSession: b.KeepsSession(),
+		Self:         channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
 		Render: delivery.RenderOptions{Limit: d.cfg.Context.Limit, MaxChars: d.cfg.Context.MaxChars},
 	})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
@@ -332,10 +331,10 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	wm := apitype.WatermarkNone
 	// The exchange and the watermarks go in one transaction.
 	save := co.Session.TakeUnsaved()
-	n, cerr := l.Commit(turnCommit{st: d.st, key: key, save: save, spend: spend, turns: []session.Turn{
+	n, cerr := l.Commit(store.TurnCommit{Store: d.st, Key: key, Finish: store.Finish{SaveNative: save, Spend: spend, Turns: []session.Turn{
 		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
-	}})
+	}}})
 	if cerr != nil && save {
 		co.Session.KeepUnsaved()
 	}
@@ -356,20 +355,6 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
 	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
 	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS}, nil
-}
-
-// turnCommit stores a successful turn's exchange with its watermarks and,
-// on a new session's first turn, its native id.
-type turnCommit struct {
-	st    *store.Store
-	key   session.Key
-	save  bool
-	turns []session.Turn
-	spend []store.Spend
-}
-
-func (c turnCommit) CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error {
-	return c.st.FinishTurn(c.key, store.Finish{Turns: c.turns, Native: native, SaveNative: c.save, Staged: staged, Spend: c.spend})
 }
 
 // asker routes a native session's permission requests to its running run.

@@ -95,12 +95,29 @@ func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 	l.staged[k] = prev
 }
 
+// Source is what a turn's compose reads of the store (*store.Store): what
+// the key's session saw, its conversation, and the timeline's messages.
+type Source interface {
+	Seen(k session.Key, thread string) (wm, main *channel.Watermark, err error)
+	Conversation(k session.Key) ([]session.Turn, error)
+	Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error)
+}
+
 // Compose decides the turn's prompt (see Compose) for the lease's shape
-// and native session, and stages the watermarks a success would move: the
-// one of key's timeline thread ("" the main one), and the marks of the
-// other timelines.
-func (l *Lease) Compose(key session.Key, thread string, in Input) (Output, error) {
-	in.Shape, in.Native = l.Shape, l.Native
+// and native session, reading what it needs of key's timeline thread ("" the
+// main one) from src, and stages the watermarks a success would move: the
+// timeline's own, and the marks of the other timelines. in's Shape, Native,
+// Watermark, Main, Conversation and Unseen are the lease's to fill.
+func (l *Lease) Compose(src Source, key session.Key, thread string, in Input) (Output, error) {
+	wm, main, err := src.Seen(key, thread)
+	if err != nil {
+		return Output{}, fmt.Errorf("lease: compose: %w", err)
+	}
+	in.Shape, in.Native, in.Watermark, in.Main = l.Shape, l.Native, wm, main
+	in.Conversation = func() ([]session.Turn, error) { return src.Conversation(key) }
+	in.Unseen = func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+		return src.Unseen(key.Channel, thread, after, known, pick)
+	}
 	out, err := Compose(in)
 	if err != nil {
 		return Output{}, err
