@@ -203,7 +203,7 @@ func Outcome(err error) lease.Outcome {
 // compose has the lease decide this turn's prompt (Lease.Compose reads the
 // store and stages the watermarks it would move) from the binding and the
 // mention.
-func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident.Process, prep resident.Prepared) (lease.Output, *apitype.ContextReport, error) {
+func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, prep resident.Prepared) (lease.Output, *apitype.ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
@@ -233,7 +233,6 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if err != nil {
 		return lease.Output{}, nil, err
 	}
-	s.BriefSent(out.BriefCount, out.BriefSent)
 	r := out.Context
 	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Known, r.Chars, r.Truncated)
 	if out.Framing != "" {

@@ -267,10 +267,10 @@ func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req 
 func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident.Process], prep resident.Prepared, start time.Time, gap time.Duration, hasGap bool, log *zap.Logger) (apitype.Event, error) {
 	key, l := co.Key, co.Lease
 	shape := l.Shape.String()
-	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
+	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: prep.Pid})
 	req.RunID = r.ID
 
-	out, rep, err := d.compose(key, b, req, l, co.Session, prep)
+	out, rep, err := d.compose(key, b, req, l, prep)
 	text, user := out.Text, out.Stored
 	if err != nil {
 		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
@@ -305,7 +305,8 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	err = d.ctxErr(ctx, err)
 	outcome := Outcome(err)
 	// Every turn that reached the agent costs what it reported, failed or not.
-	u := d.keeper.Settled(b, co.Session, resident.Settlement{Result: res, Outcome: outcome, Err: err}, log)
+	settle := d.keeper.Settled(b, co.Session, resident.Settlement{Result: res, Outcome: outcome, Err: err, BriefCount: out.BriefCount, BriefSent: out.BriefSent}, log)
+	u := settle.Usage
 	usage := &u
 	tc := metrics.TurnCost{Binding: b.ID, Shape: shape, Known: !u.Unknown, Input: u.InputTokens, Output: u.OutputTokens,
 		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Gap: gap, HasGap: hasGap}
@@ -330,7 +331,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	now := d.now()
 	wm := apitype.WatermarkNone
 	// The exchange and the watermarks go in one transaction.
-	save := co.Session.TakeUnsaved()
+	save := settle.SaveNative
 	n, cerr := l.Commit(store.TurnCommit{Store: d.st, Key: key, Finish: store.Finish{SaveNative: save, Spend: spend, Turns: []session.Turn{
 		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},

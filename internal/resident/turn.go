@@ -15,6 +15,7 @@ import (
 // Prepared is what the keeper knows of a process that a turn's prompt
 // depends on.
 type Prepared struct {
+	Pid int // the process's
 	// BriefCount is the process's warm turns since the brief last went out
 	// in full; BriefDue says it is due anyway (the agent compacted).
 	BriefCount int
@@ -28,7 +29,7 @@ func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p
 		return Prepared{}, err
 	}
 	n, due := p.Brief()
-	return Prepared{BriefCount: n, BriefDue: due}, nil
+	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due}, nil
 }
 
 // Settlement is how a turn that reached the agent ended.
@@ -36,26 +37,41 @@ type Settlement struct {
 	Result  acp.Result    // what the agent reported, also on failure
 	Outcome lease.Outcome // the turn's outcome
 	Err     error         // why it failed, nil on OutcomeOK
+	// BriefCount and BriefSent are what the turn's compose decided of the
+	// brief (lease.Output).
+	BriefCount int
+	BriefSent  bool
 }
 
-// Settled records how a turn on process p ended and returns what it used:
-// the usage delta, a compaction (the next warm turn carries the full
-// brief), and the binding's crash loop (a crash counts, a success ends
-// it).
-func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) apitype.Usage {
+// Settle is what the keeper tells the turn back.
+type Settle struct {
+	Usage apitype.Usage // what the turn used
+	// SaveNative: the session is new and its id is to be saved with the
+	// turn's commit (on OutcomeOK); on a failed commit call
+	// Process.KeepUnsaved.
+	SaveNative bool
+}
+
+// Settled records how a turn on process p ended: the brief count, the
+// usage delta, a compaction (the next warm turn carries the full brief),
+// and the binding's crash loop (a crash counts, a success ends it).
+func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) Settle {
+	p.BriefSent(s.BriefCount, s.BriefSent)
 	u := p.turnUsage(b, s.Result)
 	if s.Result.Compacted {
 		p.compacted()
 		d.m.Compacted(b.ID)
 		log.Info("agent compacted its history; the next warm turn carries the full brief", zap.String("native", p.native))
 	}
+	out := Settle{Usage: u}
 	switch s.Outcome {
 	case lease.OutcomeCrash:
 		d.spawnFailed(b.ID, s.Err)
 	case lease.OutcomeOK:
 		d.spawnOK(b.ID)
+		out.SaveNative = p.TakeUnsaved()
 	}
-	return u
+	return out
 }
 
 // SaveNative saves a new session's id after a turn that stored nothing, so
