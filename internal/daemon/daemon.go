@@ -1,7 +1,10 @@
-// Package daemon owns one turn end to end, as a run: it leases the key's
-// process from the pool, shapes the prompt, streams the agent's reply into
-// the run's log, puts permission requests to a person, and commits or
-// discards the turn's watermarks and conversation on the way out.
+// Package daemon runs turns and nothing else: a mention is submitted as a
+// run, queued and leased from the pool, prepared by the keeper
+// (internal/resident, which owns the agent processes), composed by its
+// lease, prompted, settled with the keeper and the daily budgets, and
+// committed (the exchange and the watermarks in one transaction) or
+// discarded; then the process is released. It also cancels runs, routes
+// permission requests to the run that asked, and starts keys fresh.
 package daemon
 
 import (
