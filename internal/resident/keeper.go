@@ -182,8 +182,8 @@ func (k *Keeper) of(binding string) *health {
 	return h
 }
 
-// WarnOnce runs warn the first time the daemon meets what names.
-func (k *Keeper) WarnOnce(what string, warn func()) {
+// warnOnce runs warn the first time the daemon meets what names.
+func (k *Keeper) warnOnce(what string, warn func()) {
 	k.mu.Lock()
 	first := !k.warned[what]
 	k.warned[what] = true

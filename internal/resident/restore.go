@@ -44,7 +44,7 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 	}
 	ways := restoreWays(a, b.RestoreMethod)
 	if len(ways) == 0 && b.RestoreMethod != config.RestoreAuto {
-		d.WarnOnce("restore_method:"+binding, func() {
+		d.warnOnce("restore_method:"+binding, func() {
 			log.Warn("the binding's restore_method is one its agent does not offer: its new processes start cold", zap.String("restore_method", b.RestoreMethod), zap.Bool("agent_resumes", a.CanResume()), zap.Bool("agent_loads", a.CanLoad()))
 		})
 	}
