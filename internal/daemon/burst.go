@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
@@ -75,9 +74,8 @@ func (d *Daemon) takeBurst(k session.Key, r *run.Run, b config.Binding) []*burst
 // steerTarget is the running turn of a steering binding's key, while its
 // agent works on it.
 type steerTarget struct {
-	r      *run.Run
-	a      *acp.Agent
-	native string
+	r *run.Run
+	s steerer
 
 	mu       sync.Mutex // guards taken and closed
 	taken    []*burst   // the mentions steered into the turn
@@ -85,10 +83,15 @@ type steerTarget struct {
 	inflight sync.WaitGroup
 }
 
+// steerer is a running session that takes text into its turn.
+type steerer interface {
+	Steer(ctx context.Context, text string) error
+}
+
 // steerable registers the running turn of r on its key for steering and
 // returns the func that ends that and returns the mentions that joined it.
-func (d *Daemon) steerable(r *run.Run, a *acp.Agent, native string) func() []*burst {
-	t := &steerTarget{r: r, a: a, native: native}
+func (d *Daemon) steerable(r *run.Run, s steerer) func() []*burst {
+	t := &steerTarget{r: r, s: s}
 	d.mu.Lock()
 	d.steering[r.Key] = t
 	d.mu.Unlock()
@@ -123,7 +126,7 @@ func (d *Daemon) steer(ctx context.Context, r *run.Run, req apitype.TurnRequest)
 	t.inflight.Add(1)
 	t.mu.Unlock()
 	defer t.inflight.Done()
-	if err := t.a.Steer(ctx, t.native, d.mentionLine(req)); err != nil {
+	if err := t.s.Steer(ctx, d.mentionLine(req)); err != nil {
 		// No turn running after all, or no steering: a turn of its own.
 		d.log.Debug("steering refused; the mention queues", zap.String("run", r.ID), zap.Error(err))
 		return nil, false

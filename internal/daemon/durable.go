@@ -259,7 +259,7 @@ func (d *Daemon) resumeRun(rec store.RunRecord, req apitype.TurnRequest) {
 		log.Info("run queued before the restart; running it")
 	}
 	if !ok {
-		err := fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.bindingIDs())
+		err := fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.cfg.BindingIDs())
 		last := apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: d.now()}
 		c.end(r, last, err)
 		r.Finish(last, err)

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -82,12 +83,10 @@ func TestInterruptedNotRetried(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, func() bool { return next.Snapshot().State == apitype.RunQueued }, testkit.Waiting("the second run to queue"))
 	// A clean stop whose grace the held turn outlives.
 	h.d.Close(50 * time.Millisecond)
-	h.d = nil
 	if ev, _, _ := held.Result(); ev.Code != apitype.CodeShuttingDown {
 		t.Fatalf("the held turn at the stop: %+v", ev)
 	}
-	h.st.Close()
-	h.st = nil
+	h.close()
 	h.open()
 	r, err := h.d.Run("run-held")
 	if err != nil {
@@ -100,7 +99,7 @@ func TestInterruptedNotRetried(t *testing.T) {
 	}
 	var kinds []string
 	for _, l := range r.Read(0, false).Lines {
-		ev, err := decodeEvent(l)
+		ev, err := daemon.DecodeEvent(l)
 		if err != nil {
 			t.Fatal(err)
 		}

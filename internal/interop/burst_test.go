@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/run"
 )
@@ -32,7 +33,7 @@ func TestClaudeBurstMeasure(t *testing.T) {
 			}
 			release := api.stallModel()
 			defer release()
-			h.post(apitype.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: "@claude look at the flaky test"})
+			h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: "@claude look at the flaky test"})
 			first, err := h.d.Submit(apitype.TurnRequest{Channel: "ch", Binding: "b-claude", MessageID: "m0", Text: "@claude look at the flaky test"})
 			if err != nil {
 				t.Fatal(err)
@@ -48,7 +49,7 @@ func TestClaudeBurstMeasure(t *testing.T) {
 			for i := range 6 {
 				id := fmt.Sprintf("b%d", i+1)
 				text := fmt.Sprintf("@claude also item %d", i+1)
-				h.post(apitype.Message{ID: id, Channel: "ch", Author: "carla", Body: text})
+				h.post(channel.Message{ID: id, Channel: "ch", Author: "carla", Body: text})
 				r, err := h.d.Submit(apitype.TurnRequest{Channel: "ch", Binding: "b-claude", MessageID: id, Text: text})
 				if err != nil {
 					t.Fatal(err)
