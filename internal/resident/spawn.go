@@ -102,7 +102,9 @@ func (s *Process) CanSteer() bool { return s.a.CanSteer() }
 
 // Steer adds text to the session's running turn; an error means it did not
 // join it.
-func (s *Process) Steer(ctx context.Context, text string) error { return s.a.Steer(ctx, s.native, text) }
+func (s *Process) Steer(ctx context.Context, text string) error {
+	return s.a.Steer(ctx, s.native, text)
+}
 
 // Prompt sends the turn's text to the process's session (acp.Agent.Prompt).
 func (s *Process) Prompt(ctx context.Context, text string, on func(acp.Update)) (acp.Result, error) {
