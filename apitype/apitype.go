@@ -562,4 +562,5 @@ const (
 	CodeBadCapability     = "bad_capability"
 	CodeOutOfScope        = "out_of_scope"
 	CodeBadCursor         = "bad_cursor"
+	CodeAgentForbidden    = "agent_forbidden" // the caller is an agent (or its descendant): only the tool endpoints are open to it
 )

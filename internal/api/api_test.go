@@ -33,7 +33,8 @@ import (
 // TestMain lets the test binary double as the built-in agent and as a
 // client running under another uid (see TestPeerUIDRefused).
 func TestMain(m *testing.M) {
-	testkit.Dispatch(testkit.Role{Env: "RESIDENTD_TEST_PEER", Main: func() int { return peerMain(os.Getenv("RESIDENTD_TEST_PEER")) }})
+	testkit.Dispatch(testkit.Role{Env: "RESIDENTD_TEST_PEER", Main: func() int { return peerMain(os.Getenv("RESIDENTD_TEST_PEER")) }},
+		testkit.Role{Env: probeEnv, Main: probeMain})
 	os.Exit(runRecorded(m))
 }
 
@@ -74,6 +75,12 @@ func unixHTTP(sock string) *http.Client {
 
 func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, nil, tweak...)
+}
+
+// newEnvWith is newEnv with the server's options adjusted by opts.
+func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak ...func(*config.Config)) *env {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +117,11 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	level := zap.NewAtomicLevel()
-	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Metrics: m.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)})
+	so := ServerOptions{Daemon: d, Log: log, Level: &level, Metrics: m.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)}
+	if opts != nil {
+		opts(&so, d)
+	}
+	srv := NewServer(so)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e := &env{d: d, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}

@@ -378,6 +378,10 @@ func (d *Daemon) bindingIDs() []string {
 	return ids
 }
 
+// AgentCgroups is the cgroup subtree the agents run in, nil without one:
+// the API tells agents' processes by it.
+func (d *Daemon) AgentCgroups() *child.Cgroups { return d.cgroups }
+
 // Close stops the daemon: new runs are refused and queued ones end at once
 // (shutting_down); runs in flight get grace to finish with their normal
 // result, and those still going then are cancelled (shutting_down, their
