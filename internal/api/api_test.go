@@ -347,7 +347,7 @@ func TestOptionsAndBudgetsOverTheSocket(t *testing.T) {
 			t.Fatalf("turn %d: %+v %v", i, ev, err)
 		}
 	}
-	if warned == nil || warned.Level != "exceeded" || warned.Spent != 1 {
+	if warned == nil || warned.Level != "exceeded" || warned.Spent != apitype.AmountOf(1) {
 		t.Fatalf("the second turn's budget event: %+v", warned)
 	}
 	if _, err := e.c.SetSessionOptions(ctx, "ch", "b-builtin", map[string]string{"model": "gpt-9"}); !client.IsCode(err, apitype.CodeInvalidOption) || !strings.Contains(err.Error(), "builtin-small, builtin-large") {

@@ -165,6 +165,12 @@ func New(o Options) (*Daemon, error) {
 	}
 	sweepLeftovers(d.st, d.log)
 	d.cgroups = openCgroups(o.Config, d.log)
+	// Said at startup, before anyone mentions an agent that cannot start.
+	for _, c := range d.BindingCommands() {
+		if !c.Startable {
+			d.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
+		}
+	}
 	ids := make([]string, 0, len(o.Config.Bindings))
 	for _, b := range o.Config.Bindings {
 		ids = append(ids, b.ID)

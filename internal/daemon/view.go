@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/child"
 )
@@ -14,8 +15,24 @@ func (d *Daemon) Status() apitype.Health {
 	return apitype.Health{
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
 		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.RestoreStops(),
-		OptionErrors: d.OptionErrors(),
+		OptionErrors: d.OptionErrors(), BindingCommands: d.BindingCommands(),
 	}
+}
+
+// BindingCommands checks each binding's command as a start would resolve
+// it (PATH, existence, execute permission), without starting anything.
+func (d *Daemon) BindingCommands() []apitype.BindingCommand {
+	out := make([]apitype.BindingCommand, 0, len(d.cfg.Bindings))
+	for _, b := range d.cfg.Bindings {
+		c := apitype.BindingCommand{Binding: b.ID, Command: b.Command}
+		if path, err := acp.Resolve(b.Command); err != nil {
+			c.Problem = err.Error()
+		} else {
+			c.Path, c.Startable = path, true
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // Sessions lists the live agent processes, sorted by key, with each one's
