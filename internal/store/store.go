@@ -41,7 +41,7 @@
 //	options                      (since version 4)
 //	  <key>                      -> map[string]string (JSON): the key's own session options
 //	spend                        (since version 4)
-//	  <day><scope><id>           -> float64 bits big-endian: what the budget's day has cost
+//	  <day><scope><id>           -> int64 big-endian micro-units (apitype.Amount; float64 bits before version 6): what the budget's day has cost
 //	runs                         (since version 7)
 //	  <run id>                   -> RunRecord (JSON): accepted, running or ended
 //	runs_ended                   (since version 7)
@@ -394,9 +394,7 @@ var migrations = []migration{
 	{version: 3, name: "arrival order, seq watermarks, compact turns", apply: migrateArrivals},
 	{version: 4, name: "key session options, budget spending", apply: migrateSettings},
 	{version: 5, name: "first arrival of every message", apply: migrateFirstArrivals},
-	// Version 6 belongs to another change; it is a no-op here so that the
-	// runs' migration keeps its number.
-	{version: 6, name: "reserved", apply: func(*bolt.Tx) error { return nil }},
+	{version: 6, name: "exact budget spending", apply: migrateExactSpend},
 	{version: 7, name: "run records", apply: migrateRuns},
 }
 
