@@ -115,6 +115,7 @@ type Agent struct {
 	conn      *sdk.ClientSideConnection
 	canLoad   bool
 	canResume bool
+	canSteer  bool // _meta.steering.supported in the initialize answer
 	canClose  bool
 
 	mu     sync.Mutex
@@ -241,6 +242,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	a.canLoad = resp.AgentCapabilities.LoadSession
 	a.canClose = resp.AgentCapabilities.SessionCapabilities.Close != nil
 	a.canResume = resp.AgentCapabilities.SessionCapabilities.Resume != nil
+	a.canSteer = steeringSupported(resp.Meta) || steeringSupported(resp.AgentCapabilities.Meta)
 	return a, nil
 }
 
@@ -332,6 +334,31 @@ func (a *Agent) Cgroup() string { return a.proc.Cgroup() }
 
 // CanResume reports the agent's session/resume capability.
 func (a *Agent) CanResume() bool { return a.canResume }
+
+// steeringSupported reads _meta.steering.supported.
+func steeringSupported(meta map[string]any) bool {
+	st, _ := meta["steering"].(map[string]any)
+	ok, _ := st["supported"].(bool)
+	return ok
+}
+
+// CanSteer reports whether the agent takes text into a running turn
+// (_session/steering; claude-agent-acp advertises it in _meta).
+func (a *Agent) CanSteer() bool { return a.canSteer }
+
+// SteeringMethod is the extension request that adds text to a session's
+// running turn.
+const SteeringMethod = "_session/steering"
+
+// Steer adds text to native's running turn. An error (the agent answers
+// that no turn runs, or refuses) means the text did not join it.
+func (a *Agent) Steer(ctx context.Context, native, text string) error {
+	params := map[string]any{"sessionId": native, "prompt": []sdk.ContentBlock{sdk.TextBlock(text)}}
+	if _, err := a.conn.CallExtension(ctx, SteeringMethod, params); err != nil {
+		return fmt.Errorf("steer session %q: %w", native, err)
+	}
+	return nil
+}
 
 // closeSessions sends session/close for every session of a live agent that
 // advertises it, once, bounded by Spec.CloseTimeout for them all. A failure

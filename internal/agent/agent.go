@@ -74,6 +74,10 @@ var (
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// holdDirective makes the turn wait, after a first reply chunk, until
+	// the file it names exists: a turn a test can stop mid-prompt and
+	// that passes on its next attempt.
+	holdDirective = lazyRegexp(`\[\[hold:([^\]]+)\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -247,12 +251,15 @@ type session struct {
 }
 
 type builtin struct {
-	opts   options
-	conn   *acp.AgentSideConnection
-	out    *lockedWriter
-	stderr io.Writer
-	exit   chan int
-	stall  func() // stops reading stdin for good (stall-stdin)
+	opts options
+	// steering: session -> the mentions steered into its running turn;
+	// a session is in it while a turn runs. Guarded by mu.
+	steering map[string][]string
+	conn     *acp.AgentSideConnection
+	out      *lockedWriter
+	stderr   io.Writer
+	exit     chan int
+	stall    func() // stops reading stdin for good (stall-stdin)
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -284,6 +291,9 @@ func (b *builtin) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.
 		AgentCapabilities: b.capabilities(),
 		AgentInfo:         &acp.Implementation{Name: "residentd-builtin", Version: "1"},
 		AuthMethods:       []acp.AuthMethod{},
+		// As claude-agent-acp: text sent with _session/steering joins the
+		// running turn.
+		Meta: map[string]any{"steering": map[string]any{"supported": true}},
 	}, nil
 }
 
@@ -369,6 +379,23 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		fault = m[len(m)-1][1]
 	}
 	reply := Summary(text, b.opts.framing, n)
+	b.mu.Lock()
+	if b.steering == nil {
+		b.steering = map[string][]string{}
+	}
+	b.steering[id] = nil
+	b.mu.Unlock()
+	// steered ends the turn's steering and adds what joined it to the reply.
+	steered := func() {
+		b.mu.Lock()
+		joined, ok := b.steering[id]
+		delete(b.steering, id)
+		b.mu.Unlock()
+		if ok && len(joined) > 0 {
+			reply += fmt.Sprintf(" steered=%d", len(joined))
+		}
+	}
+	defer steered() // on every early return
 
 	switch fault {
 	case FaultExitTurn:
@@ -403,6 +430,15 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 
 	b.directives(ctx, id, text)
+	if m := holdDirective().FindStringSubmatch(text); m != nil {
+		if err := b.send(ctx, id, acp.UpdateAgentThoughtText("holding until "+m[1]+" exists")); err != nil {
+			return acp.PromptResponse{}, err
+		}
+		if !waitFile(ctx, m[1]) {
+			return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+		}
+	}
+	steered()
 	if strings.Contains(text, truncationMarker) {
 		if h := b.fetchHistory(ctx, id, text, mcp); h != "" {
 			reply += " " + h
@@ -458,6 +494,63 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 	}
 	_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	return in, out, spentIn, spentOut
+}
+
+// SteeringMethod is the extension request that adds text to a session's
+// running turn.
+const SteeringMethod = "_session/steering"
+
+// steeringParams is what SteeringMethod carries, as session/prompt does.
+type steeringParams struct {
+	SessionID string             `json:"sessionId"`
+	Prompt    []acp.ContentBlock `json:"prompt"`
+}
+
+// HandleExtensionMethod answers _session/steering: the text joins the
+// session's running turn (its reply says steered=N), or is refused when no
+// turn runs, so the client sends it as a turn of its own.
+func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	if method != SteeringMethod {
+		return nil, acp.NewMethodNotFound(method)
+	}
+	var p steeringParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &acp.RequestError{Code: -32602, Message: "builtin: steering params: " + err.Error()}
+	}
+	var parts []string
+	for _, c := range p.Prompt {
+		if c.Text != nil {
+			parts = append(parts, c.Text.Text)
+		}
+	}
+	text := strings.Join(parts, "\n")
+	b.mu.Lock()
+	joined, running := b.steering[p.SessionID]
+	if running {
+		b.steering[p.SessionID] = append(joined, text)
+	}
+	b.mu.Unlock()
+	if !running {
+		return nil, &acp.RequestError{Code: -32002, Message: fmt.Sprintf("builtin: no turn is running in session %q", p.SessionID)}
+	}
+	b.record(map[string]any{"method": SteeringMethod, "session": p.SessionID, "prompt": text})
+	return map[string]any{}, nil
+}
+
+// waitFile waits until path exists (true) or ctx ends (false).
+func waitFile(ctx context.Context, path string) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // directives runs the test-only client calls found in the prompt.

@@ -96,6 +96,16 @@ func (s *Process) Pid() int              { return s.a.Pid() }
 func (s *Process) Done() <-chan struct{} { return s.a.Done() }
 func (s *Process) Close() error          { return s.a.Close() }
 
+// CanSteer reports whether the process's agent takes text into a running
+// turn (_session/steering).
+func (s *Process) CanSteer() bool { return s.a.CanSteer() }
+
+// Steer adds text to the session's running turn; an error means it did not
+// join it.
+func (s *Process) Steer(ctx context.Context, text string) error {
+	return s.a.Steer(ctx, s.native, text)
+}
+
 // Prompt sends the turn's text to the process's session (acp.Agent.Prompt).
 func (s *Process) Prompt(ctx context.Context, text string, on func(acp.Update)) (acp.Result, error) {
 	return s.a.Prompt(ctx, s.native, text, on)
