@@ -108,6 +108,7 @@ type Daemon struct {
 	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
 	listed     map[string][]acp.Option           // binding -> the config options its agent last listed
 	optionErrs map[string]string                 // binding -> why its session options failed last
+	policies   map[string]policyNote             // binding -> how its agent is told its permission policy
 	warned     map[string]bool                   // what warnOnce logged already
 
 	book *budget.Book // daily budgets
@@ -142,6 +143,7 @@ func New(o Options) (*Daemon, error) {
 		restores:    map[string]*restoreRun{},
 		listed:      map[string][]acp.Option{},
 		optionErrs:  map[string]string{},
+		policies:    map[string]policyNote{},
 		warned:      map[string]bool{},
 		lastEnd:     map[session.Key]time.Time{},
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,

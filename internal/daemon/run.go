@@ -257,6 +257,14 @@ func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req 
 		log.Info("turn failed: session options", zap.String("shape", shape), zap.Error(err))
 		return fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
 	}
+	// After the options: the policy's mode wins over a session option that
+	// moved the same thing.
+	if err := d.applyPolicy(octx, co.Session, b, log); err != nil {
+		err = d.ctxErr(ctx, err)
+		d.m.ObserveTurn(shape, Outcome(err), d.now().Sub(start))
+		log.Info("turn failed: permission policy", zap.String("shape", shape), zap.Error(err))
+		return fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
+	}
 	return nil
 }
 
@@ -294,6 +302,9 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		up := u.Update
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
+	for _, c := range res.ToolCalls {
+		d.m.ToolCall(b.ID, toolKind(c.Kind), c.Asked)
+	}
 	// Every turn that reached the agent costs what it reported, failed or not.
 	u := co.Session.turnUsage(b, res)
 	usage := &u

@@ -14,7 +14,7 @@ func (d *Daemon) Status() apitype.Health {
 	return apitype.Health{
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
 		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.RestoreStops(),
-		OptionErrors: d.OptionErrors(),
+		OptionErrors: d.OptionErrors(), PolicyAdvisories: d.PolicyAdvisories(),
 	}
 }
 

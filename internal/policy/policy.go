@@ -96,6 +96,9 @@ const BuiltinMode = "manual"
 
 // For returns the controls that carry policy p to agent a.
 func For(a Agent, p permission.Policy) Controls {
+	if p == "" {
+		p = permission.Deny
+	}
 	if p == permission.Allow {
 		// Nothing to hold back: whatever the agent runs unasked is allowed.
 		return Controls{Enforced: true, By: "nothing to enforce: the policy allows every tool"}
