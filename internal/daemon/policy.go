@@ -116,14 +116,3 @@ func (d *Daemon) PolicyAdvisories() []apitype.PolicyAdvisory {
 	sort.Slice(out, func(i, j int) bool { return out[i].Binding < out[j].Binding })
 	return out
 }
-
-// toolKinds are ACP's tool kinds; an agent's own kind counts as other, so
-// the metric's labels stay bounded.
-var toolKinds = map[string]bool{"read": true, "edit": true, "delete": true, "move": true, "search": true, "execute": true, "think": true, "fetch": true, "switch_mode": true, "other": true}
-
-func toolKind(k string) string {
-	if toolKinds[k] {
-		return k
-	}
-	return "other"
-}

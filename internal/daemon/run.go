@@ -303,7 +303,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
 	for _, c := range res.ToolCalls {
-		d.m.ToolCall(b.ID, toolKind(c.Kind), c.Asked)
+		d.m.ToolCall(b.ID, c.Kind, c.Asked)
 	}
 	// Every turn that reached the agent costs what it reported, failed or not.
 	u := co.Session.turnUsage(b, res)

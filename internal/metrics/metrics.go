@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -331,6 +332,12 @@ func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.FramingChanges, ids)
 	initVec(m.OptionsSet, ids)
 	initVec(m.PolicyModesSet, ids)
+	for _, id := range ids {
+		for _, k := range ToolKinds {
+			m.ToolCalls.WithLabelValues(id, k, "true")
+			m.ToolCalls.WithLabelValues(id, k, "false")
+		}
+	}
 	initVec(m.Compactions, ids)
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
@@ -477,9 +484,16 @@ func (m *Metrics) Ingested(added, edited, dup, rejected int) {
 	addN(m.MessagesIngested.WithLabelValues("rejected"), rejected)
 }
 
+// ToolKinds are ACP's tool kinds, the kind label of
+// residentd_agent_tool_calls_total (an agent's own kind counts as other).
+var ToolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"}
+
 // ToolCall counts one tool call an agent of binding reported, of ACP kind
 // kind, asked for or not.
 func (m *Metrics) ToolCall(binding, kind string, asked bool) {
+	if !slices.Contains(ToolKinds, kind) {
+		kind = "other"
+	}
 	m.ToolCalls.WithLabelValues(binding, kind, strconv.FormatBool(asked)).Inc()
 }
 
