@@ -115,7 +115,7 @@ func claudePolicyTurn(t *testing.T, version string, pol permission.Policy) [4]st
 	b.Permission, b.Dir = pol, workdir
 	h := newHarness(t, b)
 	ctx := testCtx(t)
-	asked := map[string]bool{}  // tool call ids put to a person
+	asked := map[string]bool{}   // tool call ids put to a person
 	decided := map[string]bool{} // tool titles the policy answered
 	_, err := h.d.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-claude", Text: "@claude use the tools " + marker}, func(ev apitype.Event) {
 		switch ev.Event {
