@@ -74,6 +74,9 @@ var (
 	// toolDirective makes the agent run a tool of its own, unasked or not
 	// as its session mode says (see modes.go).
 	toolDirective = lazyRegexp(`\[\[tool:([a-z_]+)(?::([^\]]+))?\]\]`)
+	// switchModeDirective makes the agent move its session to another mode
+	// by itself, as claude-agent-acp does on leaving plan mode.
+	switchModeDirective = lazyRegexp(`\[\[switch-mode:([a-z]+)\]\]`)
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
@@ -497,6 +500,9 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 	}
 	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
 		b.runTool(ctx, id, i+1, m[1], m[2])
+	}
+	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
+		b.switchMode(ctx, id, m[1])
 	}
 }
 

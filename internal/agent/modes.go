@@ -101,3 +101,17 @@ func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path stri
 	err := os.WriteFile(filepath.Join(cwd, fmt.Sprintf("builtin-tool-%s-%d", kind, n)), []byte(mode+"\n"), 0o644)
 	done(acp.ToolCallStatusCompleted, "tool "+kind+" ran", "", err)
 }
+
+// switchMode moves session id to mode by the agent's own choice and tells
+// the client (current_mode_update).
+func (b *builtin) switchMode(ctx context.Context, id, mode string) {
+	if mode != modeAuto && mode != modeManual {
+		b.thought(ctx, id, "switch-mode "+mode, "", fmt.Errorf("unknown mode: auto or manual"))
+		return
+	}
+	b.mu.Lock()
+	b.sessions[id].mode = mode
+	b.mu.Unlock()
+	_ = b.send(ctx, id, acp.SessionUpdate{CurrentModeUpdate: &acp.SessionCurrentModeUpdate{SessionUpdate: "current_mode_update", CurrentModeId: acp.SessionModeId(mode)}})
+	b.thought(ctx, id, "switch-mode "+mode, "", nil)
+}

@@ -80,3 +80,28 @@ func TestPolicyModeAfterRestore(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyModeMovedByTheAgent: an agent that moves its own session out of
+// the policy's mode (to auto, where it runs tools unasked) is put back before
+// the key's next turn, so that turn's execution is asked and refused.
+func TestPolicyModeMovedByTheAgent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[switch-mode:auto]]"})
+	if r.err != nil {
+		t.Fatalf("turn 1: %v", r.err)
+	}
+	r = h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[tool:execute]]"})
+	if r.err != nil || r.start.Shape != "warm" {
+		t.Fatalf("turn 2: %v, shape %q", r.err, r.start.Shape)
+	}
+	if got := toolThoughts(r); strings.Join(got, ",") != "tool execute refused" {
+		t.Fatalf("after the agent moved to auto: tools %q, want the execution refused", got)
+	}
+	if n := testutil.ToFloat64(h.m.PolicyModesSet.WithLabelValues("b-builtin")); n != 2 {
+		t.Fatalf("%v policy modes set, want 2 (the session's, then again after the agent moved)", n)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "work", "b-builtin", "builtin-tool-execute-1")); err == nil {
+		t.Fatal("the refused execution left its file")
+	}
+}
