@@ -52,8 +52,10 @@ func (o outcome) String() string {
 // tool results the model's next request carries, and under ask every
 // execution reaches the stream as a permission request (the person allows
 // the echo and rejects the rest).
+//
+// Not parallel: its six claude-agent-acp sessions would crowd the other
+// tests' out of their time limits on a small machine.
 func TestClaudePolicy(t *testing.T) {
-	t.Parallel()
 	want := map[permission.Policy][4]string{
 		permission.Deny:     {"blocked (unasked)", "blocked (unasked)", "ran (unasked)", "refused (asked, the policy answered)"},
 		permission.ReadOnly: {"blocked (unasked)", "blocked (unasked)", "ran (unasked)", "refused (asked, the policy answered)"},
@@ -72,8 +74,6 @@ func TestClaudePolicy(t *testing.T) {
 	})
 	for _, version := range []string{"0.49", "0.101"} {
 		for _, pol := range []permission.Policy{permission.Deny, permission.ReadOnly, permission.Ask} {
-			// One at a time: six claude-agent-acp processes at once time out
-			// on a small machine.
 			t.Run(version+"/"+string(pol), func(t *testing.T) {
 				got := claudePolicyTurn(t, version, pol)
 				mu.Lock()
