@@ -253,7 +253,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	}
 	decision := a.spec.Permission.DecideAt(tc.Kind, inside)
 	if decision == permission.AskPerson {
-		a.noteAsked(native, tc.ID)
+		a.noteAsked(native, tc.ID, tc.Kind)
 		if a.spec.Ask != nil {
 			if id := a.spec.Ask(ctx, native, *tc, offered); id != "" {
 				resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(id))
@@ -269,7 +269,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	}
 	a.log.Debug("permission decided", zap.String("session", native), zap.String("policy", string(a.spec.Permission)), zap.String("decision", d.Kind), zap.String("tool", tc.Title))
 
-	a.noteAsked(native, tc.ID)
+	a.noteAsked(native, tc.ID, tc.Kind)
 	a.mu.Lock()
 	r := a.routes[native]
 	a.mu.Unlock()
@@ -385,8 +385,9 @@ func (r *route) noteCall(id, kind string, asked bool) {
 	c.Asked = c.Asked || asked
 }
 
-// noteAsked notes a permission request for tool call id of session native.
-func (a *Agent) noteAsked(native, id string) {
+// noteAsked notes a permission request for tool call id (of ACP kind
+// kind) of session native.
+func (a *Agent) noteAsked(native, id, kind string) {
 	a.mu.Lock()
 	r := a.routes[native]
 	a.mu.Unlock()
@@ -395,7 +396,7 @@ func (a *Agent) noteAsked(native, id string) {
 	}
 	r.mu.Lock()
 	if r.on != nil {
-		r.noteCall(id, "", true)
+		r.noteCall(id, kind, true)
 	}
 	r.mu.Unlock()
 }
