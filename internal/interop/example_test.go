@@ -36,11 +36,11 @@ func TestExampleAgentTurns(t *testing.T) {
 	// residentd knows no control of this agent: its deny policy is advisory,
 	// and health says so once the agent said who it is.
 	advisory := false
-	for _, p := range h.d.PolicyAdvisories() {
+	for _, p := range h.d.Status().PolicyAdvisories {
 		advisory = advisory || p.Binding == "b-example" && p.Policy == "deny" && p.Advisory == "policy advisory for this agent: it runs some tools without asking" && p.Unasked != ""
 	}
 	if !advisory {
-		t.Fatalf("health's policy advisories %+v lack b-example", h.d.PolicyAdvisories())
+		t.Fatalf("health's policy advisories %+v lack b-example", h.d.Status().PolicyAdvisories)
 	}
 
 	r2 := h.mention(ctx, "ch", "b-example", "q2", "@example and again")

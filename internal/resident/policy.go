@@ -2,7 +2,7 @@
 // mode and _meta internal/policy gives for each agent, set on every
 // session, and the bindings whose agent cannot be told (advisories).
 
-package daemon
+package resident
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type policyNote struct {
 
 // sessionMeta is the acp.Spec hook that gives binding b's agent, once it
 // said who it is, the _meta that carries b's policy, and notes how.
-func (d *Daemon) sessionMeta(b config.Binding) func(acp.Info) map[string]any {
+func (d *Keeper) sessionMeta(b config.Binding) func(acp.Info) map[string]any {
 	return func(info acp.Info) map[string]any {
 		a := policy.Agent(info)
 		c := policy.For(a, b.Permission)
@@ -39,13 +39,14 @@ func (d *Daemon) sessionMeta(b config.Binding) func(acp.Info) map[string]any {
 // changed: the first process of the binding (at the startup check), a new
 // agent version, or a control that failed. A failure of the same agent's
 // control stays until the control worked (worked) on a later session.
-func (d *Daemon) notePolicy(b config.Binding, a policy.Agent, c policy.Controls, failed string, worked bool) {
+func (d *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls, failed string, worked bool) {
 	d.mu.Lock()
-	old, seen := d.policies[b.ID]
+	h := d.of(b.ID)
+	old, seen := h.policy, h.policySeen
 	if seen && old.agent == a && failed == "" && !worked {
 		failed = old.err
 	}
-	d.policies[b.ID] = policyNote{agent: a, c: c, err: failed}
+	h.policy, h.policySeen = policyNote{agent: a, c: c, err: failed}, true
 	d.mu.Unlock()
 	if seen && old.agent == a && old.err == failed {
 		return
@@ -66,7 +67,7 @@ func (d *Daemon) notePolicy(b config.Binding, a policy.Agent, c policy.Controls,
 // another mode as current (it may move itself, e.g. on leaving plan mode).
 // A mode the agent does not list fails the turn with ErrInvalidOption: the
 // policy would not hold.
-func (d *Daemon) applyPolicy(ctx context.Context, s *resident, b config.Binding, log *zap.Logger) error {
+func (d *Keeper) applyPolicy(ctx context.Context, s *Process, b config.Binding, log *zap.Logger) error {
 	a := policy.Agent(s.a.Info())
 	c := policy.For(a, b.Permission)
 	if c.Mode == "" {
@@ -98,12 +99,13 @@ func (d *Daemon) applyPolicy(ctx context.Context, s *resident, b config.Binding,
 
 // PolicyAdvisories lists the bindings whose agent, as last started, cannot
 // be told their policy or refused the control that tells it.
-func (d *Daemon) PolicyAdvisories() []apitype.PolicyAdvisory {
+func (d *Keeper) PolicyAdvisories() []apitype.PolicyAdvisory {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []apitype.PolicyAdvisory
-	for id, n := range d.policies {
-		if n.c.Enforced && n.err == "" {
+	for id, h := range d.health {
+		n := h.policy
+		if !h.policySeen || n.c.Enforced && n.err == "" {
 			continue
 		}
 		b, _ := d.cfg.Binding(id)
