@@ -264,9 +264,9 @@ type Usage struct {
 	// Cost in Currency: the agent's own (CostSource "agent", the change of
 	// the session cost it reports), or from the binding's price table
 	// ("prices"); absent when neither says.
-	Cost       *float64 `json:"cost,omitempty"`
-	Currency   string   `json:"currency,omitempty"`
-	CostSource string   `json:"cost_source,omitempty"`
+	Cost       *Amount `json:"cost,omitempty"` // exact: a decimal string
+	Currency   string  `json:"currency,omitempty"`
+	CostSource string  `json:"cost_source,omitempty"`
 }
 
 // UsageUnknown is how an unknown Usage is encoded.
@@ -346,6 +346,9 @@ type Health struct {
 	// permission policy (or refused the control that tells it): the agent
 	// runs some tools without asking, which the policy then does not cover.
 	PolicyAdvisories []PolicyAdvisory `json:"policy_advisories,omitempty"`
+	// BindingCommands says for every binding whether its command is found
+	// and executable, checked on each request without starting anything.
+	BindingCommands []BindingCommand `json:"binding_commands"`
 }
 
 // PolicyAdvisory is a binding whose permission policy is advisory, in
@@ -361,6 +364,15 @@ type PolicyAdvisory struct {
 	// Unasked says what the agent runs without asking, where known, or
 	// why the policy's control failed.
 	Unasked string `json:"unasked,omitempty"`
+}
+
+// BindingCommand is whether a binding's agent can be started, in Health.
+type BindingCommand struct {
+	Binding   string `json:"binding_id"`
+	Command   string `json:"command"`
+	Path      string `json:"path,omitempty"` // the executable it resolves to
+	Startable bool   `json:"startable"`
+	Problem   string `json:"problem,omitempty"` // why it cannot start
 }
 
 // OptionError is a binding whose session options failed, in Health.
@@ -435,8 +447,8 @@ type Budget struct {
 	Scope    string    `json:"scope"` // binding or channel
 	ID       string    `json:"id"`
 	Level    string    `json:"level"` // ok, warning (at warn_at of the limit), exceeded (new turns refused)
-	Spent    float64   `json:"spent"`
-	Limit    float64   `json:"limit"`
+	Spent    Amount    `json:"spent"` // exact: a decimal string
+	Limit    Amount    `json:"limit"`
 	Currency string    `json:"currency"`
 	ResetsAt time.Time `json:"resets_at"`
 }
@@ -581,4 +593,5 @@ const (
 	CodeBadCapability     = "bad_capability"
 	CodeOutOfScope        = "out_of_scope"
 	CodeBadCursor         = "bad_cursor"
+	CodeAgentForbidden    = "agent_forbidden" // the caller is an agent (or its descendant): only the tool endpoints are open to it
 )
