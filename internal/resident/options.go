@@ -18,7 +18,6 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -337,15 +336,16 @@ func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apity
 // probeOptions checks, once at startup and in the background, the session
 // options of every binding that sets some, by setting them on a new session
 // of its agent: a typo shows in the log and in health right away rather
-// than at the binding's first turn. It also learns who each binding's agent
+// than at the binding's first turn. It also learns who the binding's agent
 // is (initialize's agentInfo), so the log and health say from the start
 // whether its permission policy can be carried by the agent's own controls
-// (see policy.go). The probe's process runs beside the pool's and is
+// (see policy.go); other bindings' agents are not started just for that (a
+// start may have effects), they say so at their first start. The probe's process runs beside the pool's and is
 // stopped at once; an agent that cannot start is left to its first turn to
 // report.
 func (d *Keeper) probeOptions(ctx context.Context) {
 	for _, b := range d.cfg.Bindings {
-		if len(b.SessionOptions) == 0 && b.Permission == permission.Allow {
+		if len(b.SessionOptions) == 0 {
 			continue
 		}
 		d.probes.Add(1)
@@ -358,9 +358,6 @@ func (d *Keeper) probeOptions(ctx context.Context) {
 
 func (d *Keeper) probeBinding(ctx context.Context, b config.Binding) {
 	log := d.log.Named("options").With(zap.String("binding", b.ID))
-	if len(b.SessionOptions) == 0 {
-		log = d.log.Named("policy").With(zap.String("binding", b.ID))
-	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	spec, release, err := d.agentSpec(session.Key{Channel: "-", Binding: b.ID}, b, false)
@@ -375,9 +372,6 @@ func (d *Keeper) probeBinding(ctx context.Context, b config.Binding) {
 		return
 	}
 	defer a.Close()
-	if len(b.SessionOptions) == 0 {
-		return // initialize told who the agent is: all the policy needs
-	}
 	native, err := a.NewSession(ctx)
 	if err != nil {
 		log.Info("session options not checked at startup: session/new failed; the binding's first turn will say why", zap.Error(err))
