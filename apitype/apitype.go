@@ -369,9 +369,28 @@ type Health struct {
 	// OptionErrors are the bindings whose session options their agent
 	// does not list, found at startup or at the last session start.
 	OptionErrors []OptionError `json:"option_errors,omitempty"`
+	// PolicyAdvisories are the bindings whose agent cannot be told their
+	// permission policy (or refused the control that tells it): the agent
+	// runs some tools without asking, which the policy then does not cover.
+	PolicyAdvisories []PolicyAdvisory `json:"policy_advisories,omitempty"`
 	// BindingCommands says for every binding whether its command is found
 	// and executable, checked on each request without starting anything.
 	BindingCommands []BindingCommand `json:"binding_commands"`
+}
+
+// PolicyAdvisory is a binding whose permission policy is advisory, in
+// Health.
+type PolicyAdvisory struct {
+	Binding string `json:"binding_id"`
+	// Agent is who the agent said it is at initialize: name and version.
+	Agent  string `json:"agent"`
+	Policy string `json:"policy"`
+	// Advisory is "policy advisory for this agent: it runs some tools
+	// without asking".
+	Advisory string `json:"advisory"`
+	// Unasked says what the agent runs without asking, where known, or
+	// why the policy's control failed.
+	Unasked string `json:"unasked,omitempty"`
 }
 
 // BindingCommand is whether a binding's agent can be started, in Health.

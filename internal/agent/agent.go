@@ -71,6 +71,12 @@ var (
 	readDirective  = lazyRegexp(`\[\[read:([^\]]+)\]\]`)
 	writeDirective = lazyRegexp(`\[\[write:([^\]]+)\]\]`)
 	permDirective  = lazyRegexp(`\[\[permission:([a-z_]+)\]\]`)
+	// toolDirective makes the agent run a tool of its own, unasked or not
+	// as its session mode says (see modes.go).
+	toolDirective = lazyRegexp(`\[\[tool:([a-z_]+)(?::([^\]]+))?\]\]`)
+	// switchModeDirective makes the agent move its session to another mode
+	// by itself, as claude-agent-acp does on leaving plan mode.
+	switchModeDirective = lazyRegexp(`\[\[switch-mode:([a-z]+)\]\]`)
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
@@ -92,6 +98,7 @@ type options struct {
 	noClose   bool
 	noResume  bool
 	noOptions bool
+	noModes   bool
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
@@ -118,6 +125,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
 	fs.BoolVar(&o.noOptions, "no-options", false, "list no session config options (model, mode, verbose)")
+	fs.BoolVar(&o.noModes, "no-modes", false, "list no session modes (auto, manual)")
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
@@ -243,6 +251,7 @@ type session struct {
 	turns      []turn            // the newest --history turns, oldest first
 	count      int               // turns taken, kept or not
 	options    map[string]string // config option id -> current value; each process starts at the defaults
+	mode       string            // session mode (modes.go); each process starts at modeAuto
 	used       int               // context tokens in use, as usage_update reports them; [[compact]] drops it
 
 	io     sync.Mutex
@@ -315,7 +324,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		return acp.NewSessionResponse{}, fmt.Errorf("builtin: session id: %w", err)
 	}
 	mcp, _ := json.Marshal(p.McpServers)
-	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions()}
+	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions(), mode: modeAuto}
 	b.record(map[string]any{"method": acp.AgentMethodSessionNew, "session": s.ID, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
 	if err := b.create(s); err != nil {
 		return acp.NewSessionResponse{}, err
@@ -328,7 +337,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		_ = b.send(ctx, s.ID, acp.SessionUpdate{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{
 			SessionUpdate: "available_commands_update", AvailableCommands: []acp.AvailableCommand{{Name: "review", Description: "review the change"}}}})
 	}
-	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: b.configOptions(s)}, nil
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
@@ -347,7 +356,7 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 			return acp.LoadSessionResponse{}, err
 		}
 	}
-	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s)}, nil
+	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 func (b *builtin) Cancel(ctx context.Context, p acp.CancelNotification) error {
@@ -582,6 +591,12 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		}
 		b.thought(ctx, id, "permission "+m[1], outcome, err)
 	}
+	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
+		b.runTool(ctx, id, i+1, m[1], m[2])
+	}
+	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
+		b.switchMode(ctx, id, m[1])
+	}
 }
 
 func (b *builtin) thought(ctx context.Context, id, what, result string, err error) {
@@ -613,10 +628,6 @@ func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) erro
 	return b.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: acp.SessionId(id), Update: u})
 }
 
-func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
-	return acp.SetSessionModeResponse{}, nil
-}
-
 func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
 	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
 }
@@ -628,7 +639,7 @@ func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, err
 	}
-	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s)}, nil
+	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 // reopen is session/load and session/resume up to the replay: the record,
@@ -654,6 +665,9 @@ func (b *builtin) reopen(method, id, cwd string, servers []acp.McpServer, off bo
 	s.Cwd, s.MCPServers = cwd, mcp
 	if s.options == nil {
 		s.options = defaultOptions()
+	}
+	if s.mode == "" {
+		s.mode = modeAuto
 	}
 	b.mu.Unlock()
 	return s, nil
