@@ -93,11 +93,19 @@ type Cost struct {
 type Result struct {
 	StopReason string
 	Text       string // concatenated agent_message_chunk text
-	Usage      *Usage // the PromptResponse's, as the agent reported it
-	Cost       *Cost  // the session's cost after the turn, when the agent reported one
-	// Compacted: since the last result the agent reported less than half
-	// the context in use it reported before, which is how agents show that
-	// they compacted (summarised and dropped) their history.
+	// Usage is the turn's tokens: what the prompt response reported, or,
+	// when the agent reported each model call's tokens in its usage
+	// updates (PerCall), their sum.
+	Usage   *Usage
+	PerCall bool
+	// Cost is what the turn cost: every increase of the session cost the
+	// agent reported during it (ACP's usage_update cost is the session's
+	// running total), summed, with what it reported between prompts.
+	Cost *Cost
+	// Compacted: the agent compacted (summarised and dropped) its history
+	// since the last result: it said so with a completed compaction_update,
+	// or, from an agent that sends none, the context in use it reported
+	// fell below half of the report before.
 	Compacted bool
 }
 
@@ -119,6 +127,7 @@ type Agent struct {
 	routes map[string]*route        // native session id -> its update route
 	early  map[string]*earlyUpdates // updates for ids not routed yet
 	closed bool
+	limit  error // the first output limit the agent hit (ErrLimit)
 }
 
 // earlyUpdates are the updates of a session id the caller has not
@@ -126,7 +135,7 @@ type Agent struct {
 // before its session/new reply, and the SDK may hand it over before the
 // reply reaches the caller. They wait for the route, up to Spec.EarlyHold.
 type earlyUpdates struct {
-	updates []sdk.SessionUpdate
+	updates []*wireUpdate
 	dropped int // past maxEarly
 	timer   *time.Timer
 }
@@ -142,15 +151,22 @@ type route struct {
 	loading bool
 	on      func(Update)
 	text    strings.Builder
-	cost    *Cost // the last session cost a usage_update reported during the prompt
+	cut     bool // the reply text reached MaxReplyBytes
+
+	// What the prompt running, or the next one, has cost: cost (increases
+	// of the session's running cost, summed), the calls' tokens.
+	cost     *Cost
+	costSeen float64 // the session cost the agent last reported
+	calls    *Usage  // tokens of the model calls the agent reported one by one
 
 	options []Option // the session's config options as the agent last listed them
 	listed  bool     // the agent listed config options for the session at all
 	used    int      // context tokens in use at the last usage_update
-	// compacted: a usage_update reported less than half the context in use
-	// of the one before: the agent compacted its history. The next prompt's
-	// result reports it, once.
+	// compacted: the agent compacted its history; the next prompt's result
+	// reports it, once. announced: it sends compaction_update, so a drop
+	// in use is no longer taken for one.
 	compacted bool
+	announced bool
 }
 
 func (s *Spec) defaults() {
@@ -260,25 +276,20 @@ func (a *Agent) spawn(path string) error {
 	}
 	a.proc, a.pid, a.done = p, p.Pid(), p.Done()
 	a.log = p.Log() // before anything reads it
-	// The SDK's connection reads from the moment it exists, before its own
-	// fields and our logger are set; hold its first read until they are, so
-	// an agent that writes at once cannot race the setup.
-	in := &gatedReader{r: p.Stdout(), open: make(chan struct{})}
-	a.conn = sdk.NewClientSideConnection(&client{a: a}, p.Stdin(), in)
+	// The SDK reads only what the pump passes on, which starts once the
+	// connection and the logger are set.
+	pr, pw := io.Pipe()
+	a.conn = sdk.NewClientSideConnection(&client{a: a}, p.Stdin(), pr)
 	a.conn.SetLogger(newSlog(a.log))
-	close(in.open)
+	// The pump ends when the agent's stdout does (the process exited or
+	// was stopped), or when the SDK's connection ended and nothing reads
+	// what it passes on.
+	go a.pump(p.Stdout(), pw)
+	go func() {
+		<-a.conn.Done()
+		_ = pr.CloseWithError(errors.New("acp: connection closed"))
+	}()
 	return nil
-}
-
-// gatedReader blocks reads until open is closed.
-type gatedReader struct {
-	r    io.Reader
-	open chan struct{}
-}
-
-func (g *gatedReader) Read(p []byte) (int, error) {
-	<-g.open
-	return g.r.Read(p)
 }
 
 // Close stops the agent: close stdin, SIGTERM the group, wait Grace, SIGKILL
@@ -472,7 +483,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	}
 	r.on = on
 	r.text.Reset()
-	r.cost = nil
+	r.cut = false
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -503,7 +514,11 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 		if ans.err != nil {
 			return a.partial(r), a.callErr(ctx, op, ans.err)
 		}
-		return a.result(r, ans.resp), nil
+		res, err := a.result(r, ans.resp)
+		if err != nil {
+			err = fmt.Errorf("acp: %s: %w", op, err)
+		}
+		return res, err
 	}
 
 	select {
@@ -533,7 +548,8 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 		if ans.err != nil {
 			return a.partial(r), fmt.Errorf("acp: %s: %w", op, cause)
 		}
-		return a.result(r, ans.resp), fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
+		res, _ := a.result(r, ans.resp)
+		return res, fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
 	case <-a.done:
 		return a.partial(r), fmt.Errorf("acp: %s: %w (and the agent exited: %v)", op, cause, a.exitedErr())
 	case <-t.C:
@@ -544,21 +560,17 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 }
 
 // partial is what a prompt that failed had reported by then: its text so
-// far, the session cost a usage_update gave (a failed turn was paid for
-// too) and whether the agent compacted.
+// far, what it cost (a failed turn was paid for too) and whether the agent
+// compacted.
 func (a *Agent) partial(r *route) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
-	r.compacted = false // reported once
-	return res
+	return r.takeLocked(Result{Text: r.text.String()})
 }
 
-func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
+func (a *Agent) result(r *route, resp sdk.PromptResponse) (Result, error) {
 	r.mu.Lock()
-	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
-	r.compacted = false // reported once
-	r.mu.Unlock()
+	res := Result{StopReason: string(resp.StopReason), Text: r.text.String()}
 	if u := resp.Usage; u != nil {
 		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}
 		if u.CachedReadTokens != nil {
@@ -568,6 +580,23 @@ func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
 			res.Usage.CacheWriteTokens = int64(*u.CachedWriteTokens)
 		}
 	}
+	res = r.takeLocked(res)
+	cut := r.cut
+	r.mu.Unlock()
+	if cut {
+		return res, fmt.Errorf("%w: the reply is longer than %d MiB (max reply); its text is cut there", ErrLimit, MaxReplyBytes>>20)
+	}
+	return res, nil
+}
+
+// takeLocked hands what the route gathered for a result (cost, the
+// calls' tokens, a compaction) to res, once; r.mu is held.
+func (r *route) takeLocked(res Result) Result {
+	res.Cost, res.Compacted = r.cost, r.compacted
+	if r.calls != nil {
+		res.Usage, res.PerCall = r.calls, true
+	}
+	r.cost, r.calls, r.compacted = nil, nil, false
 	return res
 }
 
@@ -578,6 +607,10 @@ func (a *Agent) callErr(ctx context.Context, op string, err error) error {
 	case <-a.conn.Done():
 		// stdout closed: the process is exiting, or is useless; make sure it is reaped.
 		t := time.NewTimer(a.spec.Grace)
+		if lerr := a.limitErr(); lerr != nil {
+			_ = a.stop() // it broke a limit: no grace to finish
+			return fmt.Errorf("acp: %s: %w (the agent was stopped)", op, lerr)
+		}
 		select {
 		case <-a.done:
 		case <-t.C:
@@ -614,6 +647,9 @@ func (a *Agent) exitedErr() error {
 	}
 	if a.proc.ExitKind() == child.ExitOOM {
 		why = "oom: killed for exceeding its memory limit (limits.memory_max), " + why
+	}
+	if lerr := a.limitErr(); lerr != nil {
+		return fmt.Errorf("%w, stopped for it (pid %d, %s)", lerr, a.pid, why)
 	}
 	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.proc.StderrTail(), 512))
 }

@@ -47,6 +47,8 @@ const (
 	FaultResumeFail           = "resume-fail"
 	FaultRestoreFail          = "restore-fail" // both session/resume and session/load fail
 	FaultExitRestore          = "exit-restore" // exit during session/resume or session/load
+	FaultBurst                = "burst"        // stream --burst tiny chunks (100,000) before the reply
+	FaultLongReplay           = "long-replay"  // session/load replays --replay messages (5,000) before the kept turns
 )
 
 var knownFaults = map[string]bool{
@@ -56,6 +58,7 @@ var knownFaults = map[string]bool{
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
+	FaultBurst: true, FaultLongReplay: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -91,6 +94,8 @@ type options struct {
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
+	burst     int // chunks of the burst fault
+	replay    int // messages of the long-replay fault
 	slow      time.Duration
 	framing   string
 	hold      bool
@@ -117,6 +122,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
+	fs.IntVar(&o.burst, "burst", 100000, "chunks the burst fault streams")
+	fs.IntVar(&o.replay, "replay", 5000, "messages the long-replay fault replays on session/load")
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
@@ -329,6 +336,19 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 	b.mu.Lock()
 	turns := append([]turn(nil), s.turns...)
 	b.mu.Unlock()
+	if b.opts.fault == FaultLongReplay {
+		// A long history, as a real agent replays one: user and agent
+		// messages in turn, before the kept turns.
+		for i := range b.opts.replay {
+			u := acp.UpdateUserMessageText(fmt.Sprintf("replayed message %d", i))
+			if i%2 == 1 {
+				u = acp.UpdateAgentMessageText(fmt.Sprintf("replayed message %d", i))
+			}
+			if err := b.send(ctx, s.ID, u); err != nil {
+				return acp.LoadSessionResponse{}, err
+			}
+		}
+	}
 	for _, t := range turns {
 		if err := b.send(ctx, s.ID, acp.UpdateUserMessageText(t.User)); err != nil {
 			return acp.LoadSessionResponse{}, err
@@ -395,6 +415,14 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		}
 	case FaultUnknownSessionUpdate:
 		_ = b.send(ctx, "nat-unknown", acp.UpdateAgentMessageText("for nobody"))
+	case FaultBurst:
+		// A long reply streamed finely: each chunk a few bytes, as fast as
+		// the pipe takes them. Part of the reply, not of what is kept.
+		for i := range b.opts.burst {
+			if err := b.send(ctx, id, acp.UpdateAgentMessageText(BurstChunk(i))); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
 	case FaultFailTurn:
 		// As a model call that was paid for before the agent failed: the
 		// usage update (with its cost) goes out, then the error.
@@ -432,6 +460,9 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 	return resp, nil
 }
+
+// BurstChunk is the i-th chunk the burst fault streams.
+func BurstChunk(i int) string { return fmt.Sprintf("<%d>", i) }
 
 // account counts a turn's tokens (a quarter of its bytes) and cost and
 // sends the usage_update: context in use (every turn so far, until a

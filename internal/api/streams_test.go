@@ -1,0 +1,87 @@
+package api
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/testkit"
+)
+
+// A turn whose agent streams 100,000 tiny chunks in a burst ends ok: every
+// update was numbered in the run's log (the oldest fell out of its bounded
+// buffer, so a follower from the start is told they are gone) and the
+// result holds the whole reply.
+func TestBurstOfUpdatesEndsOK(t *testing.T) {
+	n := 100000
+	if testkit.Race {
+		n = 5000 // still 5 times the SDK's queue; the detector makes each update slow
+	}
+	e := newEnv(t, func(c *config.Config) {
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--burst", strconv.Itoa(n))
+	})
+	ctx := context.Background()
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-burst", Binding: "b-builtin", RunID: "run-burst", Text: "@agent [[fault:burst]]"}, nil)
+	if err != nil {
+		t.Fatalf("burst turn: %v", err)
+	}
+	var want strings.Builder
+	for i := range n {
+		want.WriteString(agent.BurstChunk(i))
+	}
+	run, err := e.c.Run(ctx, "run-burst")
+	if err != nil || run.Result == nil {
+		t.Fatalf("run: %+v, %v", run, err)
+	}
+	if !strings.HasPrefix(run.Result.Text, want.String()) || !strings.Contains(run.Result.Text, "builtin turn=1") {
+		t.Fatalf("result text (%d bytes) is not the %d chunks and the reply", len(run.Result.Text), n)
+	}
+	if ev.Event != apitype.EventDone || run.State != apitype.RunSucceeded {
+		t.Fatalf("burst turn ended %+v, state %s", ev, run.State)
+	}
+	if run.LastSeq <= int64(n) {
+		t.Fatalf("run logged %d events for %d chunks", run.LastSeq, n)
+	}
+	code, body := e.rawBody(t, "GET", "/v1/runs/run-burst/events?after=0", "")
+	if code != 410 || !strings.Contains(string(body), "events_gone") {
+		t.Fatalf("follow from 0: %d %s, want 410 events_gone", code, body)
+	}
+	// The process is still the key's: the next turn is warm.
+	ev, err = e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-burst", Binding: "b-builtin", Text: "@agent again"}, nil)
+	if err != nil || ev.Shape != "warm" {
+		t.Fatalf("turn after the burst: %+v, %v", ev, err)
+	}
+}
+
+// A session/load that replays 5,000 messages restores the session: the
+// replay is swallowed, the turn is restored and ends ok.
+func TestLongLoadReplayRestores(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		c.MaxLive = 1
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--fault", agent.FaultLongReplay)
+		c.Bindings[0].RestoreMethod = "load"
+	})
+	ctx := context.Background()
+	for _, step := range []struct{ ch, shape string }{{"ch-a", "cold"}, {"ch-b", "cold"}, {"ch-a", "restored"}} {
+		ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: step.ch, Binding: "b-builtin", Text: "@agent hello"}, nil)
+		if err != nil || ev.Shape != step.shape {
+			t.Fatalf("turn in %s: %+v, %v; want %s", step.ch, ev, err, step.shape)
+		}
+		if step.shape == "restored" && strings.Contains(ev.Text, "replayed message") {
+			t.Fatalf("the replayed history leaked into the turn: %q", ev.Text)
+		}
+	}
+	sessions, err := e.c.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sessions {
+		if s.Channel == "ch-a" && s.RestoredBy != "load" {
+			t.Fatalf("ch-a restored by %q, want load", s.RestoredBy)
+		}
+	}
+}
