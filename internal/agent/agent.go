@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,6 +78,8 @@ var (
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// callsDirective makes the turn N model calls, each reported on its own.
+	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -468,26 +471,42 @@ func BurstChunk(i int) string { return fmt.Sprintf("<%d>", i) }
 // sends the usage_update: context in use (every turn so far, until a
 // [[compact]] directive summarises it down to this turn's reply, as agents
 // compact) and, with --cost, the process's running cost. It returns the
-// turn's tokens and the process's totals.
+// turn's tokens and the process's totals. A turn with [[calls:N]] makes N
+// model calls of that size: one usage_update each, with the call's tokens
+// in _meta.usage, and it returns the last call's tokens only (as an agent
+// that reports the last call in its prompt response).
 func (b *builtin) account(ctx context.Context, s *session, text, reply string) (in, out, spentIn, spentOut int) {
+	calls, perCall := 1, false
+	if m := callsDirective().FindStringSubmatch(text); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n >= 1 {
+			calls, perCall = n, true
+		}
+	}
 	in, out = len(text)/4, len(reply)/4
-	b.mu.Lock()
-	b.spent[0] += in
-	b.spent[1] += out
-	b.cost += b.opts.cost
-	spentIn, spentOut, cost := b.spent[0], b.spent[1], b.cost
-	if compactDirective().MatchString(text) {
-		s.used = out
-	} else {
-		s.used += in + out
+	for range calls {
+		b.mu.Lock()
+		b.spent[0] += in
+		b.spent[1] += out
+		b.cost += b.opts.cost
+		spentIn, spentOut = b.spent[0], b.spent[1]
+		cost := b.cost
+		if compactDirective().MatchString(text) {
+			s.used = out
+		} else {
+			s.used += in + out
+		}
+		used := s.used
+		b.mu.Unlock()
+		meta := map[string]any{"inputTokens": in, "outputTokens": out}
+		if perCall {
+			meta = map[string]any{"usage": acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}}
+		}
+		uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: meta}
+		if b.opts.cost > 0 {
+			uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
+		}
+		_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	}
-	used := s.used
-	b.mu.Unlock()
-	uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: map[string]any{"inputTokens": in, "outputTokens": out}}
-	if b.opts.cost > 0 {
-		uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
-	}
-	_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	return in, out, spentIn, spentOut
 }
 
