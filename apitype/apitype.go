@@ -97,23 +97,47 @@ const (
 // Update is one session/update the agent sent during the turn. Kind says
 // which of the typed fields is set; Raw is the agent's update as it sent it.
 type Update struct {
-	Kind     string          `json:"kind"`
-	Text     string          `json:"text,omitempty"` // message and thought chunks; a tool call's title
-	ToolCall *ToolCall       `json:"tool_call,omitempty"`
-	Plan     *Plan           `json:"plan,omitempty"`
-	Context  *ContextUsage   `json:"context_usage,omitempty"`
+	Kind     string        `json:"kind"`
+	Text     string        `json:"text,omitempty"` // message and thought chunks; a tool call's title
+	ToolCall *ToolCall     `json:"tool_call,omitempty"`
+	Plan     *Plan         `json:"plan,omitempty"`
+	Context  *ContextUsage `json:"context_usage,omitempty"`
+	// Notice: what the agent wants a person to see apart from its reply.
+	Notice *Notice `json:"notice,omitempty"`
+	// Compaction: the agent compacting its history, and its summary.
+	Compaction *Compaction `json:"compaction,omitempty"`
+	// Subagent is the session id of the agent's subagent that sent this
+	// update (the run is its parent's); empty for the session's own.
+	Subagent string          `json:"subagent_session,omitempty"`
 	Raw      json.RawMessage `json:"raw,omitempty"`
+}
+
+// Notice is an agent's notice: a warning, an error or news a person should
+// see apart from the reply (a rate limit, a hook that blocked a tool).
+type Notice struct {
+	Severity    string `json:"severity"` // info, warning, error (as the agent says)
+	Title       string `json:"title"`
+	Description string `json:"description,omitempty"`
+}
+
+// Compaction is one step of the agent compacting its history.
+type Compaction struct {
+	ID      string `json:"id,omitempty"`
+	Status  string `json:"status"`            // in_progress, completed, failed, cancelled
+	Summary string `json:"summary,omitempty"` // what the compacted history was, as the agent summarised it
 }
 
 // Update kinds.
 const (
 	UpdateMessage    = "agent_message_chunk"
 	UpdateThought    = "agent_thought_chunk"
-	UpdateToolCall   = "tool_call"        // ToolCall: a new tool call
-	UpdateToolUpdate = "tool_call_update" // ToolCall: the fields that changed
-	UpdatePlan       = "plan"             // Plan: the agent's whole current plan
-	UpdateUsage      = "usage_update"     // Context: the session's context window use
-	UpdateOther      = "other"            // anything else; see Raw
+	UpdateToolCall   = "tool_call"         // ToolCall: a new tool call
+	UpdateToolUpdate = "tool_call_update"  // ToolCall: the fields that changed
+	UpdatePlan       = "plan"              // Plan: the agent's whole current plan
+	UpdateUsage      = "usage_update"      // Context: the session's context window use
+	UpdateNotice     = "notice"            // Notice: severity, title, description
+	UpdateCompaction = "compaction_update" // Compaction: the agent compacting its history, with its summary
+	UpdateOther      = "other"             // anything else; see Raw
 )
 
 // ToolCall is a tool call the agent made, or the part of it that changed.

@@ -126,8 +126,11 @@ type Agent struct {
 	mu     sync.Mutex
 	routes map[string]*route        // native session id -> its update route
 	early  map[string]*earlyUpdates // updates for ids not routed yet
-	closed bool
-	limit  error // the first output limit the agent hit (ErrLimit)
+	// children maps a subagent's session id to its parent's, as the
+	// parent's subagent_update announced it.
+	children map[string]string
+	closed   bool
+	limit    error // the first output limit the agent hit (ErrLimit)
 }
 
 // earlyUpdates are the updates of a session id the caller has not
@@ -165,8 +168,9 @@ type route struct {
 	// compacted: the agent compacted its history; the next prompt's result
 	// reports it, once. announced: it sends compaction_update, so a drop
 	// in use is no longer taken for one.
-	compacted bool
-	announced bool
+	compacted      bool
+	announced      bool
+	lastCompaction string // the id of the last compaction_update that completed
 }
 
 func (s *Spec) defaults() {
@@ -224,11 +228,12 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	}
 
 	a := &Agent{
-		spec:   spec,
-		root:   root,
-		log:    log.With(zap.String("command", spec.Command)),
-		routes: make(map[string]*route),
-		early:  make(map[string]*earlyUpdates),
+		spec:     spec,
+		root:     root,
+		log:      log.With(zap.String("command", spec.Command)),
+		routes:   make(map[string]*route),
+		early:    make(map[string]*earlyUpdates),
+		children: make(map[string]string),
 	}
 	if err := a.spawn(path); err != nil {
 		return nil, err
@@ -279,7 +284,7 @@ func (a *Agent) spawn(path string) error {
 	// The SDK reads only what the pump passes on, which starts once the
 	// connection and the logger are set.
 	pr, pw := io.Pipe()
-	a.conn = sdk.NewClientSideConnection(&client{a: a}, p.Stdin(), pr)
+	a.conn = sdk.NewClientSideConnection(&client{a: a}, &capsWriter{w: p.Stdin()}, pr)
 	a.conn.SetLogger(newSlog(a.log))
 	// The pump ends when the agent's stdout does (the process exited or
 	// was stopped), or when the SDK's connection ended and nothing reads

@@ -41,9 +41,15 @@ func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) e
 	return nil
 }
 
-// deliverLocked hands one update to r's caller; r.mu is held.
-func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate) {
-	switch su.Kind {
+// deliverLocked hands one update to r's caller; r.mu is held. sub is the
+// subagent session that sent it, "" for r's own: a subagent's usage,
+// options and compactions are its own, not the session's.
+func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate, sub string) {
+	kind := su.Kind
+	if sub != "" {
+		kind = ""
+	}
+	switch kind {
 	case "config_option_update":
 		// Options are the session's state, whenever the agent says they moved.
 		if list := options(su.ConfigOptions); list != nil {
@@ -52,9 +58,12 @@ func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate) {
 	case "usage_update":
 		r.usage(su)
 	case "compaction_update":
+		// The agent says when it compacts: the drop in use is no longer
+		// taken for one. Each compaction counts once, however often its
+		// completion is repeated.
 		r.announced = true
-		if su.Status != nil && *su.Status == "completed" {
-			r.compacted = true
+		if su.Status != nil && *su.Status == "completed" && (su.CompactionID == "" || su.CompactionID != r.lastCompaction) {
+			r.compacted, r.lastCompaction = true, su.CompactionID
 		}
 	}
 	if r.loading {
@@ -65,7 +74,8 @@ func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate) {
 		return
 	}
 	u := su.toUpdate()
-	if u.Kind == apitype.UpdateMessage && !r.cut {
+	u.Subagent = sub
+	if u.Kind == apitype.UpdateMessage && sub == "" && !r.cut {
 		if r.text.Len()+len(u.Text) > MaxReplyBytes {
 			r.cut = true
 		} else {
@@ -187,7 +197,7 @@ func (a *Agent) releaseEarlyLocked(native string, r *route) {
 	a.mu.Unlock()
 	defer r.mu.Unlock()
 	for _, su := range e.updates {
-		a.deliverLocked(r, native, su)
+		a.deliverLocked(r, native, su, "")
 	}
 	if e.dropped > 0 {
 		a.log.Warn("dropped session/updates the agent sent before its session was known, past the hold bound", zap.String("session", native), zap.Int("dropped", e.dropped), zap.Int("bound", maxEarly))
@@ -242,6 +252,27 @@ func (su *wireUpdate) toUpdate() Update {
 		u.Kind = apitype.UpdateUsage
 		u.Text = fmt.Sprintf("used=%d size=%d", su.Used, su.Size)
 		u.Context = &apitype.ContextUsage{Used: int64(su.Used), Size: int64(su.Size)}
+	case "notice":
+		u.Kind = apitype.UpdateNotice
+		n := &apitype.Notice{Severity: su.Severity, Description: su.Description}
+		if su.Title != nil {
+			n.Title = *su.Title
+		}
+		u.Notice, u.Text = n, n.Title
+	case "compaction_update":
+		u.Kind = apitype.UpdateCompaction
+		c := &apitype.Compaction{ID: su.CompactionID}
+		if su.Status != nil {
+			c.Status = *su.Status
+		}
+		var b strings.Builder
+		for _, part := range su.Summary {
+			if part.Text != nil {
+				b.WriteString(*part.Text)
+			}
+		}
+		c.Summary = b.String()
+		u.Compaction, u.Text = c, c.Status
 	}
 	return Update{Update: u}
 }

@@ -101,11 +101,19 @@ func (a *Agent) dispatch(line []byte) bool {
 	return true
 }
 
-// route delivers u to the route of session id, or holds it until the
-// session is known.
+// route delivers u to the route of session id (or, for a subagent's
+// session, its parent's), or holds it until the session is known.
 func (a *Agent) route(id string, u *wireUpdate) {
 	a.mu.Lock()
-	r := a.routes[id]
+	if u.Kind == "subagent_update" && u.SubSession != "" && u.SubSession != id {
+		a.children[u.SubSession] = id
+	}
+	r, sub := a.routes[id], ""
+	if r == nil {
+		if parent, ok := a.children[id]; ok {
+			r, sub = a.routes[parent], id
+		}
+	}
 	if r == nil {
 		a.holdEarlyLocked(id, u)
 		a.mu.Unlock()
@@ -113,7 +121,7 @@ func (a *Agent) route(id string, u *wireUpdate) {
 	}
 	a.mu.Unlock()
 	r.mu.Lock()
-	a.deliverLocked(r, id, u)
+	a.deliverLocked(r, id, u, sub)
 	r.mu.Unlock()
 }
 
@@ -162,6 +170,11 @@ type wireUpdate struct {
 	// notice
 	Severity    string `json:"severity"`
 	Description string `json:"description"`
+	// subagent_update: the subagent's session and its work state
+	SubSession string `json:"sessionId"`
+	State      *struct {
+		State string `json:"state"`
+	} `json:"state"`
 
 	raw json.RawMessage
 }

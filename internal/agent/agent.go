@@ -78,6 +78,12 @@ var (
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// noticeDirective sends a notice of the given severity.
+	noticeDirective = lazyRegexp(`\[\[notice:([a-z]+)\]\]`)
+	// compactionDirective reports a compaction with compaction_update (in
+	// progress, then completed with a summary, the completion sent twice as
+	// agents repeat it) while the context in use keeps growing.
+	compactionDirective = lazyRegexp(`\[\[compaction-update\]\]`)
 	// callsDirective makes the turn N model calls, each reported on its own.
 	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
 )
@@ -520,6 +526,16 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		_, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: acp.SessionId(id), Path: m[1], Content: "written by builtin\n"})
 		b.thought(ctx, id, "write "+m[1], "", err)
 	}
+	for _, m := range noticeDirective().FindAllStringSubmatch(text, -1) {
+		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "notice", "severity": m[1], "title": "builtin " + m[1] + " notice", "description": "asked for by a directive"})
+	}
+	if compactionDirective().MatchString(text) {
+		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "in_progress"})
+		done := map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "completed",
+			"summary": []map[string]string{{"type": "text", "text": "builtin summary of the session so far"}}}
+		_ = b.sendRaw(ctx, id, done)
+		_ = b.sendRaw(ctx, id, done)
+	}
 	for _, m := range permDirective().FindAllStringSubmatch(text, -1) {
 		kind := acp.ToolKind(m[1])
 		title := "builtin " + m[1] + " tool"
@@ -564,6 +580,17 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 	default:
 	}
 	return g.r.Read(p)
+}
+
+// sendRaw sends an update the SDK has no type for, as its JSON.
+func (b *builtin) sendRaw(ctx context.Context, id string, update map[string]any) error {
+	line, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": acp.ClientMethodSessionUpdate,
+		"params": map[string]any{"sessionId": id, "update": update}})
+	if err != nil {
+		return err
+	}
+	_, err = b.out.Write(append(line, '\n'))
+	return err
 }
 
 func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) error {

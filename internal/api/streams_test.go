@@ -85,3 +85,37 @@ func TestLongLoadReplayRestores(t *testing.T) {
 		}
 	}
 }
+
+// A notice becomes an update event with its severity, title and
+// description, and is counted in the scraped metrics; a compaction_update
+// is an update event that carries the summary.
+func TestNoticeAndCompactionAreRunEvents(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var notice, compaction *apitype.Update
+	_, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-n", Binding: "b-builtin", Text: "@agent [[notice:warning]] [[compaction-update]]"}, func(ev apitype.Event) {
+		if u := ev.Update; u != nil {
+			switch u.Kind {
+			case apitype.UpdateNotice:
+				notice = u
+			case apitype.UpdateCompaction:
+				if u.Compaction != nil && u.Compaction.Status == "completed" {
+					compaction = u
+				}
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notice == nil || notice.Notice == nil || *notice.Notice != (apitype.Notice{Severity: "warning", Title: "builtin warning notice", Description: "asked for by a directive"}) {
+		t.Fatalf("notice event %+v", notice)
+	}
+	if compaction == nil || compaction.Compaction.ID != "cmp-1" || compaction.Compaction.Summary != "builtin summary of the session so far" {
+		t.Fatalf("compaction event %+v", compaction)
+	}
+	code, body := e.rawBody(t, "GET", "/metrics", "")
+	if code != 200 || !strings.Contains(string(body), `residentd_agent_notices_total{binding="b-builtin",severity="warning"} 1`) {
+		t.Fatalf("metrics (%d) lack the notice:\n%s", code, body)
+	}
+}

@@ -292,6 +292,10 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 			return
 		}
 		up := u.Update
+		if n := up.Notice; n != nil {
+			d.m.Notice(b.ID, n.Severity)
+			log.Info("agent notice", zap.String("severity", n.Severity), zap.String("title", n.Title), zap.String("description", n.Description))
+		}
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
 	// Every turn that reached the agent costs what it reported, failed or not.

@@ -107,6 +107,7 @@ type Metrics struct {
 	BuildInfo         *prometheus.GaugeVec   // version, goversion
 	OptionsSet        *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
+	Notices           *prometheus.CounterVec // binding, severity
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
 
@@ -252,6 +253,10 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_agent_compactions_total",
 		Help: "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.",
 	}, []string{"binding"})
+	m.Notices = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_notices_total",
+		Help: "Notices agents sent (ACP notice session updates), by binding and severity.",
+	}, []string{"binding", "severity"})
 	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_budget_crossings_total",
 		Help: "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.",
@@ -271,7 +276,7 @@ func New(version string, g Gauges) *Metrics {
 		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.Compactions, m.BudgetCrossings, m.BudgetRefusals,
+		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.Compactions, m.Notices, m.BudgetCrossings, m.BudgetRefusals,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -470,6 +475,11 @@ func (m *Metrics) OptionSet(binding string) { m.OptionsSet.WithLabelValues(bindi
 
 // Compacted counts a turn during which binding's agent compacted its history.
 func (m *Metrics) Compacted(binding string) { m.Compactions.WithLabelValues(binding).Inc() }
+
+// Notice counts a notice binding's agent sent.
+func (m *Metrics) Notice(binding, severity string) {
+	m.Notices.WithLabelValues(binding, severity).Inc()
+}
 
 // BudgetCrossed counts a turn that took a budget of scope to level.
 func (m *Metrics) BudgetCrossed(scope, level string) {
