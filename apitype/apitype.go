@@ -30,6 +30,7 @@ type Agent struct {
 // Event kinds of a run's NDJSON stream, in the order they can arrive.
 const (
 	EventQueued             = "queued"              // the run waits: Reason and Position; sent again as it moves up
+	EventRestoring          = "restoring"           // the run's new process is reopening the key's saved session: Method (resume, load), or "new" after the ways failed or timed out
 	EventStarted            = "started"             // the run has its process: Shape, Native, Pid
 	EventUpdate             = "update"              // one update from the agent: Update
 	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
@@ -61,6 +62,9 @@ type Event struct {
 	// queued
 	Reason   string `json:"reason,omitempty"`
 	Position int    `json:"position,omitempty"` // 1 is next in line
+
+	// restoring
+	Method string `json:"method,omitempty"`
 
 	// started, done
 	Shape  string `json:"shape,omitempty"`

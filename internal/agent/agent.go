@@ -48,6 +48,7 @@ const (
 	FaultResumeFail           = "resume-fail"
 	FaultRestoreFail          = "restore-fail" // both session/resume and session/load fail
 	FaultExitRestore          = "exit-restore" // exit during session/resume or session/load
+	FaultResumeHang           = "resume-hang"  // never answer session/resume
 	FaultBurst                = "burst"        // stream --burst tiny chunks (100,000) before the reply
 	FaultLongReplay           = "long-replay"  // session/load replays --replay messages (5,000) before the kept turns
 )
@@ -59,7 +60,7 @@ var knownFaults = map[string]bool{
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
-	FaultBurst: true, FaultLongReplay: true,
+	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -608,6 +609,10 @@ func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (
 // ResumeSession reopens a saved session as LoadSession does, without
 // replaying its history to the client.
 func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	if b.opts.fault == FaultResumeHang {
+		b.record(map[string]any{"method": acp.AgentMethodSessionResume, "session": string(p.SessionId), "hang": true})
+		blockForever() // other requests (a session/load) are still served
+	}
 	s, err := b.reopen(acp.AgentMethodSessionResume, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noResume, FaultResumeFail)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, err

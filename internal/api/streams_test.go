@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/agent"
@@ -117,5 +118,42 @@ func TestNoticeAndCompactionAreRunEvents(t *testing.T) {
 	code, body := e.rawBody(t, "GET", "/metrics", "")
 	if code != 200 || !strings.Contains(string(body), `residentd_agent_notices_total{binding="b-builtin",severity="warning"} 1`) {
 		t.Fatalf("metrics (%d) lack the notice:\n%s", code, body)
+	}
+}
+
+// A session/resume that never answers cannot hang the turn: past
+// restore_timeout the restore tries session/load, and the waiting run's
+// stream says which way it is restoring.
+func TestResumeThatNeverAnswersFallsBackToLoad(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		c.MaxLive = 1
+		c.RestoreTimeout = config.Duration(500 * time.Millisecond)
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--fault", agent.FaultResumeHang)
+	})
+	ctx := context.Background()
+	for _, ch := range []string{"ch-a", "ch-b"} {
+		if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: ch, Binding: "b-builtin", Text: "@agent hello"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var methods []string
+	t0 := time.Now()
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-a", Binding: "b-builtin", Text: "@agent again"}, func(ev apitype.Event) {
+		if ev.Event == apitype.EventRestoring {
+			methods = append(methods, ev.Method)
+		}
+	})
+	if err != nil || ev.Shape != "restored" {
+		t.Fatalf("restored turn: %+v, %v", ev, err)
+	}
+	if strings.Join(methods, ",") != "resume,load" {
+		t.Fatalf("restoring events %q, want resume then load", methods)
+	}
+	if d := time.Since(t0); d > 30*time.Second {
+		t.Fatalf("the restore took %v", d)
+	}
+	code, body := e.rawBody(t, "GET", "/metrics", "")
+	if code != 200 || !strings.Contains(string(body), `residentd_session_restores_total{method="resume",result="timeout"} 1`) {
+		t.Fatalf("metrics (%d) lack the timed-out resume:\n%s", code, body)
 	}
 }

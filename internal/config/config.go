@@ -179,6 +179,10 @@ type Config struct {
 	// stops trying to restore its sessions for the rest of its run; its new
 	// processes then start cold at once; default 3.
 	RestoreFailures int `json:"restore_failures,omitempty"`
+	// RestoreTimeout bounds each way of a restore (session/resume, then
+	// session/load): past it the next way is tried, then a new session;
+	// default 60s.
+	RestoreTimeout Duration `json:"restore_timeout,omitempty"`
 
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
@@ -347,6 +351,9 @@ func (c *Config) SetDefaults() {
 		if p := c.Bindings[i].Prices; p != nil && p.Currency == "" {
 			p.Currency = "USD"
 		}
+	}
+	if c.RestoreTimeout <= 0 {
+		c.RestoreTimeout = Duration(60 * time.Second)
 	}
 	if c.RestoreFailures <= 0 {
 		c.RestoreFailures = 3

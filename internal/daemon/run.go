@@ -191,7 +191,11 @@ func (d *Daemon) Answer(runID, requestID, optionID string) error {
 func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest) (apitype.Event, error) {
 	log := d.log.With(zap.String("key", r.Key.String()), zap.String("run", r.ID))
 	start := d.now()
-	co, err := d.pool.Acquire(ctx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
+	// A restore tells the waiting run which way it reopens the session.
+	actx := withRestoreNote(ctx, func(method string) {
+		r.Emit(apitype.Event{Event: apitype.EventRestoring, Method: method})
+	})
+	co, err := d.pool.Acquire(actx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
 		if w.Slot {
 			reason = apitype.QueueNoSlot

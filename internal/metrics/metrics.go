@@ -30,7 +30,7 @@ var (
 	ExitKinds       = child.ExitKinds
 	ReadyMethods    = []string{"new", "resume", "load"}
 	RestoreMethods  = []string{"resume", "load"}
-	RestoreResults  = []string{"ok", "failed"}
+	RestoreResults  = []string{"ok", "failed", "timeout"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
 	BriefPlacements = labels(delivery.Placements)
@@ -186,7 +186,7 @@ func New(version string, g Gauges) *Metrics {
 	}, []string{"kind"})
 	m.SessionRestores = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_session_restores_total",
-		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result.",
+		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result (ok, failed, or timeout: no answer within restore_timeout).",
 	}, []string{"method", "result"})
 	m.RestoreStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "residentd_restore_stopped",
@@ -377,6 +377,12 @@ func (m *Metrics) ObserveSpawn(d time.Duration) { m.AgentSpawn.Observe(d.Seconds
 // ObserveSessionReady records session/new or session/load latency.
 func (m *Metrics) ObserveSessionReady(method string, d time.Duration) {
 	m.SessionReady.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// RestoreTimedOut counts a restore by method that did not answer within
+// restore_timeout.
+func (m *Metrics) RestoreTimedOut(method string) {
+	m.SessionRestores.WithLabelValues(method, "timeout").Inc()
 }
 
 // Restore counts one attempt to reload a saved session.
