@@ -101,7 +101,7 @@ type Daemon struct {
 	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
 	asking   map[string]*asker                  // native session -> the run its permission requests go to
 	framing  map[string]string                  // binding -> framing of its last cold turn
-	loops    map[string]*crashLoop              // binding -> its crash loop, while failing
+	loops    map[string]*crashLoop              // scope (a binding, a key) -> its crash loop, while failing
 	restores map[string]*restoreRun             // binding -> its failed restores in a row
 	closing  bool
 

@@ -490,3 +490,25 @@ func TestCrashLoopBackoff(t *testing.T) {
 	wantBackoff("13", 2, "1s")
 	assertNoStrays(t, h.d, mark)
 }
+
+// TestCrashBackoffPerKey: a key whose process keeps crashing mid-turn backs
+// off alone; turns on another channel of the same binding go on.
+func TestCrashBackoffPerKey(t *testing.T) {
+	h := newHarness(t)
+	h.d.backoffBase, h.d.backoffCap = time.Minute, time.Minute
+	crash := func(id string) error {
+		return h.mention("ch-crash", "b-builtin", id, "@agent [[fault:exit-turn]] "+id).err
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if err := crash(id); !errors.Is(err, acp.ErrExited) {
+			t.Fatalf("%s: err = %v, want the agent's exit", id, err)
+		}
+	}
+	err := crash("c3")
+	if !errors.Is(err, ErrBackoff) || !strings.Contains(err.Error(), `key "ch-crash/b-builtin"`) {
+		t.Fatalf("third crash turn: %v, want the key's backoff", err)
+	}
+	for i := range 3 {
+		reply(t, h.mention("ch-fine", "b-builtin", fmt.Sprint("f", i), "@agent are you fine?"))
+	}
+}

@@ -335,14 +335,14 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		err = d.ctxErr(ctx, err)
 		outcome := Outcome(err)
 		if outcome == lease.OutcomeCrash {
-			d.spawnFailed(b.ID, err)
+			d.spawnFailed(keyScope(co.Key), err) // this key's process; the binding's others are fine
 		}
 		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
 		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", string(outcome)), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
 		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
 	}
 	now := d.now()
-	d.spawnOK(b.ID)
+	d.spawnOK(b.ID, co.Key)
 	wm := apitype.WatermarkNone
 	// The exchange and the watermarks go in one transaction.
 	save := co.Session.takeUnsaved()

@@ -107,12 +107,12 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
-	if err := d.checkBackoff(b.ID); err != nil {
+	if err := d.checkBackoff(b.ID, k); err != nil {
 		return nil, lease.Cold, err
 	}
 	defer func() {
 		if err != nil && ctx.Err() == nil {
-			d.spawnFailed(b.ID, err)
+			d.spawnFailed(bindingScope(b.ID), err)
 		}
 	}()
 	spec, release, err := d.agentSpec(k, b, true)
