@@ -114,8 +114,6 @@ type Daemon struct {
 
 	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
-	probes      sync.WaitGroup // startup option checks
-	stopProbing context.CancelFunc
 
 	backoffBase, backoffCap time.Duration
 
@@ -189,9 +187,6 @@ func New(o Options) (*Daemon, error) {
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
-	pctx, stop := context.WithCancel(context.Background())
-	d.stopProbing = stop
-	d.probeOptions(pctx)
 	return d, nil
 }
 
@@ -412,13 +407,11 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 		timer.Stop()
 	}
-	d.stopProbing()
 	err := d.pool.Close()
 	// With their agents stopped the remaining turns end promptly; wait for
 	// them so none writes to the store (or starts a watcher) after Close.
 	d.turns.Wait()
 	d.watchers.Wait()
-	d.probes.Wait()
 	if d.cgroups != nil {
 		if cerr := d.cgroups.Close(); cerr != nil {
 			d.log.Warn("remove the agents' cgroup", zap.Error(cerr))
