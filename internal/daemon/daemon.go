@@ -114,7 +114,6 @@ type Daemon struct {
 
 	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
-
 	backoffBase, backoffCap time.Duration
 
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
