@@ -234,6 +234,7 @@ const (
 // Run is one run in GET /v1/runs and GET /v1/runs/{id}.
 type Run struct {
 	ID            string     `json:"run_id"`
+	Kind          string     `json:"kind"` // see the RunKind* constants
 	State         string     `json:"state"`
 	Channel       string     `json:"channel_id"`
 	Binding       string     `json:"binding_id"`
@@ -250,6 +251,37 @@ type Run struct {
 	// Result is the run's final done or error event once it ended.
 	Result *Event `json:"result,omitempty"`
 }
+
+// ShapeAgent is the shape of an agent run: output of the key's process
+// that no prompt asked for.
+const ShapeAgent = "agent"
+
+// Run kinds.
+const (
+	RunKindTurn  = "turn"  // a mention's turn (POST /v1/turns)
+	RunKindAgent = "agent" // what an agent said with no prompt in flight: background work ending, a turn it started itself
+)
+
+// FeedEvent is one line of GET /v1/events: a run started or ended. Seq
+// numbers the daemon's announcements from 1 (in this daemon's run), so a
+// client re-attaches with ?after=SEQ.
+type FeedEvent struct {
+	Event     string    `json:"event"` // run_started, run_ended, keepalive
+	Seq       int64     `json:"seq,omitempty"`
+	At        time.Time `json:"at,omitzero"`
+	RunID     string    `json:"run_id,omitempty"`
+	Kind      string    `json:"kind,omitempty"` // see the RunKind* constants
+	Channel   string    `json:"channel_id,omitempty"`
+	Binding   string    `json:"binding_id,omitempty"`
+	MessageID string    `json:"message_id,omitempty"`
+	State     string    `json:"state,omitempty"` // the run's state: at its end succeeded, failed or cancelled
+}
+
+// Feed event kinds.
+const (
+	FeedRunStarted = "run_started"
+	FeedRunEnded   = "run_ended"
+)
 
 // Runs is GET /v1/runs.
 type Runs struct {

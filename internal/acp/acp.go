@@ -53,6 +53,15 @@ type Spec struct {
 	StartTimeout time.Duration // spawn + initialize (default 30s)
 	StderrTail   int           // bytes of stderr kept (default 8 KiB)
 
+	// Between gets, in order, the updates of a session with no prompt in
+	// flight (an agent's own turn, background work ending, a late
+	// message). It runs on the agent's reader: it must not block, nor
+	// call back into the Agent. Without it they are dropped.
+	Between func(native string, u Update)
+	// Stray is told of updates for a session id this agent never opened,
+	// once they are given up on.
+	Stray func(native string, n int)
+
 	// Cgroups and Limits: see child.Spec.
 	Cgroups *child.Cgroups
 	Limits  child.Limits

@@ -69,12 +69,16 @@ func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate, sub string) {
 	if r.loading {
 		return // replayed history of session/load: the caller already has it
 	}
+	u := su.toUpdate()
+	u.Subagent = sub
 	if r.on == nil {
+		if a.spec.Between != nil {
+			a.spec.Between(id, u)
+			return
+		}
 		a.log.Debug("dropping session/update outside a prompt", zap.String("session", id), zap.String("kind", su.Kind))
 		return
 	}
-	u := su.toUpdate()
-	u.Subagent = sub
 	if u.Kind == apitype.UpdateMessage && sub == "" && !r.cut {
 		if r.text.Len()+len(u.Text) > MaxReplyBytes {
 			r.cut = true
@@ -179,6 +183,9 @@ func (a *Agent) dropEarly(id string, e *earlyUpdates) {
 	if mine {
 		a.log.Warn("dropping session/update for a session this agent never opened", zap.String("session", id),
 			zap.Int("updates", len(e.updates)+e.dropped), zap.Duration("held", a.spec.EarlyHold))
+		if a.spec.Stray != nil {
+			a.spec.Stray(id, len(e.updates)+e.dropped)
+		}
 	}
 }
 

@@ -85,6 +85,13 @@ var (
 	// progress, then completed with a summary, the completion sent twice as
 	// agents repeat it) while the context in use keeps growing.
 	compactionDirective = lazyRegexp(`\[\[compaction-update\]\]`)
+	// laterDirective sends more output that long after the prompt
+	// returned, as an agent that goes on by itself.
+	laterDirective = lazyRegexp(`\[\[later:([0-9a-z.]+)\]\]`)
+	// backgroundDirective reports background work (a subagent session,
+	// running) that ends that long after the prompt returned: the
+	// subagent's output, its end, and the agent's own follow-up.
+	backgroundDirective = lazyRegexp(`\[\[background:([0-9a-z.]+)\]\]`)
 	// callsDirective makes the turn N model calls, each reported on its own.
 	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
 )
@@ -457,6 +464,7 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	if err := b.commit(s, turn{N: n, User: text, Reply: reply}); err != nil {
 		return acp.PromptResponse{}, err
 	}
+	b.afterwards(id, text)
 	stop := acp.StopReasonEndTurn
 	if fault == FaultRefusal {
 		stop = acp.StopReasonRefusal
@@ -469,6 +477,31 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		resp.Usage = &acp.Usage{InputTokens: spentIn, OutputTokens: spentOut, TotalTokens: spentIn + spentOut}
 	}
 	return resp, nil
+}
+
+// afterwards starts what the prompt's [[later:D]] and [[background:D]]
+// directives ask for once the prompt has returned.
+func (b *builtin) afterwards(id, text string) {
+	ctx := context.Background()
+	if m := laterDirective().FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			time.AfterFunc(d, func() {
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("later output, "))
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("after the prompt returned"))
+			})
+		}
+	}
+	if m := backgroundDirective().FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			sub := id + "-bg"
+			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "title": "builtin background work", "state": map[string]any{"state": "running"}})
+			time.AfterFunc(d, func() {
+				_ = b.send(ctx, sub, acp.UpdateAgentMessageText("background work output"))
+				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "state": map[string]any{"state": "idle", "stopReason": "end_turn"}})
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("background work done"))
+			})
+		}
+	}
 }
 
 // BurstChunk is the i-th chunk the burst fault streams.

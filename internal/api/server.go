@@ -43,6 +43,8 @@ type Daemon interface {
 	Submit(req apitype.TurnRequest) (*run.Run, error)
 	Run(runID string) (*run.Run, error)
 	Runs() []apitype.Run
+	// Feed announces every run's start and end (GET /v1/events).
+	Feed() *run.Feed
 	Cancel(runID string) error
 	Answer(runID, requestID, optionID string) error
 	// Fresh starts a key over; it reports whether a process was stopped.
@@ -126,6 +128,7 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("GET /v1/runs", s.runs)
 	mux.HandleFunc("GET /v1/runs/{run}", s.run)
 	mux.HandleFunc("GET /v1/runs/{run}/events", s.events)
+	mux.HandleFunc("GET /v1/events", s.feed)
 	mux.HandleFunc("POST /v1/runs/{run}/cancel", s.cancel)
 	mux.HandleFunc("POST /v1/runs/{run}/permissions/{request}", s.answer)
 	mux.HandleFunc("GET /v1/sessions", s.sessions)

@@ -1,7 +1,11 @@
 package api
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,5 +159,107 @@ func TestResumeThatNeverAnswersFallsBackToLoad(t *testing.T) {
 	code, body := e.rawBody(t, "GET", "/metrics", "")
 	if code != 200 || !strings.Contains(string(body), `residentd_session_restores_total{method="resume",result="timeout"} 1`) {
 		t.Fatalf("metrics (%d) lack the timed-out resume:\n%s", code, body)
+	}
+}
+
+// feedReader follows GET /v1/events?after=after; lines come on the channel
+// (keepalives left out) until the test ends.
+func feedReader(t *testing.T, e *env, after int64) <-chan apitype.FeedEvent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://residentd/v1/events?after="+strconv.FormatInt(after, 10), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/events: %s", resp.Status)
+	}
+	out := make(chan apitype.FeedEvent, 64)
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			var ev apitype.FeedEvent
+			if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Event == apitype.EventKeepalive {
+				continue
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func nextFeed(t *testing.T, ch <-chan apitype.FeedEvent) apitype.FeedEvent {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatal("no feed announcement within 30s")
+	}
+	return apitype.FeedEvent{}
+}
+
+// Output the agent sends after its prompt returned becomes an agent run:
+// announced on the feed, listed, with its text as the result and in the
+// key's conversation; a client that re-attaches to the feed after a seq
+// gets exactly the announcements after it.
+func TestAgentRunOnTheFeed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	feed := feedReader(t, e, 0)
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-later", Binding: "b-builtin", RunID: "run-later", Text: "@agent [[later:100ms]] go on"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []apitype.FeedEvent
+	var agentRun string
+	for agentRun == "" {
+		a := nextFeed(t, feed)
+		seen = append(seen, a)
+		if a.Event == apitype.FeedRunEnded && a.Kind == apitype.RunKindAgent {
+			agentRun = a.RunID
+		}
+	}
+	// run-later started and ended, the agent run started and ended, in order.
+	var got []string
+	for _, a := range seen {
+		got = append(got, a.Event+" "+a.Kind)
+		if a.Seq != seen[0].Seq+int64(len(got)-1) {
+			t.Fatalf("feed seqs not consecutive: %+v", seen)
+		}
+	}
+	if strings.Join(got, ",") != "run_started turn,run_ended turn,run_started agent,run_ended agent" || seen[0].RunID != ev.RunID || seen[3].State != apitype.RunSucceeded {
+		t.Fatalf("feed %+v", seen)
+	}
+	run, err := e.c.Run(ctx, agentRun)
+	if err != nil || run.Kind != apitype.RunKindAgent || run.Channel != "ch-later" || run.Result == nil || run.Result.Text != "later output, after the prompt returned" {
+		t.Fatalf("agent run %+v (err %v)", run, err)
+	}
+	runs, err := e.c.Runs(ctx)
+	if err != nil || !slices.ContainsFunc(runs, func(r apitype.Run) bool { return r.ID == agentRun }) {
+		t.Fatalf("GET /v1/runs %+v (err %v) lacks the agent run", runs, err)
+	}
+	// Re-attach after the first announcement: exactly the three after it.
+	again := feedReader(t, e, seen[0].Seq)
+	for i := 1; i < len(seen); i++ {
+		a := nextFeed(t, again)
+		if a.Seq != seen[i].Seq || a.RunID != seen[i].RunID || a.Event != seen[i].Event {
+			t.Fatalf("re-attached feed line %d: %+v, want %+v", i, a, seen[i])
+		}
+	}
+	select {
+	case a := <-again:
+		t.Fatalf("re-attached feed sent more: %+v", a)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -115,6 +115,7 @@ type Daemon struct {
 	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
 	backoffBase, backoffCap time.Duration
+	agentQuiet              time.Duration // how long an agent run waits for more output
 
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
 }
@@ -149,6 +150,7 @@ func New(o Options) (*Daemon, error) {
 	if d.backoffCap <= 0 {
 		d.backoffCap = time.Minute
 	}
+	d.agentQuiet = defaultAgentQuiet
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
 	}

@@ -175,6 +175,9 @@ func (d *Daemon) Run(runID string) (*run.Run, error) {
 	return r, nil
 }
 
+// Feed announces every run's start and end.
+func (d *Daemon) Feed() *run.Feed { return d.runs.Feed() }
+
 // Runs lists the queued, running and recently ended runs, oldest first.
 func (d *Daemon) Runs() []apitype.Run { return d.runs.List() }
 
@@ -286,6 +289,8 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	defer unask()
 	first := true
 	turnStart := d.now()
+	// Output the agent sent before this prompt is its own run, ended now.
+	co.Session.between.end("prompt")
 	res, err := co.Session.a.Prompt(tctx, l.Native, text, func(u acp.Update) {
 		if first {
 			first = false

@@ -26,8 +26,9 @@ import (
 
 // resident is one agent process serving one native session.
 type resident struct {
-	a      *acp.Agent
-	native string
+	a       *acp.Agent
+	between *between // its output between prompts
+	native  string
 
 	mu       sync.Mutex // guards briefN, briefDue, unsaved, appliedOpts and origOpts
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
@@ -120,15 +121,21 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 		return nil, lease.Cold, err
 	}
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
+	bw := &between{d: d, key: k, log: log, quiet: d.agentQuiet}
+	spec.Between = bw.add
+	spec.Stray = func(native string, n int) { d.m.Stray(b.ID, n) }
 	t0 := d.now()
 	a, err := acp.Start(ctx, spec, log)
 	if err != nil {
 		release()
 		return nil, lease.Cold, err
 	}
+	bw.mu.Lock()
+	bw.pid = a.Pid()
+	bw.mu.Unlock()
 	d.m.ObserveSpawn(d.now().Sub(t0))
 	d.recordAgent(a, k, b.Command, log)
-	d.watchExit(a, k, log, func() { release(); exited() })
+	d.watchExit(a, k, log, func() { bw.end("exit"); release(); exited() })
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
@@ -146,7 +153,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			return d.live(&resident{a: a, native: want, restoredBy: how}), lease.Restored, nil
+			return d.live(&resident{a: a, between: bw, native: want, restoredBy: how}), lease.Restored, nil
 		}
 	}
 	t1 := d.now()
@@ -160,7 +167,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
-	return d.live(&resident{a: a, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+	return d.live(&resident{a: a, between: bw, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
 }
 
 // agentSpec is how to start binding b's agent for key k, and a release

@@ -108,6 +108,8 @@ type Metrics struct {
 	OptionsSet        *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
 	Notices           *prometheus.CounterVec // binding, severity
+	AgentRuns         prometheus.Counter
+	StrayUpdates      *prometheus.CounterVec // binding
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
 
@@ -257,6 +259,14 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_agent_notices_total",
 		Help: "Notices agents sent (ACP notice session updates), by binding and severity.",
 	}, []string{"binding", "severity"})
+	m.AgentRuns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "residentd_agent_runs_total",
+		Help: "Agent runs: output of an agent with no prompt in flight (a turn it started, background work ending), gathered into a run of kind agent.",
+	})
+	m.StrayUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_stray_updates_total",
+		Help: "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.",
+	}, []string{"binding"})
 	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_budget_crossings_total",
 		Help: "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.",
@@ -276,7 +286,7 @@ func New(version string, g Gauges) *Metrics {
 		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.Compactions, m.Notices, m.BudgetCrossings, m.BudgetRefusals,
+		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.Compactions, m.Notices, m.AgentRuns, m.StrayUpdates, m.BudgetCrossings, m.BudgetRefusals,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -325,6 +335,7 @@ func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.FramingChanges, ids)
 	initVec(m.OptionsSet, ids)
 	initVec(m.Compactions, ids)
+	initVec(m.StrayUpdates, ids)
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
 		m.IdleGap.WithLabelValues(id)
@@ -481,6 +492,14 @@ func (m *Metrics) OptionSet(binding string) { m.OptionsSet.WithLabelValues(bindi
 
 // Compacted counts a turn during which binding's agent compacted its history.
 func (m *Metrics) Compacted(binding string) { m.Compactions.WithLabelValues(binding).Inc() }
+
+// AgentRun counts an agent run.
+func (m *Metrics) AgentRun() { m.AgentRuns.Inc() }
+
+// Stray counts n updates for a session binding's agent never opened.
+func (m *Metrics) Stray(binding string, n int) {
+	m.StrayUpdates.WithLabelValues(binding).Add(float64(n))
+}
 
 // Notice counts a notice binding's agent sent.
 func (m *Metrics) Notice(binding, severity string) {

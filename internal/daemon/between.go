@@ -1,0 +1,101 @@
+// What an agent says with no prompt in flight: a turn it started itself,
+// background work that ended, a late message. It becomes an agent run of
+// the key (kind "agent"): numbered events, a result, listed with the
+// others and announced on the feed, its reply stored in the key's
+// conversation so a cold replay includes it.
+
+package daemon
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/run"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// defaultAgentQuiet is how long an agent run waits for more output before
+// it ends.
+const defaultAgentQuiet = 2 * time.Second
+
+// between gathers one process's output between prompts into agent runs.
+// Its methods are safe for concurrent use; add runs on the agent's reader.
+type between struct {
+	d     *Daemon
+	key   session.Key
+	pid   int
+	log   *zap.Logger
+	quiet time.Duration
+
+	mu     sync.Mutex
+	r      *run.Run // the open agent run, nil between them
+	native string
+	text   strings.Builder
+	timer  *time.Timer
+	closed bool // the process is gone: no new runs
+}
+
+// add logs u in the open agent run, opening one first.
+func (bw *between) add(native string, u acp.Update) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if bw.closed {
+		return
+	}
+	if bw.r == nil {
+		r, err := bw.d.runs.NewKind(apitype.RunKindAgent, "agent-"+newRunID(), bw.key, "")
+		if err != nil {
+			bw.log.Error("agent output between prompts: open its run", zap.Error(err))
+			return
+		}
+		bw.r, bw.native = r, native
+		bw.text.Reset()
+		r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: apitype.ShapeAgent, Native: native, Pid: bw.pid})
+		bw.d.m.AgentRun()
+		bw.log.Info("agent output between prompts: agent run started", zap.String("run", r.ID), zap.String("native", native))
+		bw.timer = time.AfterFunc(bw.quiet, func() { bw.end("quiet") })
+	} else {
+		bw.timer.Reset(bw.quiet)
+	}
+	if u.Kind == acp.KindPermission {
+		return // decided by policy out of turn; the log has it
+	}
+	up := u.Update
+	if up.Kind == apitype.UpdateMessage && up.Subagent == "" {
+		bw.text.WriteString(up.Text)
+	}
+	bw.r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
+}
+
+// end ends the open agent run, if any: done with its text, which joins the
+// key's conversation. why is logged (quiet, prompt, exit). It holds the
+// lock throughout, so the process's exit (which the daemon's Close waits
+// for) waits for an end the quiet timer began.
+func (bw *between) end(why string) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	r, text, native := bw.r, bw.text.String(), bw.native
+	bw.r = nil
+	if bw.timer != nil {
+		bw.timer.Stop()
+		bw.timer = nil
+	}
+	if why == "exit" {
+		bw.closed = true
+	}
+	if r == nil {
+		return
+	}
+	if text != "" {
+		if err := bw.d.st.AppendTurns(bw.key, session.Turn{Role: session.RoleAssistant, Text: text, At: bw.d.now()}); err != nil {
+			bw.log.Error("agent output between prompts: storing it in the key's conversation failed", zap.String("run", r.ID), zap.Error(err))
+		}
+	}
+	r.Finish(apitype.Event{Event: apitype.EventDone, Shape: apitype.ShapeAgent, Native: native, Text: text, Watermark: apitype.WatermarkNone}, nil)
+	bw.log.Info("agent output between prompts: agent run done", zap.String("run", r.ID), zap.String("why", why), zap.Int("chars", len(text)))
+}
