@@ -441,6 +441,10 @@ type Session struct {
 	// RestoredBy is how the process reopened the key's saved session:
 	// "resume" or "load"; empty for a new session.
 	RestoredBy string `json:"restored_by,omitempty"`
+	// Working is set while the agent works with no turn in flight
+	// (background work it reported, output between prompts): the process
+	// is then neither reaped idle nor evicted, up to background_limit.
+	Working bool `json:"working,omitempty"`
 	// RestoreStopped is set when the binding's restores stopped (see
 	// Health.RestoreStopped): its next processes start cold.
 	RestoreStopped bool `json:"restore_stopped,omitempty"`

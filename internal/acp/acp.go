@@ -138,6 +138,8 @@ type Agent struct {
 	// children maps a subagent's session id to its parent's, as the
 	// parent's subagent_update announced it.
 	children map[string]string
+	working  map[string]bool // subagent sessions running, by id
+	workedAt time.Time       // when working last changed
 	closed   bool
 	limit    error // the first output limit the agent hit (ErrLimit)
 }
@@ -243,6 +245,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		routes:   make(map[string]*route),
 		early:    make(map[string]*earlyUpdates),
 		children: make(map[string]string),
+		working:  make(map[string]bool),
 	}
 	if err := a.spawn(path); err != nil {
 		return nil, err

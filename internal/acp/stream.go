@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
@@ -107,6 +108,16 @@ func (a *Agent) route(id string, u *wireUpdate) {
 	a.mu.Lock()
 	if u.Kind == "subagent_update" && u.SubSession != "" && u.SubSession != id {
 		a.children[u.SubSession] = id
+		if u.State != nil {
+			// A running subagent is work the agent does whether or not a
+			// prompt is in flight; any other state ends it.
+			if u.State.State == "running" {
+				a.working[u.SubSession] = true
+			} else {
+				delete(a.working, u.SubSession)
+			}
+			a.workedAt = time.Now()
+		}
 	}
 	r, sub := a.routes[id], ""
 	if r == nil {
@@ -123,6 +134,14 @@ func (a *Agent) route(id string, u *wireUpdate) {
 	r.mu.Lock()
 	a.deliverLocked(r, id, u, sub)
 	r.mu.Unlock()
+}
+
+// Working reports whether the agent has work running that it reported
+// (subagent sessions it announced as running), and when that last changed.
+func (a *Agent) Working() (bool, time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.working) > 0, a.workedAt
 }
 
 // limited records the first limit the agent's output hit.

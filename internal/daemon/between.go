@@ -37,7 +37,41 @@ type between struct {
 	native string
 	text   strings.Builder
 	timer  *time.Timer
-	closed bool // the process is gone: no new runs
+	closed bool      // the process is gone: no new runs
+	last   time.Time // the last output between prompts
+
+	since time.Time // when the process began working, zero while it is not
+	over  bool      // it worked past background_limit (logged once)
+}
+
+// working reports whether the process works with no turn in flight — an
+// agent run is open, or the agent reported work running — and when it
+// last did; past background_limit it no longer counts, with a log line.
+func (bw *between) working(a *acp.Agent) (bool, time.Time) {
+	agentWorks, changed := a.Working()
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	last := bw.last
+	if changed.After(last) {
+		last = changed
+	}
+	now := bw.d.now()
+	if !agentWorks && bw.r == nil {
+		bw.since, bw.over = time.Time{}, false
+		return false, last
+	}
+	if bw.since.IsZero() {
+		bw.since = now
+	}
+	limit := time.Duration(bw.d.cfg.BackgroundLimit)
+	if now.Sub(bw.since) < limit {
+		return true, last
+	}
+	if !bw.over {
+		bw.over = true
+		bw.log.Warn("agent has been working with no turn in flight for longer than background_limit; it may now be stopped as idle or evicted", zap.Duration("background_limit", limit), zap.Time("working_since", bw.since))
+	}
+	return false, bw.since.Add(limit)
 }
 
 // add logs u in the open agent run, opening one first.
@@ -47,6 +81,7 @@ func (bw *between) add(native string, u acp.Update) {
 	if bw.closed {
 		return
 	}
+	bw.last = bw.d.now()
 	if bw.r == nil {
 		r, err := bw.d.runs.NewKind(apitype.RunKindAgent, "agent-"+newRunID(), bw.key, "")
 		if err != nil {

@@ -90,6 +90,11 @@ func (s *resident) compacted() {
 	s.mu.Unlock()
 }
 
+// Working: see pool.Worker.
+func (s *resident) Working() (bool, time.Time) { return s.between.working(s.a) }
+
+var _ pool.Worker = (*resident)(nil)
+
 func (s *resident) Native() string        { return s.native }
 func (s *resident) Pid() int              { return s.a.Pid() }
 func (s *resident) Done() <-chan struct{} { return s.a.Done() }

@@ -37,6 +37,7 @@ func (d *Daemon) Sessions() []apitype.Session {
 		if v, ok := d.residents.Load(in.Pid); ok {
 			r := v.(*resident)
 			ses.RestoredBy, ses.Usage, ses.Options = r.restoredBy, r.usedSoFar(), r.currentOptions()
+			ses.Working, _ = r.Working()
 		}
 		out = append(out, ses)
 	}
