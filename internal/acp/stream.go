@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -119,6 +120,9 @@ func (a *Agent) route(id string, u *wireUpdate) {
 			a.workedAt = time.Now()
 		}
 	}
+	if len(u.Meta) > 0 {
+		a.claudeTasksLocked(u)
+	}
 	r, sub := a.routes[id], ""
 	if r == nil {
 		if parent, ok := a.children[id]; ok {
@@ -136,8 +140,37 @@ func (a *Agent) route(id string, u *wireUpdate) {
 	r.mu.Unlock()
 }
 
+// claudeTasksLocked follows claude-agent-acp's background tasks as it
+// reports them to a client of ACP v1: a tool call whose result names a
+// backgroundTaskId starts one; the usage report of a turn the agent began
+// on a task's notification ends them. a.mu is held.
+func (a *Agent) claudeTasksLocked(u *wireUpdate) {
+	switch {
+	case u.Kind == "tool_call_update" && bytes.Contains(u.Meta, []byte(`"backgroundTaskId"`)):
+		var m struct {
+			ClaudeCode struct {
+				ToolResponse struct {
+					BackgroundTaskID string `json:"backgroundTaskId"`
+				} `json:"toolResponse"`
+			} `json:"claudeCode"`
+		}
+		if json.Unmarshal(u.Meta, &m) == nil && m.ClaudeCode.ToolResponse.BackgroundTaskID != "" {
+			a.working["task:"+m.ClaudeCode.ToolResponse.BackgroundTaskID] = true
+			a.workedAt = time.Now()
+		}
+	case u.Kind == "usage_update" && u.Cost != nil && bytes.Contains(u.Meta, []byte(`"task-notification"`)):
+		for id := range a.working {
+			if strings.HasPrefix(id, "task:") {
+				delete(a.working, id)
+			}
+		}
+		a.workedAt = time.Now()
+	}
+}
+
 // Working reports whether the agent has work running that it reported
-// (subagent sessions it announced as running), and when that last changed.
+// (subagent sessions it announced as running, claude-agent-acp's
+// background tasks), and when that last changed.
 func (a *Agent) Working() (bool, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -82,6 +82,9 @@ func (bw *between) add(native string, u acp.Update) {
 		return
 	}
 	bw.last = bw.d.now()
+	if bw.r == nil && !opensRun(u) {
+		return // session state (commands, title, usage), not something said
+	}
 	if bw.r == nil {
 		r, err := bw.d.runs.NewKind(apitype.RunKindAgent, "agent-"+newRunID(), bw.key, "")
 		if err != nil {
@@ -105,6 +108,22 @@ func (bw *between) add(native string, u acp.Update) {
 		bw.text.WriteString(up.Text)
 	}
 	bw.r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
+}
+
+// opensRun: u is something the agent said or did — a message, a thought,
+// a tool call, a plan, a notice, a compaction, a subagent's update — not
+// session state (its commands, title, context use, options), which goes
+// into an open agent run but opens none.
+func opensRun(u acp.Update) bool {
+	if u.Subagent != "" {
+		return true
+	}
+	switch u.Kind {
+	case apitype.UpdateMessage, apitype.UpdateThought, apitype.UpdateToolCall, apitype.UpdateToolUpdate,
+		apitype.UpdatePlan, apitype.UpdateNotice, apitype.UpdateCompaction:
+		return true
+	}
+	return false
 }
 
 // end ends the open agent run, if any: done with its text, which joins the
