@@ -48,7 +48,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	rn, err := s.d.Submit(req)
+	rn, err := s.turns.Submit(req)
 	if err != nil {
 		fail(w, err)
 		return
@@ -63,7 +63,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 // events re-attaches to a run: the buffered events after ?after=SEQ, then
 // the live ones until the run ends.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	rn, err := s.d.Run(r.PathValue("run"))
+	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -181,11 +181,11 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 	}
 }
 
-// feed streams the daemon's run announcements after ?after=SEQ (0: from
+// runFeed streams the daemon's run announcements after ?after=SEQ (0: from
 // the oldest kept; a client that wants only what comes next passes the
 // last seq it knows), then the live ones until the client goes away, with
 // keepalives while it is quiet.
-func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
+func (s *Server) runFeed(w http.ResponseWriter, r *http.Request) {
 	var after int64
 	if v := r.URL.Query().Get("after"); v != "" {
 		var err error
@@ -195,7 +195,7 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	f := s.d.Feed()
+	f := s.turns.RunFeed()
 	b := f.Read(after)
 	if b.Gone {
 		writeError(w, http.StatusGone, apitype.CodeEventsGone, fmt.Sprintf("announcements after seq %d fell out of the feed (it keeps the newest %d); list the runs with GET /v1/runs and follow the feed from seq %d", after, run.DefaultFeed, f.Last()))
@@ -245,11 +245,11 @@ func errText(err error, ev apitype.Event) string {
 }
 
 func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.Runs{Runs: s.d.Runs()})
+	writeJSON(w, http.StatusOK, apitype.Runs{Runs: s.turns.Runs()})
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
-	rn, err := s.d.Run(r.PathValue("run"))
+	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -268,7 +268,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, reqID := r.PathValue("run"), r.PathValue("request")
-	if err := s.d.Answer(id, reqID, req.OptionID); err != nil {
+	if err := s.turns.Answer(id, reqID, req.OptionID); err != nil {
 		fail(w, err)
 		return
 	}

@@ -61,7 +61,7 @@ func TestClaude0101BackgroundTaskFollowUp(t *testing.T) {
 	b.Dir = t.TempDir()
 	h := newHarnessCfg(t, func(c *config.Config) { c.IdleTimeout = config.Duration(time.Second) }, b)
 	ctx := testCtx(t)
-	feed := h.d.Feed()
+	feed := h.d.RunFeed()
 	from := feed.Last()
 	var pid int
 	done, err := h.d.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-claude", Text: "@claude run the slow job BG-PLEASE"}, func(ev apitype.Event) {

@@ -4,9 +4,11 @@
 // others and announced on the feed, its reply stored in the key's
 // conversation so a cold replay includes it.
 
-package daemon
+package resident
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"time"
@@ -19,18 +21,17 @@ import (
 	"github.com/residentd/residentd/internal/session"
 )
 
-// defaultAgentQuiet is how long an agent run waits for more output before
+// DefaultAgentQuiet is how long an agent run waits for more output before
 // it ends.
-const defaultAgentQuiet = 2 * time.Second
+const DefaultAgentQuiet = 2 * time.Second
 
 // between gathers one process's output between prompts into agent runs.
 // Its methods are safe for concurrent use; add runs on the agent's reader.
 type between struct {
-	d     *Daemon
-	key   session.Key
-	pid   int
-	log   *zap.Logger
-	quiet time.Duration
+	k   *Keeper
+	key session.Key
+	pid int
+	log *zap.Logger
 
 	mu     sync.Mutex
 	r      *run.Run // the open agent run, nil between them
@@ -55,7 +56,7 @@ func (bw *between) working(a *acp.Agent) (bool, time.Time) {
 	if changed.After(last) {
 		last = changed
 	}
-	now := bw.d.now()
+	now := bw.k.now()
 	if !agentWorks && bw.r == nil {
 		bw.since, bw.over = time.Time{}, false
 		return false, last
@@ -63,7 +64,7 @@ func (bw *between) working(a *acp.Agent) (bool, time.Time) {
 	if bw.since.IsZero() {
 		bw.since = now
 	}
-	limit := time.Duration(bw.d.cfg.BackgroundLimit)
+	limit := time.Duration(bw.k.cfg.BackgroundLimit)
 	if now.Sub(bw.since) < limit {
 		return true, last
 	}
@@ -81,12 +82,12 @@ func (bw *between) add(native string, u acp.Update) {
 	if bw.closed {
 		return
 	}
-	bw.last = bw.d.now()
+	bw.last = bw.k.now()
 	if bw.r == nil && !opensRun(u) {
 		return // session state (commands, title, usage), not something said
 	}
 	if bw.r == nil {
-		r, err := bw.d.runs.NewKind(apitype.RunKindAgent, "agent-"+newRunID(), bw.key, "")
+		r, err := bw.k.runs.NewKind(apitype.RunKindAgent, agentRunID(), bw.key, "")
 		if err != nil {
 			bw.log.Error("agent output between prompts: open its run", zap.Error(err))
 			return
@@ -94,11 +95,11 @@ func (bw *between) add(native string, u acp.Update) {
 		bw.r, bw.native = r, native
 		bw.text.Reset()
 		r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: apitype.ShapeAgent, Native: native, Pid: bw.pid})
-		bw.d.m.AgentRun()
+		bw.k.m.AgentRun()
 		bw.log.Info("agent output between prompts: agent run started", zap.String("run", r.ID), zap.String("native", native))
-		bw.timer = time.AfterFunc(bw.quiet, func() { bw.end("quiet") })
+		bw.timer = time.AfterFunc(bw.k.agentQuiet, func() { bw.end("quiet") })
 	} else {
-		bw.timer.Reset(bw.quiet)
+		bw.timer.Reset(bw.k.agentQuiet)
 	}
 	if u.Kind == acp.KindPermission {
 		return // decided by policy out of turn; the log has it
@@ -108,6 +109,13 @@ func (bw *between) add(native string, u acp.Update) {
 		bw.text.WriteString(up.Text)
 	}
 	bw.r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
+}
+
+// agentRunID is a new agent run's id.
+func agentRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "agent-run-" + hex.EncodeToString(b[:])
 }
 
 // opensRun: u is something the agent said or did — a message, a thought,
@@ -146,7 +154,7 @@ func (bw *between) end(why string) {
 		return
 	}
 	if text != "" {
-		if err := bw.d.st.AppendTurns(bw.key, session.Turn{Role: session.RoleAssistant, Text: text, At: bw.d.now()}); err != nil {
+		if err := bw.k.st.AppendTurns(bw.key, session.Turn{Role: session.RoleAssistant, Text: text, At: bw.k.now()}); err != nil {
 			bw.log.Error("agent output between prompts: storing it in the key's conversation failed", zap.String("run", r.ID), zap.Error(err))
 		}
 	}
