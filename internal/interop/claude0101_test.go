@@ -114,3 +114,45 @@ func decodeEvent(t *testing.T, line []byte) apitype.Event {
 	}
 	return ev
 }
+
+// TestClaude0101RestoreAfterRestart: a claude-agent-acp 0.101 session is
+// restored after a daemon restart by session/resume; with the ladder's
+// fallback (session/load, where a resume that never answers ends up once
+// restore_timeout has passed) it is restored too. The test logs how long
+// each took to the turn's started event (BENCHMARKS.md). It asserts the
+// restore, not the restored turn's answer.
+func TestClaude0101RestoreAfterRestart(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{"auto", "load"} {
+		t.Run(method, func(t *testing.T) {
+			api := newFakeAPI(t, "Here.")
+			home := t.TempDir()
+			b := claude0101Binding(t, home, map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+			b.RestoreMethod = method
+			h := newHarness(t, b)
+			ctx := testCtx(t)
+			r := h.mention(ctx, "ch", "b-claude", "q1", "@claude hello")
+			if r.err != nil {
+				t.Fatalf("first turn: %v", r.err)
+			}
+			transcript := filepath.Join(home, ".claude", "projects", "*", r.start.Native+".jsonl")
+			testkit.WaitFor(t, 30*time.Second, func() bool {
+				m, _ := filepath.Glob(transcript)
+				return len(m) > 0
+			}, testkit.Waiting("claude-agent-acp to write its transcript %s", transcript))
+			h.restart()
+			r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude still there?")
+			if r2.start.Shape != "restored" || r2.start.Native != r.start.Native {
+				t.Fatalf("after restart: start %+v, err %v; want restored %s", r2.start, r2.err, r.start.Native)
+			}
+			// The restored turn's prompt is the agent's and the fake
+			// model's business; what is measured here is the restore.
+			t.Logf("the restored turn ended with err %v", r2.err)
+			by := ""
+			for _, s := range h.d.Sessions() {
+				by = s.RestoredBy
+			}
+			t.Logf("claude-agent-acp 0.101 restore after a daemon restart, restore_method %s: restored_by %s, turn call -> started %v (cold first turn: %v)", method, by, r2.ready, r.ready)
+		})
+	}
+}
