@@ -57,7 +57,7 @@ func TestUsagePerTurn(t *testing.T) {
 			t.Fatalf("turn %d from running totals: %d/%d tokens, want that turn's own %d/%d",
 				i, u.InputTokens, u.OutputTokens, perTurn[i].InputTokens, perTurn[i].OutputTokens)
 		}
-		if u.Cost == nil || math.Abs(*u.Cost-0.25) > 1e-9 || u.Currency != "USD" || u.CostSource != "agent" {
+		if u.Cost == nil || *u.Cost != apitype.AmountOf(0.25) || u.Currency != "USD" || u.CostSource != "agent" {
 			t.Fatalf("turn %d cost %+v, want 0.25 USD from the agent", i, u)
 		}
 	}
@@ -69,15 +69,16 @@ func TestUsagePerTurn(t *testing.T) {
 		t.Fatalf("usage cost{restored} = %v, want 0.25", got)
 	}
 	ss := h.d.Sessions()
-	if len(ss) != 1 || ss[0].Usage == nil || ss[0].Usage.Unknown || ss[0].Usage.Cost == nil || math.Abs(*ss[0].Usage.Cost-0.25) > 1e-9 {
+	if len(ss) != 1 || ss[0].Usage == nil || ss[0].Usage.Unknown || ss[0].Usage.Cost == nil || *ss[0].Usage.Cost != apitype.AmountOf(0.25) {
 		t.Fatalf("sessions listing usage %+v, want the new process's one turn", ss)
 	}
 
 	prices := &config.Prices{Input: 3, Output: 15, Currency: "USD"}
 	priced, _ := usageRun(t, nil, func(b *config.Binding) { b.Prices = prices })
 	for i, u := range priced {
-		want := (float64(u.InputTokens)*3 + float64(u.OutputTokens)*15) / 1e6
-		if u.Cost == nil || math.Abs(*u.Cost-want) > 1e-12 || u.CostSource != "prices" {
+		// Per million tokens: tokens times price is micro-units, exactly.
+		want := apitype.Amount(u.InputTokens*3 + u.OutputTokens*15)
+		if u.Cost == nil || *u.Cost != want || u.CostSource != "prices" {
 			t.Fatalf("turn %d priced %+v, want %v from the price table", i, u, want)
 		}
 	}
@@ -141,13 +142,13 @@ func TestUsageSumsEveryCallOfTheTurn(t *testing.T) {
 	if b.InputTokens != 3*a.InputTokens || b.OutputTokens != 3*a.OutputTokens {
 		t.Fatalf("three calls: %d/%d tokens, want three times one call's %d/%d", b.InputTokens, b.OutputTokens, a.InputTokens, a.OutputTokens)
 	}
-	if a.Cost == nil || b.Cost == nil || math.Abs(*a.Cost-0.1) > 1e-9 || math.Abs(*b.Cost-0.3) > 1e-9 {
+	if a.Cost == nil || b.Cost == nil || *a.Cost != apitype.AmountOf(0.1) || *b.Cost != apitype.AmountOf(0.3) {
 		t.Fatalf("costs %v and %v, want 0.1 and 0.3", a.Cost, b.Cost)
 	}
 	// The next turn of the three-call key costs its own call only.
 	next := h.mention("ch-2", "b-builtin", "m3", "@agent again")
 	reply(t, next)
-	if c := next.done.Usage.Cost; c == nil || math.Abs(*c-0.1) > 1e-9 {
+	if c := next.done.Usage.Cost; c == nil || *c != apitype.AmountOf(0.1) {
 		t.Fatalf("next turn cost %v, want 0.1", c)
 	}
 }

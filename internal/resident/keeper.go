@@ -91,13 +91,13 @@ type Keeper struct {
 	mu       sync.Mutex                        // guards health, keyLoops, keyOpts and warned
 	health   map[string]*health                // binding id -> what its agents did lately
 	keyLoops map[session.Key]*keyLoop          // keys whose processes crash mid-turn
-	keyOpts map[session.Key]map[string]string // the keys' own session options (the store's copy)
-	warned  map[string]bool                   // what warnOnce logged already
+	keyOpts  map[session.Key]map[string]string // the keys' own session options (the store's copy)
+	warned   map[string]bool                   // what warnOnce logged already
 
 	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
-	watchers    sync.WaitGroup // agent exit hooks still running
-	closeOnce   sync.Once
+	watchers  sync.WaitGroup // agent exit hooks still running
+	closeOnce sync.Once
 }
 
 // health is what the keeper knows of one binding's agents, across their
@@ -161,6 +161,12 @@ func New(o Options) (*Keeper, error) {
 	k.keyOpts = keyOpts
 	sweepLeftovers(k.st, k.log)
 	k.cgroups = openCgroups(o.Config, k.log)
+	// Said at startup, before anyone mentions an agent that cannot start.
+	for _, c := range k.BindingCommands() {
+		if !c.Startable {
+			k.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
+		}
+	}
 	return k, nil
 }
 

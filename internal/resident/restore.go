@@ -118,7 +118,6 @@ func restoreNote(ctx context.Context) func(string) {
 	return func(string) {}
 }
 
-
 // RestoreStopped reports whether binding's restores stopped.
 func (d *Keeper) RestoreStopped(binding string) bool {
 	d.mu.Lock()

@@ -32,7 +32,8 @@ func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 	}
 	switch {
 	case res.Cost != nil:
-		c := res.Cost.Amount
+		// package acp summed the turn's increases of the running total.
+		c := apitype.AmountOf(res.Cost.Amount)
 		u.Cost, u.Currency, u.CostSource = &c, res.Cost.Currency, "agent"
 	case res.Usage != nil && b.Prices != nil:
 		c := b.Prices.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
