@@ -206,6 +206,14 @@ type Config struct {
 	// stops trying to restore its sessions for the rest of its run; its new
 	// processes then start cold at once; default 3.
 	RestoreFailures int `json:"restore_failures,omitempty"`
+	// RestoreTimeout bounds each way of a restore (session/resume, then
+	// session/load): past it the next way is tried, then a new session;
+	// default 60s.
+	RestoreTimeout Duration `json:"restore_timeout,omitempty"`
+	// BackgroundLimit bounds how long an agent process working with no
+	// turn in flight (background work it reported, output between prompts)
+	// is kept from the idle reaper and from capacity eviction; default 2h.
+	BackgroundLimit Duration `json:"background_limit,omitempty"`
 
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
@@ -374,6 +382,12 @@ func (c *Config) SetDefaults() {
 		if p := c.Bindings[i].Prices; p != nil && p.Currency == "" {
 			p.Currency = "USD"
 		}
+	}
+	if c.BackgroundLimit <= 0 {
+		c.BackgroundLimit = Duration(2 * time.Hour)
+	}
+	if c.RestoreTimeout <= 0 {
+		c.RestoreTimeout = Duration(60 * time.Second)
 	}
 	if c.RestoreFailures <= 0 {
 		c.RestoreFailures = 3

@@ -81,6 +81,9 @@ type Options struct {
 	// is refused for BackoffBase, doubling per failure up to BackoffCap
 	// (defaults 1s and 1m).
 	BackoffBase, BackoffCap time.Duration
+	// AgentQuiet is how long an agent run waits for more output before it
+	// ends (default 2s); tests shorten it.
+	AgentQuiet time.Duration
 }
 
 // Daemon runs turns. Create it with New; stop it with Close.
@@ -141,6 +144,7 @@ func New(o Options) (*Daemon, error) {
 	d.keeper, err = resident.New(resident.Options{
 		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
 		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
+		Runs: d.runs, AgentQuiet: o.AgentQuiet,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

@@ -205,6 +205,9 @@ func (d *Daemon) Run(runID string) (*run.Run, error) {
 	return r, nil
 }
 
+// Feed announces every run's start and end.
+func (d *Daemon) RunFeed() *run.Feed { return d.runs.Feed() }
+
 // Runs lists the queued, running and recently ended runs, oldest first.
 func (d *Daemon) Runs() []apitype.Run { return d.runs.List() }
 
@@ -228,7 +231,11 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 			return done, err
 		}
 	}
-	co, err := d.pool.Acquire(ctx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
+	// A restore tells the waiting run which way it reopens the session.
+	actx := resident.WithRestoreNote(ctx, func(method string) {
+		r.Emit(apitype.Event{Event: apitype.EventRestoring, Method: method})
+	})
+	co, err := d.pool.Acquire(actx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
 		if w.Slot {
 			reason = apitype.QueueNoSlot
@@ -352,6 +359,8 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	if b.Bursts == config.BurstsSteer && co.Session.CanSteer() {
 		unsteer = d.steerable(r, co.Session)
 	}
+	// Output the agent sent before this prompt is its own run, ended now.
+	co.Session.EndAgentRun("prompt")
 	res, err := co.Session.Prompt(tctx, text, func(u acp.Update) {
 		if first {
 			first = false
@@ -362,6 +371,10 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 			return
 		}
 		up := u.Update
+		if n := up.Notice; n != nil {
+			d.m.Notice(b.ID, n.Severity)
+			log.Info("agent notice", zap.String("severity", n.Severity), zap.String("title", n.Title), zap.String("description", n.Description))
+		}
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
 	crashAt("answered")

@@ -75,9 +75,9 @@ func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Lo
 	out := Settle{Usage: u}
 	switch s.Outcome {
 	case lease.OutcomeCrash:
-		d.spawnFailed(b.ID, s.Err)
+		d.keyCrashed(p.key, s.Err) // this key's process; the binding's others are fine
 	case lease.OutcomeOK:
-		d.spawnOK(b.ID)
+		d.spawnOK(b.ID, p.key)
 		out.SaveNative = p.TakeUnsaved()
 	}
 	return out

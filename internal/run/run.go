@@ -67,6 +67,7 @@ var (
 // for concurrent use.
 type Run struct {
 	ID        string
+	Kind      string // apitype.RunKindTurn or RunKindAgent
 	Key       session.Key
 	MessageID string
 	Created   time.Time
@@ -326,7 +327,7 @@ func (r *Run) Snapshot() apitype.Run {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := apitype.Run{
-		ID: r.ID, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
+		ID: r.ID, Kind: r.Kind, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
 		Shape: r.shape, QueueReason: r.qReason, QueuePosition: r.qPos, CreatedAt: r.Created, LastSeq: r.last,
 		Attempt: r.attempt,
 	}
@@ -450,6 +451,7 @@ func (r *Run) Answer(requestID, optionID string) error {
 type Registry struct {
 	limits Limits
 	now    func() time.Time
+	feed   *Feed
 
 	mu    sync.Mutex // guards runs and ended
 	runs  map[string]*Run
@@ -461,30 +463,45 @@ func NewRegistry(l Limits, now func() time.Time) *Registry {
 	if now == nil {
 		now = time.Now
 	}
-	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}}
+	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}, feed: NewFeed(0, now)}
 }
+
+// Feed is the announcements of the registry's runs' starts and ends.
+func (g *Registry) Feed() *Feed { return g.feed }
 
 // New registers a run, starting: it is queued only once it waits for its
 // session's key or a slot (a queued event), and starting again once it
 // has them. An id still held by a run, running or ended
 // and retained, is refused with ErrInUse.
 func (g *Registry) New(id string, k session.Key, messageID string) (*Run, error) {
-	return g.NewFor(id, k, messageID, "")
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, "")
 }
 
 // NewFor is New with the run's Fingerprint.
 func (g *Registry) NewFor(id string, k session.Key, messageID, fingerprint string) (*Run, error) {
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, fingerprint)
+}
+
+// NewKind is New for a run of kind (apitype.RunKindTurn, RunKindAgent).
+// The feed announces it.
+func (g *Registry) NewKind(kind, id string, k session.Key, messageID string) (*Run, error) {
+	return g.newRun(kind, id, k, messageID, "")
+}
+
+func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint string) (*Run, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.pruneLocked()
 	if _, ok := g.runs[id]; ok {
+		g.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q; use a new run_id", ErrInUse, id)
 	}
 	r := &Run{
-		ID: id, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
+		ID: id, Kind: kind, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
 		state: apitype.RunStarting, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
 	}
 	g.runs[id] = r
+	g.mu.Unlock()
+	g.feed.announce(r.announcement(apitype.FeedRunStarted))
 	return r, nil
 }
 
@@ -537,6 +554,7 @@ func (g *Registry) Bytes() int {
 }
 
 func (g *Registry) ended(r *Run) {
+	g.feed.announce(r.announcement(apitype.FeedRunEnded))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.order = append(g.order, r)
