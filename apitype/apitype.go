@@ -555,6 +555,8 @@ const (
 	CodeBudgetExceeded   = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
 	CodeInvalidOption    = "invalid_option"   // a session option id or value the binding's agent does not list
 	CodeStoreDamaged     = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
+	CodeNestingTooDeep   = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
+	CodeInvalidID        = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

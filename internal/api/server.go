@@ -247,6 +247,8 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, apitype.CodePayloadTooLarge
+	case errors.Is(err, errTooDeep):
+		return http.StatusBadRequest, apitype.CodeNestingTooDeep
 	case errors.Is(err, errDecode), errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, apitype.CodeBadRequest
 	}
@@ -257,7 +259,7 @@ func classify(err error) (int, string) {
 // statusOf is the HTTP status that carries an error code.
 func statusOf(code string) int {
 	switch code {
-	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption:
+	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption, apitype.CodeNestingTooDeep, apitype.CodeInvalidID:
 		return http.StatusBadRequest
 	case apitype.CodeBudgetExceeded:
 		return http.StatusTooManyRequests
@@ -293,18 +295,23 @@ var (
 )
 
 // decode reads one JSON value of at most limit bytes into v, refusing
-// unknown fields and trailing data.
+// unknown fields and trailing data. The body's depth is checked as it is
+// read: a body nested deeper than MaxDepth is refused at the bracket that
+// goes too deep, without reading the rest.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	body := http.MaxBytesReader(w, r.Body, limit)
+	body := &depthReader{r: http.MaxBytesReader(w, r.Body, limit)}
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.Is(err, errTooDeep):
+			return err
+		case errors.As(err, &mbe):
 			return fmt.Errorf("request body is over the %d-byte limit for %s: %w", limit, r.URL.Path, err)
 		}
 		return fmt.Errorf("%w: read body: %v", errDecode, err)
 	}
-	return decodeBytes(data, v)
+	return decodeScanned(data, v)
 }
 
 func fail(w http.ResponseWriter, err error) {
