@@ -212,6 +212,15 @@ func cmdAttach(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		p.in = bufio.NewReader(stdin)
 	}
 	done, err := c.Follow(ctx, fs.Arg(0), *after, p.event)
+	var nothing *client.NothingAfterError
+	if errors.As(err, &nothing) {
+		out := stdout
+		if *stream {
+			out = os.Stderr // keep stdout JSON lines only
+		}
+		fmt.Fprintf(out, "nothing after seq %d: run %s ended (%s) at seq %d\n", nothing.After, nothing.Run.ID, nothing.Run.State, nothing.Run.LastSeq)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,9 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 }
 
 // events re-attaches to a run: the buffered events after ?after=SEQ, then
-// the live ones until the run ends.
+// the live ones until the run ends. SEQ may be beyond the run's last
+// event: the stream then carries the events numbered above SEQ, none when
+// the run ends first, and ends with the run.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	rn, err := s.d.Run(r.PathValue("run"))
 	if err != nil {
@@ -157,6 +159,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 			keep.Reset(s.keepalive)
 		}
 		if b.Ended {
+			start() // an empty replay of an ended run is an empty stream
 			return
 		}
 		select {

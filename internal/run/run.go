@@ -251,7 +251,7 @@ func fullLine(ev apitype.Event) []byte {
 type Batch struct {
 	Lines   [][]byte        // encoded events after the asked sequence, in order
 	Last    int64           // the seq of the last line, or the asked one when none
-	Ended   bool            // the run has ended and Lines hold everything up to its end
+	Ended   bool            // the run has ended and Lines hold everything up to its end (none when the reader asked for events after its last)
 	Gone    bool            // events after the asked sequence fell out of the buffer
 	Hold    bool            // the last line is the started event: the next ones follow within moments
 	Changed <-chan struct{} // closed when there is more to read
@@ -283,7 +283,9 @@ func (r *Run) Read(after int64, lean bool) Batch {
 		b.Last = l.seq
 		b.Hold = l.start
 	}
-	b.Ended = r.result != nil && b.Last == r.last
+	// Ended when nothing after b.Last can come: a reader that asked for
+	// events after the run's last (after > r.last) has read its end too.
+	b.Ended = r.result != nil && b.Last >= r.last
 	return b
 }
 
