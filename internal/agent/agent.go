@@ -121,6 +121,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the flag set printed the help
+		}
 		return 2
 	}
 	if o.hold {
