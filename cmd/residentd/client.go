@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"slices"
 	"text/tabwriter"
 	"time"
 
