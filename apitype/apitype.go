@@ -524,6 +524,12 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// MaxIDBytes is the longest id the API takes, in bytes of UTF-8: channel,
+// binding, message, thread root, run, permission request, option and
+// project ids. An id is valid UTF-8 without control characters; anything
+// else is refused with CodeInvalidID naming the field.
+const MaxIDBytes = 256
+
 // Error codes. The HTTP status that carries each is in docs/API.md.
 const (
 	CodeBadRequest       = "bad_request"

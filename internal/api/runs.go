@@ -35,6 +35,14 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	thread := ""
+	if req.ThreadRoot != nil {
+		thread = *req.ThreadRoot
+	}
+	if err := checkIDs(field("channel_id", req.Channel), field("binding_id", req.Binding), field("message_id", req.MessageID), field("thread_root_id", thread), field("run_id", req.RunID)); err != nil {
+		fail(w, err)
+		return
+	}
 	detach := false
 	switch v := r.URL.Query().Get("stream"); v {
 	case "", "true":
@@ -65,6 +73,10 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 // event: the stream then carries the events numbered above SEQ, none when
 // the run ends first, and ends with the run.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		fail(w, err)
+		return
+	}
 	rn, err := s.d.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
@@ -196,6 +208,10 @@ func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		fail(w, err)
+		return
+	}
 	rn, err := s.d.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
@@ -215,6 +231,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, reqID := r.PathValue("run"), r.PathValue("request")
+	if err := checkIDs(inPath("run", id), inPath("request", reqID), field("option_id", req.OptionID)); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.d.Answer(id, reqID, req.OptionID); err != nil {
 		fail(w, err)
 		return
