@@ -170,6 +170,7 @@ const (
 	DecidedByPerson  = "person"  // a client answered the permission_request
 	DecidedByTimeout = "timeout" // nobody answered within the binding's permission_timeout: rejected
 	DecidedByCancel  = "cancel"  // the run was cancelled while the request waited
+	DecidedByLimit   = "limit"   // the run already had runs.pending_permissions requests waiting: rejected at once, never put to a person
 )
 
 // PermissionDecision says how a permission request was answered.

@@ -137,6 +137,7 @@ func New(o Options) (*Daemon, error) {
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
+			Pending: o.Config.Runs.PendingPermissions,
 		}, o.Now),
 		loops:       map[string]*crashLoop{},
 		restores:    map[string]*restoreRun{},

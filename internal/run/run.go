@@ -26,6 +26,7 @@ const (
 	DefaultBytes     = 1 << 20
 	DefaultRetention = 15 * time.Minute
 	DefaultEnded     = 256
+	DefaultPending   = 16
 )
 
 // Limits bound what runs keep in memory.
@@ -34,6 +35,9 @@ type Limits struct {
 	Bytes     int           // bytes of encoded events kept per run
 	Retention time.Duration // how long an ended run can still be read
 	Ended     int           // ended runs kept at most; the oldest go first
+	// Pending bounds the permission requests one run keeps waiting for a
+	// person; an agent's request beyond it is rejected at once.
+	Pending int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -48,6 +52,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Ended <= 0 {
 		l.Ended = DefaultEnded
+	}
+	if l.Pending <= 0 {
+		l.Pending = DefaultPending
 	}
 	return l
 }
@@ -340,12 +347,27 @@ func (r *Run) Snapshot() apitype.Run {
 // the answer, at most timeout. It returns the chosen option id ("" for the
 // cancelled outcome) and who decided: a person, the timeout (which rejects,
 // when the agent offered a reject option) or a cancel, when ctx ends first.
-// The request and its decision are both events of the run.
+// The request and its decision are both events of the run. With
+// Limits.Pending requests already waiting, the request is rejected at once
+// (decided by the limit) and only its decision is an event: an agent that
+// floods requests holds no more than the limit's memory and goroutines.
 func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.PermissionOption, timeout time.Duration) (optionID, decidedBy string) {
 	r.mu.Lock()
 	if r.result != nil {
 		r.mu.Unlock()
 		return "", apitype.DecidedByCancel
+	}
+	if len(r.pending) >= r.limits.Pending {
+		r.nextAsk++
+		id := "perm-" + strconv.Itoa(r.nextAsk)
+		r.answered[id] = true
+		d := &apitype.PermissionDecision{RequestID: id, Tool: tc.Title, Kind: "cancelled", DecidedBy: apitype.DecidedByLimit}
+		if o, ok := permission.Pick(toPolicyOptions(options), false); ok {
+			d.OptionID, d.Kind = o.ID, o.Kind
+		}
+		r.appendLocked(apitype.Event{Event: apitype.EventPermissionDecision, Decision: d})
+		r.mu.Unlock()
+		return d.OptionID, apitype.DecidedByLimit
 	}
 	r.nextAsk++
 	a := &ask{
