@@ -42,3 +42,16 @@ func BenchmarkDecodeTurnBody(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeWide is the request decoder on a megabyte that nests as
+// deep as MaxDepth allows, over and over: what an allowed body can cost.
+func BenchmarkDecodeWide(b *testing.B) {
+	chain := strings.Repeat("[", 62) + strings.Repeat("]", 62)
+	body := []byte(`{"text":[` + strings.Repeat(chain+",", (1<<20)/len(chain)) + `1]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := decodeBytes(body, new(apitype.TurnRequest)); err == nil {
+			b.Fatal("an array for text was accepted")
+		}
+	}
+}
