@@ -56,7 +56,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	rn, err := s.d.Submit(req)
+	rn, err := s.turns.Submit(req)
 	if err != nil {
 		fail(w, err)
 		return
@@ -77,7 +77,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	rn, err := s.d.Run(r.PathValue("run"))
+	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -204,7 +204,7 @@ func errText(err error, ev apitype.Event) string {
 }
 
 func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.Runs{Runs: s.d.Runs()})
+	writeJSON(w, http.StatusOK, apitype.Runs{Runs: s.turns.Runs()})
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
@@ -212,7 +212,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	rn, err := s.d.Run(r.PathValue("run"))
+	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -235,7 +235,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.d.Answer(id, reqID, req.OptionID); err != nil {
+	if err := s.turns.Answer(id, reqID, req.OptionID); err != nil {
 		fail(w, err)
 		return
 	}
