@@ -35,8 +35,13 @@ const (
 	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
 	EventPermissionDecision = "permission_decision" // a permission request was answered: Decision
 	EventBudget             = "budget"              // the turn's cost took a daily budget to its warning share or past it: Budget
-	EventDone               = "done"                // the run succeeded; always the last event
-	EventError              = "error"               // the run failed; always the last event
+	// EventInterrupted: the daemon stopped (clean or killed) while attempt
+	// Attempt was in flight; the run goes on as attempt Attempt+1 (queued,
+	// started, ...) when its binding retries interrupted runs, else it
+	// ends with error code interrupted.
+	EventInterrupted = "interrupted"
+	EventDone        = "done"  // the run succeeded; always the last event
+	EventError       = "error" // the run failed; always the last event
 	// EventKeepalive is a stream line, not an event of the run: it carries
 	// no Seq and is never replayed. It goes out while a run waits or its
 	// agent is quiet, so a client can tell a live stream from a dead one.
@@ -48,6 +53,12 @@ const (
 	QueueKeyBusy = "key_busy" // another run holds the (channel, binding) session; runs on one key go in order
 	QueueNoSlot  = "no_slot"  // every agent slot is taken by a running turn
 )
+
+// Answered is one mention a turn answered.
+type Answered struct {
+	RunID     string `json:"run_id"`
+	MessageID string `json:"message_id,omitempty"`
+}
 
 // Event is one line of a run's stream. Seq numbers a run's events from 1,
 // so a client that lost its connection re-attaches with
@@ -61,6 +72,10 @@ type Event struct {
 	// queued
 	Reason   string `json:"reason,omitempty"`
 	Position int    `json:"position,omitempty"` // 1 is next in line
+
+	// started (the attempt it begins, from 1), interrupted (the attempt
+	// that was in flight)
+	Attempt int `json:"attempt,omitempty"`
 
 	// started, done
 	Shape  string `json:"shape,omitempty"`
@@ -81,6 +96,12 @@ type Event struct {
 	// IdleGapS is the time since the key's previous turn ended, in seconds;
 	// absent for the key's first turn in this daemon's run.
 	IdleGapS *float64 `json:"idle_gap_seconds,omitempty"`
+	// Answers lists every mention a coalesced turn answered (its own
+	// first), so the app can thread the reply to each.
+	Answers []Answered `json:"answers,omitempty"`
+	// AnsweredBy, in the done or error of a mention that was coalesced
+	// into another run's turn: that run, whose done has the reply.
+	AnsweredBy string `json:"answered_by,omitempty"`
 
 	// error
 	Code    string `json:"code,omitempty"`
@@ -202,6 +223,9 @@ const (
 	RunSucceeded = "succeeded" // ended with done
 	RunFailed    = "failed"    // ended with error
 	RunCancelled = "cancelled" // ended with error code cancelled or shutting_down
+	// RunInterrupted: ended with error code interrupted, in flight when the
+	// daemon stopped and not retried (the binding's retry_interrupted is off).
+	RunInterrupted = "interrupted"
 )
 
 // Run is one run in GET /v1/runs and GET /v1/runs/{id}.
@@ -218,6 +242,9 @@ type Run struct {
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	EndedAt       *time.Time `json:"ended_at,omitempty"`
 	LastSeq       int64      `json:"last_seq"`
+	// Attempt is the number of attempts started: 0 before the first
+	// starts, 2 or more after an interrupted attempt was retried.
+	Attempt int `json:"attempt,omitempty"`
 	// Pending lists the permission requests waiting for an answer.
 	Pending []PermissionRequest `json:"pending_permissions,omitempty"`
 	// Result is the run's final done or error event once it ended.
@@ -343,9 +370,28 @@ type Health struct {
 	// OptionErrors are the bindings whose session options their agent
 	// does not list, found at startup or at the last session start.
 	OptionErrors []OptionError `json:"option_errors,omitempty"`
+	// PolicyAdvisories are the bindings whose agent cannot be told their
+	// permission policy (or refused the control that tells it): the agent
+	// runs some tools without asking, which the policy then does not cover.
+	PolicyAdvisories []PolicyAdvisory `json:"policy_advisories,omitempty"`
 	// BindingCommands says for every binding whether its command is found
 	// and executable, checked on each request without starting anything.
 	BindingCommands []BindingCommand `json:"binding_commands"`
+}
+
+// PolicyAdvisory is a binding whose permission policy is advisory, in
+// Health.
+type PolicyAdvisory struct {
+	Binding string `json:"binding_id"`
+	// Agent is who the agent said it is at initialize: name and version.
+	Agent  string `json:"agent"`
+	Policy string `json:"policy"`
+	// Advisory is "policy advisory for this agent: it runs some tools
+	// without asking".
+	Advisory string `json:"advisory"`
+	// Unasked says what the agent runs without asking, where known, or
+	// why the policy's control failed.
+	Unasked string `json:"unasked,omitempty"`
 }
 
 // BindingCommand is whether a binding's agent can be started, in Health.
@@ -576,6 +622,7 @@ const (
 	CodeStoreDamaged     = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
 	CodeNestingTooDeep   = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
 	CodeInvalidID        = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
+	CodeInterrupted      = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

@@ -405,6 +405,9 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, o := range h.OptionErrors {
 		fmt.Fprintf(stdout, "binding %s: session options: %s\n", o.Binding, o.Error)
 	}
+	for _, p := range h.PolicyAdvisories {
+		fmt.Fprintf(stdout, "binding %s: permission %s, %s: %s (%s)\n", p.Binding, p.Policy, p.Agent, p.Advisory, p.Unasked)
+	}
 	startable := 0
 	for _, b := range h.BindingCommands {
 		if b.Startable {

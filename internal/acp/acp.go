@@ -47,6 +47,11 @@ type Spec struct {
 	// are answered cancelled.
 	Ask        AskFunc
 	MCPServers []sdk.McpServer
+	// SessionMeta, called once initialize said who the agent is, returns
+	// the _meta to send with every session/new, session/load and
+	// session/resume: the agent's own session settings (a binding's
+	// permission controls, see internal/policy). nil sends none.
+	SessionMeta func(Info) map[string]any
 
 	Grace        time.Duration // SIGTERM -> SIGKILL on Close (default 5s)
 	CancelGrace  time.Duration // session/cancel -> kill (default 5s)
@@ -101,6 +106,18 @@ type Result struct {
 	// the context in use it reported before, which is how agents show that
 	// they compacted (summarised and dropped) their history.
 	Compacted bool
+	// ToolCalls are the tool calls the agent reported during the prompt, in
+	// the order it first reported them.
+	ToolCalls []ToolCallSeen
+}
+
+// ToolCallSeen is one tool call the agent reported (session/update
+// tool_call), and whether it asked for it (a session/request_permission
+// for its toolCallId came during the prompt).
+type ToolCallSeen struct {
+	ID    string
+	Kind  string // its ACP kind; "other" when it named none
+	Asked bool
 }
 
 // Agent is one supervised agent process with an initialized ACP connection.
@@ -115,7 +132,10 @@ type Agent struct {
 	conn      *sdk.ClientSideConnection
 	canLoad   bool
 	canResume bool
+	canSteer  bool // _meta.steering.supported in the initialize answer
 	canClose  bool
+	info      Info           // the agentInfo of initialize's answer
+	meta      map[string]any // _meta of the session requests (Spec.SessionMeta)
 
 	mu     sync.Mutex
 	routes map[string]*route        // native session id -> its update route
@@ -144,9 +164,11 @@ type route struct {
 	loading bool
 	on      func(Update)
 	text    strings.Builder
-	cost    *Cost // the last session cost a usage_update reported during the prompt
+	cost    *Cost          // the last session cost a usage_update reported during the prompt
+	calls   []ToolCallSeen // the prompt's tool calls (see Result.ToolCalls)
 
 	options []Option // the session's config options as the agent last listed them
+	modes   modes    // the session's modes as the agent last listed them
 	listed  bool     // the agent listed config options for the session at all
 	used    int      // context tokens in use at the last usage_update
 	// compacted: a usage_update reported less than half the context in use
@@ -241,6 +263,13 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	a.canLoad = resp.AgentCapabilities.LoadSession
 	a.canClose = resp.AgentCapabilities.SessionCapabilities.Close != nil
 	a.canResume = resp.AgentCapabilities.SessionCapabilities.Resume != nil
+	a.canSteer = steeringSupported(resp.Meta) || steeringSupported(resp.AgentCapabilities.Meta)
+	if ai := resp.AgentInfo; ai != nil {
+		a.info = Info{Name: ai.Name, Version: ai.Version}
+	}
+	if spec.SessionMeta != nil {
+		a.meta = spec.SessionMeta(a.info)
+	}
 	return a, nil
 }
 
@@ -333,6 +362,31 @@ func (a *Agent) Cgroup() string { return a.proc.Cgroup() }
 // CanResume reports the agent's session/resume capability.
 func (a *Agent) CanResume() bool { return a.canResume }
 
+// steeringSupported reads _meta.steering.supported.
+func steeringSupported(meta map[string]any) bool {
+	st, _ := meta["steering"].(map[string]any)
+	ok, _ := st["supported"].(bool)
+	return ok
+}
+
+// CanSteer reports whether the agent takes text into a running turn
+// (_session/steering; claude-agent-acp advertises it in _meta).
+func (a *Agent) CanSteer() bool { return a.canSteer }
+
+// SteeringMethod is the extension request that adds text to a session's
+// running turn.
+const SteeringMethod = "_session/steering"
+
+// Steer adds text to native's running turn. An error (the agent answers
+// that no turn runs, or refuses) means the text did not join it.
+func (a *Agent) Steer(ctx context.Context, native, text string) error {
+	params := map[string]any{"sessionId": native, "prompt": []sdk.ContentBlock{sdk.TextBlock(text)}}
+	if _, err := a.conn.CallExtension(ctx, SteeringMethod, params); err != nil {
+		return fmt.Errorf("steer session %q: %w", native, err)
+	}
+	return nil
+}
+
 // closeSessions sends session/close for every session of a live agent that
 // advertises it, once, bounded by Spec.CloseTimeout for them all. A failure
 // only logs: the stop sequence follows anyway.
@@ -383,7 +437,7 @@ func (a *Agent) CanLoad() bool { return a.canLoad }
 
 // NewSession runs session/new with cwd = Spec.Dir and returns the native id.
 func (a *Agent) NewSession(ctx context.Context) (string, error) {
-	resp, err := a.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+	resp, err := a.conn.NewSession(ctx, sdk.NewSessionRequest{Meta: a.meta, Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
 	if err != nil {
 		return "", a.callErr(ctx, "new session", err)
 	}
@@ -396,31 +450,32 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 	}
 	a.releaseEarlyLocked(native, r)
 	r.setOptions(options(resp.ConfigOptions))
+	r.setModes(resp.Modes)
 	return native, nil
 }
 
 // LoadSession runs session/load; the history the agent replays meanwhile is
 // swallowed because the caller already has it.
 func (a *Agent) LoadSession(ctx context.Context, native string) error {
-	return a.reopen(ctx, native, "load", func() ([]sdk.SessionConfigOption, error) {
-		resp, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
-		return resp.ConfigOptions, err
+	return a.reopen(ctx, native, "load", func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
+		resp, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		return resp.ConfigOptions, resp.Modes, err
 	})
 }
 
 // ResumeSession runs session/resume for native: the agent reopens the
 // session without replaying its history. Use it when CanResume.
 func (a *Agent) ResumeSession(ctx context.Context, native string) error {
-	return a.reopen(ctx, native, "resume", func() ([]sdk.SessionConfigOption, error) {
-		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
-		return resp.ConfigOptions, err
+	return a.reopen(ctx, native, "resume", func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
+		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		return resp.ConfigOptions, resp.Modes, err
 	})
 }
 
 // reopen routes native while call (session/load or session/resume) runs,
 // swallowing what the agent replays, and unroutes it if call fails; call
-// returns the config options the agent listed.
-func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]sdk.SessionConfigOption, error)) error {
+// returns the config options and modes the agent listed.
+func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error)) error {
 	r := &route{loading: true}
 	a.mu.Lock()
 	old, existed := a.routes[native]
@@ -434,7 +489,7 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 		a.routes[native] = r
 		a.releaseEarlyLocked(native, r)
 	}
-	listed, err := call()
+	listed, modes, err := call()
 	// The SDK returns only after the notifications sent before the response
 	// were handled, so the whole replay has been swallowed by now.
 	r.mu.Lock()
@@ -442,6 +497,7 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 	r.mu.Unlock()
 	if err == nil {
 		r.setOptions(options(listed))
+		r.setModes(modes)
 	}
 	if err != nil {
 		// A failed reload leaves a session the agent already had usable.
@@ -478,6 +534,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	r.on = on
 	r.text.Reset()
 	r.cost = nil
+	r.calls = nil
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -554,14 +611,14 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 func (a *Agent) partial(r *route) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
+	res := Result{Text: r.text.String(), Cost: r.cost, Compacted: r.compacted, ToolCalls: r.seenCalls()}
 	r.compacted = false // reported once
 	return res
 }
 
 func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
 	r.mu.Lock()
-	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost, Compacted: r.compacted}
+	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost, Compacted: r.compacted, ToolCalls: r.seenCalls()}
 	r.compacted = false // reported once
 	r.mu.Unlock()
 	if u := resp.Usage; u != nil {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,10 +54,16 @@ func (a *Agent) deliverLocked(r *route, id string, su sdk.SessionUpdate) {
 			r.options, r.listed = list, true
 		}
 	}
+	if c := su.CurrentModeUpdate; c != nil {
+		r.modes.current = string(c.CurrentModeId)
+	}
 	if r.loading {
 		return // replayed history of session/load: the caller already has it
 	}
 	u := toUpdate(su)
+	if tc := u.ToolCall; tc != nil && r.on != nil {
+		r.noteCall(tc.ID, tc.Kind, false)
+	}
 	if c := su.UsageUpdate; c != nil {
 		if c.Cost != nil && r.on != nil {
 			r.cost = &Cost{Amount: c.Cost.Amount, Currency: c.Cost.Currency}
@@ -238,8 +245,15 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 		offered[i] = apitype.PermissionOption{ID: string(o.OptionId), Name: o.Name, Kind: string(o.Kind)}
 	}
 	resp := sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}
-	decision := a.spec.Permission.Decide(tc.Kind)
+	inside := true
+	for _, l := range tc.Locations {
+		if _, err := a.confine(l.Path, true); err != nil {
+			inside = false
+		}
+	}
+	decision := a.spec.Permission.DecideAt(tc.Kind, inside)
 	if decision == permission.AskPerson {
+		a.noteAsked(native, tc.ID, tc.Kind)
 		if a.spec.Ask != nil {
 			if id := a.spec.Ask(ctx, native, *tc, offered); id != "" {
 				resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(id))
@@ -255,6 +269,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	}
 	a.log.Debug("permission decided", zap.String("session", native), zap.String("policy", string(a.spec.Permission)), zap.String("decision", d.Kind), zap.String("tool", tc.Title))
 
+	a.noteAsked(native, tc.ID, tc.Kind)
 	a.mu.Lock()
 	r := a.routes[native]
 	a.mu.Unlock()
@@ -352,4 +367,47 @@ func (c *client) ReleaseTerminal(ctx context.Context, p sdk.ReleaseTerminalReque
 
 func (c *client) WaitForTerminalExit(ctx context.Context, p sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
 	return sdk.WaitForTerminalExitResponse{}, errNoTerminal
+}
+
+// noteCall notes a tool call reported (or asked about, asked) during the
+// running prompt; r.mu is held. A kind given later (a tool_call_update)
+// fills one not given at first.
+func (r *route) noteCall(id, kind string, asked bool) {
+	i := slices.IndexFunc(r.calls, func(c ToolCallSeen) bool { return c.ID == id })
+	if i < 0 {
+		r.calls = append(r.calls, ToolCallSeen{ID: id})
+		i = len(r.calls) - 1
+	}
+	c := &r.calls[i]
+	if c.Kind == "" || c.Kind == "other" {
+		c.Kind = kind
+	}
+	c.Asked = c.Asked || asked
+}
+
+// noteAsked notes a permission request for tool call id (of ACP kind
+// kind) of session native.
+func (a *Agent) noteAsked(native, id, kind string) {
+	a.mu.Lock()
+	r := a.routes[native]
+	a.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.on != nil {
+		r.noteCall(id, kind, true)
+	}
+	r.mu.Unlock()
+}
+
+// seenCalls is the prompt's tool calls, kinds defaulted; r.mu is held.
+func (r *route) seenCalls() []ToolCallSeen {
+	out := slices.Clone(r.calls)
+	for i := range out {
+		if out[i].Kind == "" {
+			out[i].Kind = "other"
+		}
+	}
+	return out
 }

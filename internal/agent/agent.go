@@ -76,9 +76,19 @@ var (
 	// floodDirective makes the agent ask N permissions at once, without
 	// waiting for any answer first; the thought counts the outcomes.
 	floodDirective = lazyRegexp(`\[\[permission-flood:([0-9]+)\]\]`)
+	// toolDirective makes the agent run a tool of its own, unasked or not
+	// as its session mode says (see modes.go).
+	toolDirective = lazyRegexp(`\[\[tool:([a-z_]+)(?::([^\]]+))?\]\]`)
+	// switchModeDirective makes the agent move its session to another mode
+	// by itself, as claude-agent-acp does on leaving plan mode.
+	switchModeDirective = lazyRegexp(`\[\[switch-mode:([a-z]+)\]\]`)
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// holdDirective makes the turn wait, after a first reply chunk, until
+	// the file it names exists: a turn a test can stop mid-prompt and
+	// that passes on its next attempt.
+	holdDirective = lazyRegexp(`\[\[hold:([^\]]+)\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -93,6 +103,7 @@ type options struct {
 	noClose   bool
 	noResume  bool
 	noOptions bool
+	noModes   bool
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
@@ -119,6 +130,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
 	fs.BoolVar(&o.noOptions, "no-options", false, "list no session config options (model, mode, verbose)")
+	fs.BoolVar(&o.noModes, "no-modes", false, "list no session modes (auto, manual)")
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
@@ -247,6 +259,7 @@ type session struct {
 	turns      []turn            // the newest --history turns, oldest first
 	count      int               // turns taken, kept or not
 	options    map[string]string // config option id -> current value; each process starts at the defaults
+	mode       string            // session mode (modes.go); each process starts at modeAuto
 	used       int               // context tokens in use, as usage_update reports them; [[compact]] drops it
 
 	io     sync.Mutex
@@ -255,12 +268,15 @@ type session struct {
 }
 
 type builtin struct {
-	opts   options
-	conn   *acp.AgentSideConnection
-	out    *lockedWriter
-	stderr io.Writer
-	exit   chan int
-	stall  func() // stops reading stdin for good (stall-stdin)
+	opts options
+	// steering: session -> the mentions steered into its running turn;
+	// a session is in it while a turn runs. Guarded by mu.
+	steering map[string][]string
+	conn     *acp.AgentSideConnection
+	out      *lockedWriter
+	stderr   io.Writer
+	exit     chan int
+	stall    func() // stops reading stdin for good (stall-stdin)
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -292,6 +308,9 @@ func (b *builtin) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.
 		AgentCapabilities: b.capabilities(),
 		AgentInfo:         &acp.Implementation{Name: "residentd-builtin", Version: "1"},
 		AuthMethods:       []acp.AuthMethod{},
+		// As claude-agent-acp: text sent with _session/steering joins the
+		// running turn.
+		Meta: map[string]any{"steering": map[string]any{"supported": true}},
 	}, nil
 }
 
@@ -313,7 +332,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		return acp.NewSessionResponse{}, fmt.Errorf("builtin: session id: %w", err)
 	}
 	mcp, _ := json.Marshal(p.McpServers)
-	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions()}
+	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions(), mode: modeAuto}
 	b.record(map[string]any{"method": acp.AgentMethodSessionNew, "session": s.ID, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
 	if err := b.create(s); err != nil {
 		return acp.NewSessionResponse{}, err
@@ -326,7 +345,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		_ = b.send(ctx, s.ID, acp.SessionUpdate{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{
 			SessionUpdate: "available_commands_update", AvailableCommands: []acp.AvailableCommand{{Name: "review", Description: "review the change"}}}})
 	}
-	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: b.configOptions(s)}, nil
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
@@ -345,7 +364,7 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 			return acp.LoadSessionResponse{}, err
 		}
 	}
-	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s)}, nil
+	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 func (b *builtin) Cancel(ctx context.Context, p acp.CancelNotification) error {
@@ -377,6 +396,23 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		fault = m[len(m)-1][1]
 	}
 	reply := Summary(text, b.opts.framing, n)
+	b.mu.Lock()
+	if b.steering == nil {
+		b.steering = map[string][]string{}
+	}
+	b.steering[id] = nil
+	b.mu.Unlock()
+	// steered ends the turn's steering and adds what joined it to the reply.
+	steered := func() {
+		b.mu.Lock()
+		joined, ok := b.steering[id]
+		delete(b.steering, id)
+		b.mu.Unlock()
+		if ok && len(joined) > 0 {
+			reply += fmt.Sprintf(" steered=%d", len(joined))
+		}
+	}
+	defer steered() // on every early return
 
 	switch fault {
 	case FaultExitTurn:
@@ -411,6 +447,15 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 
 	b.directives(ctx, id, text)
+	if m := holdDirective().FindStringSubmatch(text); m != nil {
+		if err := b.send(ctx, id, acp.UpdateAgentThoughtText("holding until "+m[1]+" exists")); err != nil {
+			return acp.PromptResponse{}, err
+		}
+		if !waitFile(ctx, m[1]) {
+			return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+		}
+	}
+	steered()
 	if strings.Contains(text, truncationMarker) {
 		if h := b.fetchHistory(ctx, id, text, mcp); h != "" {
 			reply += " " + h
@@ -468,6 +513,63 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 	return in, out, spentIn, spentOut
 }
 
+// SteeringMethod is the extension request that adds text to a session's
+// running turn.
+const SteeringMethod = "_session/steering"
+
+// steeringParams is what SteeringMethod carries, as session/prompt does.
+type steeringParams struct {
+	SessionID string             `json:"sessionId"`
+	Prompt    []acp.ContentBlock `json:"prompt"`
+}
+
+// HandleExtensionMethod answers _session/steering: the text joins the
+// session's running turn (its reply says steered=N), or is refused when no
+// turn runs, so the client sends it as a turn of its own.
+func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	if method != SteeringMethod {
+		return nil, acp.NewMethodNotFound(method)
+	}
+	var p steeringParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &acp.RequestError{Code: -32602, Message: "builtin: steering params: " + err.Error()}
+	}
+	var parts []string
+	for _, c := range p.Prompt {
+		if c.Text != nil {
+			parts = append(parts, c.Text.Text)
+		}
+	}
+	text := strings.Join(parts, "\n")
+	b.mu.Lock()
+	joined, running := b.steering[p.SessionID]
+	if running {
+		b.steering[p.SessionID] = append(joined, text)
+	}
+	b.mu.Unlock()
+	if !running {
+		return nil, &acp.RequestError{Code: -32002, Message: fmt.Sprintf("builtin: no turn is running in session %q", p.SessionID)}
+	}
+	b.record(map[string]any{"method": SteeringMethod, "session": p.SessionID, "prompt": text})
+	return map[string]any{}, nil
+}
+
+// waitFile waits until path exists (true) or ctx ends (false).
+func waitFile(ctx context.Context, path string) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
 // directives runs the test-only client calls found in the prompt.
 func (b *builtin) directives(ctx context.Context, id, text string) {
 	for _, m := range readDirective().FindAllStringSubmatch(text, -1) {
@@ -518,6 +620,12 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		sort.Strings(outcomes)
 		b.thought(ctx, id, "permission-flood "+strconv.Itoa(n), strings.Join(outcomes, " "), nil)
 	}
+	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
+		b.runTool(ctx, id, i+1, m[1], m[2])
+	}
+	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
+		b.switchMode(ctx, id, m[1])
+	}
 }
 
 // maxFlood bounds [[permission-flood:N]].
@@ -567,10 +675,6 @@ func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) erro
 	return b.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: acp.SessionId(id), Update: u})
 }
 
-func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
-	return acp.SetSessionModeResponse{}, nil
-}
-
 func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
 	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
 }
@@ -582,7 +686,7 @@ func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, err
 	}
-	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s)}, nil
+	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 // reopen is session/load and session/resume up to the replay: the record,
@@ -608,6 +712,9 @@ func (b *builtin) reopen(method, id, cwd string, servers []acp.McpServer, off bo
 	s.Cwd, s.MCPServers = cwd, mcp
 	if s.options == nil {
 		s.options = defaultOptions()
+	}
+	if s.mode == "" {
+		s.mode = modeAuto
 	}
 	b.mu.Unlock()
 	return s, nil

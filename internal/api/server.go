@@ -340,7 +340,7 @@ func statusOf(code string) int {
 		return 499
 	case apitype.CodeAgentStartFailed, apitype.CodeAgentCrashed, apitype.CodeAgentFailed:
 		return http.StatusBadGateway
-	case apitype.CodeAgentBackoff, apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeShuttingDown, apitype.CodeToolsDisabled:
+	case apitype.CodeAgentBackoff, apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeShuttingDown, apitype.CodeInterrupted, apitype.CodeToolsDisabled:
 		return http.StatusServiceUnavailable
 	case apitype.CodeTimeout:
 		return http.StatusGatewayTimeout

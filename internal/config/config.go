@@ -104,7 +104,26 @@ type Binding struct {
 	UsageTotals bool `json:"usage_totals,omitempty"`
 	// Prices price a turn the agent reports tokens for but no cost.
 	Prices *Prices `json:"prices,omitempty"`
+
+	// RetryInterrupted runs a turn that was in flight when the daemon
+	// stopped (clean or killed) again, as a new attempt of the same run,
+	// when the daemon next starts; on by default.
+	RetryInterrupted *bool `json:"retry_interrupted,omitempty"`
+
+	// Bursts says what mentions that arrive while the key's turn runs do:
+	// "queue" (the default: each runs as its own turn, in order) or
+	// "coalesce" (those waiting when the key frees run as one turn that
+	// lists each of them) or "steer" (each joins the running turn, where
+	// the agent takes steering; otherwise it queues).
+	Bursts string `json:"bursts,omitempty"`
 }
+
+// Burst modes of a binding.
+const (
+	BurstsQueue    = "queue"
+	BurstsCoalesce = "coalesce"
+	BurstsSteer    = "steer"
+)
 
 // Prices are per million tokens, in Currency (default USD).
 type Prices struct {
@@ -131,6 +150,9 @@ const (
 
 // RestoreOn reports whether restore is enabled.
 func (b Binding) RestoreOn() bool { return b.Restore == nil || *b.Restore }
+
+// RetryOn reports whether an interrupted run is retried after a restart.
+func (b Binding) RetryOn() bool { return b.RetryInterrupted == nil || *b.RetryInterrupted }
 
 // ToolsOn reports whether channel tools are passed to the agent.
 func (b Binding) ToolsOn() bool { return b.Tools == nil || *b.Tools }
@@ -422,6 +444,9 @@ func (c *Config) SetDefaults() {
 		if b.RestoreMethod == "" {
 			b.RestoreMethod = RestoreAuto
 		}
+		if b.Bursts == "" {
+			b.Bursts = BurstsQueue
+		}
 		if b.BriefEvery <= 0 {
 			b.BriefEvery = 10
 		}
@@ -468,6 +493,11 @@ func (c *Config) Validate() error {
 		case "", RestoreAuto, RestoreResume, RestoreLoad:
 		default:
 			return fmt.Errorf("%w: binding %q: restore_method %q: use auto, resume or load", ErrInvalid, b.ID, b.RestoreMethod)
+		}
+		switch b.Bursts {
+		case "", BurstsQueue, BurstsCoalesce, BurstsSteer:
+		default:
+			return fmt.Errorf("%w: binding %q: bursts %q: use queue, coalesce or steer", ErrInvalid, b.ID, b.Bursts)
 		}
 		for id, v := range b.SessionOptions {
 			if id == "" || v == "" {

@@ -39,6 +39,8 @@ func Code(err error) string {
 		return apitype.CodeAlreadyAnswered
 	case errors.Is(err, ErrRunEnded):
 		return apitype.CodeRunEnded
+	case errors.Is(err, ErrInterrupted):
+		return apitype.CodeInterrupted
 	case errors.Is(err, store.ErrDamaged):
 		return apitype.CodeStoreDamaged
 	case errors.Is(err, store.ErrNotFound):

@@ -44,6 +44,9 @@ var (
 	ErrRunEnded       = errors.New("run already ended")
 	ErrAgentFailed    = errors.New("agent failed the turn")
 	ErrShuttingDown   = errors.New("daemon is shutting down")
+	// ErrInterrupted: the daemon stopped while the run's attempt was in
+	// flight, and its binding does not retry interrupted runs.
+	ErrInterrupted = errors.New("interrupted by a restart")
 	// ErrBackoff: the binding's agents keep failing to start or crashing, so
 	// its next spawn waits; other bindings are unaffected.
 	ErrBackoff = resident.ErrBackoff
@@ -97,12 +100,14 @@ type Daemon struct {
 	lastMu  sync.Mutex
 	lastEnd map[session.Key]time.Time // when each key's last turn ended, this run
 
-	mu      sync.Mutex                         // guards cancels, asking, framing, warned and closing
-	cancels map[string]context.CancelCauseFunc // run id -> cancel, while it runs
-	asking  map[string]*asker                  // native session -> the run its permission requests go to
-	framing map[string]string                  // binding -> framing of its last cold turn
-	warned  map[string]bool                    // what warnOnce logged already
-	closing bool
+	mu       sync.Mutex                         // guards cancels, asking, framing, warned, bursts, steering and closing
+	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
+	asking   map[string]*asker                  // native session -> the run its permission requests go to
+	framing  map[string]string                  // binding -> framing of its last cold turn
+	warned   map[string]bool                    // what warnOnce logged already
+	bursts   map[session.Key][]*burst           // runs of coalescing bindings waiting for their key
+	steering map[session.Key]*steerTarget       // running turns of steering bindings
+	closing  bool
 }
 
 // New returns a running daemon; Close stops it. Its keeper first stops the
@@ -122,7 +127,9 @@ func New(o Options) (*Daemon, error) {
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
 			Pending: o.Config.Runs.PendingPermissions,
 		}, o.Now),
-		lastEnd: map[session.Key]time.Time{},
+		lastEnd:  map[session.Key]time.Time{},
+		bursts:   map[session.Key][]*burst{},
+		steering: map[session.Key]*steerTarget{},
 	}
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
@@ -159,6 +166,10 @@ func New(o Options) (*Daemon, error) {
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
+	if err := d.resume(); err != nil {
+		d.Close(0)
+		return nil, fmt.Errorf("daemon: resume the recorded runs: %w", err)
+	}
 	return d, nil
 }
 

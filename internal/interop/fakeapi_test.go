@@ -28,6 +28,11 @@ type fakeAPI struct {
 	// whose user message holds tool.marker; the model's next call (carrying
 	// the tool's result) gets the reply.
 	tool *toolUse
+	// tools, when set, makes the model ask for these tool calls one after
+	// the other in the turn whose user message holds tools[0].marker: the
+	// call after the k-th tool result asks for tools[k], the one after the
+	// last result gets the reply.
+	tools []toolUse
 	// sized reports a call's input tokens as a quarter of its body's bytes,
 	// so the context in use grows with the conversation as a real model's
 	// does (the agent's usage_update reads it); otherwise 12 a call.
@@ -222,14 +227,18 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	if model == "" {
 		model = "claude-fake"
 	}
-	if f.tool != nil && req.Stream {
-		asked, answered := false, false
+	tools := f.tools
+	if f.tool != nil {
+		tools = []toolUse{*f.tool}
+	}
+	if len(tools) > 0 && req.Stream {
+		asked, answered := false, 0
 		for _, m := range req.Messages {
-			asked = asked || m.Role == "user" && strings.Contains(m.text(), f.tool.marker)
-			answered = answered || len(m.toolResults()) > 0
+			asked = asked || m.Role == "user" && strings.Contains(m.text(), tools[0].marker)
+			answered += len(m.toolResults())
 		}
-		if asked && !answered {
-			f.toolCall(w, model)
+		if asked && answered < len(tools) {
+			f.toolCall(w, model, tools[answered], answered+1)
 			return
 		}
 	}
@@ -269,8 +278,8 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
 
-// toolCall streams a reply that is one tool_use block.
-func (f *fakeAPI) toolCall(w http.ResponseWriter, model string) {
+// toolCall streams a reply that is one tool_use block, the n-th of the turn.
+func (f *fakeAPI) toolCall(w http.ResponseWriter, model string, tool toolUse, n int) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl, _ := w.(http.Flusher)
 	send := func(event string, data any) {
@@ -280,13 +289,13 @@ func (f *fakeAPI) toolCall(w http.ResponseWriter, model string) {
 			fl.Flush()
 		}
 	}
-	input, _ := json.Marshal(f.tool.input)
+	input, _ := json.Marshal(tool.input)
 	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": "msg_fake_tool", "type": "message", "role": "assistant", "model": model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil,
 		"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
 	}})
-	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "tool_use", "id": "toolu_fake_1", "name": f.tool.name, "input": map[string]any{}}})
+	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake_%d", n), "name": tool.name, "input": map[string]any{}}})
 	send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "input_json_delta", "partial_json": string(input)}})
 	send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "tool_use", "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 9}})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -106,6 +108,8 @@ type Metrics struct {
 	MessagesIngested  *prometheus.CounterVec // result
 	BuildInfo         *prometheus.GaugeVec   // version, goversion
 	OptionsSet        *prometheus.CounterVec // binding
+	ToolCalls         *prometheus.CounterVec // binding, kind, asked
+	PolicyModesSet    *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
@@ -248,6 +252,14 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_session_options_set_total",
 		Help: "Session config options set on agents (session/set_config_option) when a session starts or the key's options change, by binding.",
 	}, []string{"binding"})
+	m.ToolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_tool_calls_total",
+		Help: "Tool calls agents reported (session/update tool_call), by binding, ACP kind and whether the agent asked for them (asked=true: a permission request for the call came).",
+	}, []string{"binding", "kind", "asked"})
+	m.PolicyModesSet = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_policy_modes_set_total",
+		Help: "Session modes set on agents (session/set_mode) to carry a binding's permission policy, by binding.",
+	}, []string{"binding"})
 	m.Compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_agent_compactions_total",
 		Help: "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.",
@@ -271,7 +283,7 @@ func New(version string, g Gauges) *Metrics {
 		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.Compactions, m.BudgetCrossings, m.BudgetRefusals,
+		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.BudgetCrossings, m.BudgetRefusals,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -319,6 +331,13 @@ func initVec(v *prometheus.CounterVec, values []string) {
 func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.FramingChanges, ids)
 	initVec(m.OptionsSet, ids)
+	initVec(m.PolicyModesSet, ids)
+	for _, id := range ids {
+		for _, k := range ToolKinds {
+			m.ToolCalls.WithLabelValues(id, k, "true")
+			m.ToolCalls.WithLabelValues(id, k, "false")
+		}
+	}
 	initVec(m.Compactions, ids)
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
@@ -464,6 +483,22 @@ func (m *Metrics) Ingested(added, edited, dup, rejected int) {
 	addN(m.MessagesIngested.WithLabelValues("duplicate"), dup)
 	addN(m.MessagesIngested.WithLabelValues("rejected"), rejected)
 }
+
+// ToolKinds are ACP's tool kinds, the kind label of
+// residentd_agent_tool_calls_total (an agent's own kind counts as other).
+var ToolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"}
+
+// ToolCall counts one tool call an agent of binding reported, of ACP kind
+// kind, asked for or not.
+func (m *Metrics) ToolCall(binding, kind string, asked bool) {
+	if !slices.Contains(ToolKinds, kind) {
+		kind = "other"
+	}
+	m.ToolCalls.WithLabelValues(binding, kind, strconv.FormatBool(asked)).Inc()
+}
+
+// PolicyModeSet counts one session mode set to carry binding's policy.
+func (m *Metrics) PolicyModeSet(binding string) { m.PolicyModesSet.WithLabelValues(binding).Inc() }
 
 // OptionSet counts one session option set on an agent of binding.
 func (m *Metrics) OptionSet(binding string) { m.OptionsSet.WithLabelValues(binding).Inc() }

@@ -4,7 +4,8 @@
 // what the key asks, backs off a binding whose agents keep failing, stops
 // the agents an earlier daemon left behind, and counts what each process's
 // turns used. It keeps what it knows of each binding's agents (crash loop,
-// restore streak, listed options, option errors) in one record per binding.
+// restore streak, listed options, option errors, how it is told its
+// permission policy) in one record per binding.
 // A turn asks it two things: Prepare the process for this turn, and record
 // how the turn Settled.
 package resident
@@ -102,8 +103,10 @@ type health struct {
 	restore     streak    // failed restores in a row
 	restoreStop bool      // restore_failures reached: no more tries this run
 	listed      []acp.Option
-	listedAny   bool   // the agent listed config options (listed may be empty)
-	option      streak // session options the agent refused or does not list
+	listedAny   bool       // the agent listed config options (listed may be empty)
+	option      streak     // session options the agent refused or does not list
+	policy      policyNote // how the agent is told the binding's permission policy
+	policySeen  bool       // policy is set: an agent of the binding said who it is
 }
 
 // streak is a run of failures in a row and the last one's error.

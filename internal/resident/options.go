@@ -336,9 +336,13 @@ func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apity
 // probeOptions checks, once at startup and in the background, the session
 // options of every binding that sets some, by setting them on a new session
 // of its agent: a typo shows in the log and in health right away rather
-// than at the binding's first turn. The probe's process runs beside the
-// pool's and is stopped at once; an agent that cannot start is left to its
-// first turn to report.
+// than at the binding's first turn. It also learns who the binding's agent
+// is (initialize's agentInfo), so the log and health say from the start
+// whether its permission policy can be carried by the agent's own controls
+// (see policy.go); other bindings' agents are not started just for that (a
+// start may have effects), they say so at their first start. The probe's process runs beside the pool's and is
+// stopped at once; an agent that cannot start is left to its first turn to
+// report.
 func (d *Keeper) probeOptions(ctx context.Context) {
 	for _, b := range d.cfg.Bindings {
 		if len(b.SessionOptions) == 0 {

@@ -30,13 +30,16 @@ type Process struct {
 	a      *acp.Agent
 	native string
 
-	mu       sync.Mutex // guards briefN, briefDue, unsaved, appliedOpts, origOpts and the usage below
+	mu       sync.Mutex // guards briefN, briefDue, unsaved, appliedOpts, origOpts, policyMode and the usage below
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
 	unsaved  bool       // native is new and not yet the key's saved session id
 	// appliedOpts are the session options residentd set on this process's
 	// session, by id; origOpts what the agent had for them before.
 	appliedOpts, origOpts map[string]string
+	// policyMode is the session mode residentd set for the binding's
+	// permission policy ("" before it set one).
+	policyMode string
 
 	restoredBy string // "resume" or "load" when the process reopened a saved session
 
@@ -95,6 +98,16 @@ func (s *Process) Native() string        { return s.native }
 func (s *Process) Pid() int              { return s.a.Pid() }
 func (s *Process) Done() <-chan struct{} { return s.a.Done() }
 func (s *Process) Close() error          { return s.a.Close() }
+
+// CanSteer reports whether the process's agent takes text into a running
+// turn (_session/steering).
+func (s *Process) CanSteer() bool { return s.a.CanSteer() }
+
+// Steer adds text to the session's running turn; an error means it did not
+// join it.
+func (s *Process) Steer(ctx context.Context, text string) error {
+	return s.a.Steer(ctx, s.native, text)
+}
 
 // Prompt sends the turn's text to the process's session (acp.Agent.Prompt).
 func (s *Process) Prompt(ctx context.Context, text string, on func(acp.Update)) (acp.Result, error) {
@@ -195,7 +208,7 @@ func (d *Keeper) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spe
 		}
 	}
 	return acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask,
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask, SessionMeta: d.sessionMeta(b),
 		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
 		Cgroups: d.cgroups, Limits: limitsOf(b),
 	}, release, nil
