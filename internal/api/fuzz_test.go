@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/residentd/residentd/apitype"
@@ -11,8 +12,12 @@ import (
 
 // FuzzDecodeTurn feeds arbitrary bodies to the request decoder of POST
 // /v1/turns and POST /v1/messages: it must never panic, must classify every
-// refusal as a malformed request, and what it accepts must survive a
-// re-encode and decode unchanged.
+// refusal as a malformed request (400 bad_request, or nesting_too_deep
+// whenever the body nests deeper than MaxDepth and never for valid JSON
+// that does not), and what it accepts
+// must survive a re-encode and decode unchanged. The seeds include deep
+// nesting, and brackets and escaped quotes inside strings, which do not
+// nest.
 func FuzzDecodeTurn(f *testing.F) {
 	for _, s := range []string{
 		`{"channel_id":"ch","binding_id":"b-builtin","message_id":"m1","thread_root_id":null,"text":"@agent hi"}`,
@@ -23,6 +28,13 @@ func FuzzDecodeTurn(f *testing.F) {
 		`{"text":"\ud800 lone surrogate \u0000 nul"}`,
 		`{"max_recipients":1e400}`,
 		`[`, ``, `null`,
+		strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
+		strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
+		`{"text":` + strings.Repeat("[", 100_000),
+		`{"channel_agents":[{"handle":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5000) + `}]}`,
+		`{"text":"` + strings.Repeat("[", 200) + `","channel_id":"ch"}`,
+		`{"text":"\"` + strings.Repeat("{", 200) + `"}`,
+		`{"messages":[` + strings.Repeat(`[`, MaxDepth) + `]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -33,8 +45,15 @@ func FuzzDecodeTurn(f *testing.F) {
 				if !errors.Is(err, errDecode) {
 					t.Fatalf("refusal %v is not a malformed-request error", err)
 				}
-				if status, code := classify(err); status != 400 || code != "bad_request" {
-					t.Fatalf("refusal classified %d %s", status, code)
+				status, code := classify(err)
+				switch deep := depth(data) > MaxDepth; {
+				case status != 400 || code != "bad_request" && code != "nesting_too_deep":
+					t.Fatalf("refusal %v classified %d %s", err, status, code)
+				case deep && code != "nesting_too_deep":
+					t.Fatalf("a body nested deeper than %d refused as %s: %v", MaxDepth, code, err)
+				case !deep && code == "nesting_too_deep" && json.Valid(data):
+					// Only a malformed body may look deeper than it is.
+					t.Fatalf("valid JSON no deeper than %d refused as too deep: %v", MaxDepth, err)
 				}
 				return
 			}
@@ -57,4 +76,28 @@ func FuzzDecodeTurn(f *testing.F) {
 		check(func() any { return new(apitype.TurnRequest) })
 		check(func() any { return new(apitype.MessagesRequest) })
 	})
+}
+
+// depth is the deepest nesting of data's first JSON value as encoding/json
+// tokenizes it, or MaxDepth+1 when data nests deeper than that before its
+// first syntax error: the reference the depth scanner is held to.
+func depth(data []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	d, deepest := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return deepest
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			d++
+			deepest = max(deepest, d)
+			if d > MaxDepth {
+				return d
+			}
+		case json.Delim(']'), json.Delim('}'):
+			d--
+		}
+	}
 }

@@ -35,6 +35,14 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	thread := ""
+	if req.ThreadRoot != nil {
+		thread = *req.ThreadRoot
+	}
+	if err := checkIDs(field("channel_id", req.Channel), field("binding_id", req.Binding), field("message_id", req.MessageID), field("thread_root_id", thread), field("run_id", req.RunID)); err != nil {
+		fail(w, err)
+		return
+	}
 	detach := false
 	switch v := r.URL.Query().Get("stream"); v {
 	case "", "true":
@@ -61,8 +69,14 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 }
 
 // events re-attaches to a run: the buffered events after ?after=SEQ, then
-// the live ones until the run ends.
+// the live ones until the run ends. SEQ may be beyond the run's last
+// event: the stream then carries the events numbered above SEQ, none when
+// the run ends first, and ends with the run.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		fail(w, err)
+		return
+	}
 	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
@@ -157,6 +171,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 			keep.Reset(s.keepalive)
 		}
 		if b.Ended {
+			start() // an empty replay of an ended run is an empty stream
 			return
 		}
 		select {
@@ -249,6 +264,10 @@ func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		fail(w, err)
+		return
+	}
 	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
@@ -268,6 +287,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, reqID := r.PathValue("run"), r.PathValue("request")
+	if err := checkIDs(inPath("run", id), inPath("request", reqID), field("option_id", req.OptionID)); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.turns.Answer(id, reqID, req.OptionID); err != nil {
 		fail(w, err)
 		return

@@ -128,6 +128,7 @@ func New(o Options) (*Daemon, error) {
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
+			Pending: o.Config.Runs.PendingPermissions,
 		}, o.Now),
 		lastEnd:  map[session.Key]time.Time{},
 		bursts:   map[session.Key][]*burst{},

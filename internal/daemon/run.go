@@ -489,6 +489,10 @@ func (d *Daemon) ask(ctx context.Context, native string, tc apitype.ToolCall, op
 	stop := context.AfterFunc(ctx, cancel) // the agent withdrew the request
 	defer stop()
 	id, by := a.r.Ask(actx, tc, options, a.timeout)
-	d.log.Info("permission decided", zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by))
+	lvl := zap.InfoLevel
+	if by == apitype.DecidedByLimit {
+		lvl = zap.DebugLevel // an agent flooding requests does not flood the log; the run's events say it
+	}
+	d.log.Log(lvl, "permission decided", zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by))
 	return id
 }

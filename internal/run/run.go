@@ -27,6 +27,7 @@ const (
 	DefaultBytes     = 1 << 20
 	DefaultRetention = 15 * time.Minute
 	DefaultEnded     = 256
+	DefaultPending   = 16
 )
 
 // Limits bound what runs keep in memory.
@@ -35,6 +36,9 @@ type Limits struct {
 	Bytes     int           // bytes of encoded events kept per run
 	Retention time.Duration // how long an ended run can still be read
 	Ended     int           // ended runs kept at most; the oldest go first
+	// Pending bounds the permission requests one run keeps waiting for a
+	// person; an agent's request beyond it is rejected at once.
+	Pending int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -49,6 +53,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Ended <= 0 {
 		l.Ended = DefaultEnded
+	}
+	if l.Pending <= 0 {
+		l.Pending = DefaultPending
 	}
 	return l
 }
@@ -268,7 +275,7 @@ func fullLine(ev apitype.Event) []byte {
 type Batch struct {
 	Lines   [][]byte        // encoded events after the asked sequence, in order
 	Last    int64           // the seq of the last line, or the asked one when none
-	Ended   bool            // the run has ended and Lines hold everything up to its end
+	Ended   bool            // the run has ended and Lines hold everything up to its end (none when the reader asked for events after its last)
 	Gone    bool            // events after the asked sequence fell out of the buffer
 	Hold    bool            // the last line is the started event: the next ones follow within moments
 	Changed <-chan struct{} // closed when there is more to read
@@ -300,7 +307,9 @@ func (r *Run) Read(after int64, lean bool) Batch {
 		b.Last = l.seq
 		b.Hold = l.start
 	}
-	b.Ended = r.result != nil && b.Last == r.last
+	// Ended when nothing after b.Last can come: a reader that asked for
+	// events after the run's last (after > r.last) has read its end too.
+	b.Ended = r.result != nil && b.Last >= r.last
 	return b
 }
 
@@ -356,12 +365,27 @@ func (r *Run) Snapshot() apitype.Run {
 // the answer, at most timeout. It returns the chosen option id ("" for the
 // cancelled outcome) and who decided: a person, the timeout (which rejects,
 // when the agent offered a reject option) or a cancel, when ctx ends first.
-// The request and its decision are both events of the run.
+// The request and its decision are both events of the run. With
+// Limits.Pending requests already waiting, the request is rejected at once
+// (decided by the limit) and only its decision is an event: an agent that
+// floods requests holds no more than the limit's memory and goroutines.
 func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.PermissionOption, timeout time.Duration) (optionID, decidedBy string) {
 	r.mu.Lock()
 	if r.result != nil {
 		r.mu.Unlock()
 		return "", apitype.DecidedByCancel
+	}
+	if len(r.pending) >= r.limits.Pending {
+		r.nextAsk++
+		id := "perm-" + strconv.Itoa(r.nextAsk)
+		r.answered[id] = true
+		d := &apitype.PermissionDecision{RequestID: id, Tool: tc.Title, Kind: "cancelled", DecidedBy: apitype.DecidedByLimit}
+		if o, ok := permission.Pick(toPolicyOptions(options), false); ok {
+			d.OptionID, d.Kind = o.ID, o.Kind
+		}
+		r.appendLocked(apitype.Event{Event: apitype.EventPermissionDecision, Decision: d})
+		r.mu.Unlock()
+		return d.OptionID, apitype.DecidedByLimit
 	}
 	r.nextAsk++
 	a := &ask{
