@@ -267,10 +267,10 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
-	briefN, briefDue := s.brief()
+	briefN, briefDue, facts := s.brief()
 	out, err := lease.Compose(lease.Input{
 		Shape: l.Shape, Native: l.Native,
-		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: briefN, BriefDue: briefDue,
+		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: briefN, BriefDue: briefDue, SeenFacts: facts,
 		Conversation: func() ([]session.Turn, error) { return d.st.Conversation(key) },
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
@@ -287,7 +287,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if err != nil {
 		return lease.Output{}, nil, err
 	}
-	s.briefSent(out.BriefCount, out.BriefSent)
+	s.briefSent(out.BriefCount, out.BriefSent, out.Facts)
 	l.Stage(wk, out.Stage)
 	for th, ms := range out.Marks {
 		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})

@@ -339,7 +339,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	// The exchange and the watermarks go in one transaction.
 	save := co.Session.takeUnsaved()
 	n, cerr := l.Commit(turnCommit{st: d.st, key: key, save: save, spend: spend, turns: []session.Turn{
-		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
+		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq, Facts: out.Facts},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
 	}})
 	if cerr != nil && save {

@@ -29,9 +29,10 @@ type resident struct {
 	a      *acp.Agent
 	native string
 
-	mu       sync.Mutex // guards briefN, briefDue, unsaved, appliedOpts and origOpts
+	mu       sync.Mutex // guards briefN, briefDue, facts, unsaved, appliedOpts and origOpts
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
+	facts    string     // the key's facts JSON the process was last given (brief in framing)
 	unsaved  bool       // native is new and not yet the key's saved session id
 	// appliedOpts are the session options residentd set on this process's
 	// session, by id; origOpts what the agent had for them before.
@@ -66,17 +67,17 @@ func (s *resident) keepUnsaved() {
 
 // brief is the process's warm turns since the full brief, and whether it
 // is due anyway (the agent compacted its history).
-func (s *resident) brief() (n int, due bool) {
+func (s *resident) brief() (n int, due bool, facts string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.briefN, s.briefDue
+	return s.briefN, s.briefDue, s.facts
 }
 
 // briefSent records the count after a turn's compose; a full brief pays
 // what a compaction made due.
-func (s *resident) briefSent(n int, full bool) {
+func (s *resident) briefSent(n int, full bool, facts string) {
 	s.mu.Lock()
-	s.briefN = n
+	s.briefN, s.facts = n, facts
 	if full {
 		s.briefDue = false
 	}

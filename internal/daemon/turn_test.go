@@ -49,7 +49,9 @@ func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
 	h.restart()
 	r3 := h.mention("ch-backend", "b-builtin", "q3", "@agent still there?")
 	got = reply(t, r3)
-	if r3.done.Shape != "restored" || r3.done.Native != r1.done.Native || got["framing"] != "yes" || got["users"] != "0" || got["turn"] != "3" {
+	// The reopened session holds its framing and brief (in the framing by
+	// default): the restored turn sends neither again.
+	if r3.done.Shape != "restored" || r3.done.Native != r1.done.Native || got["framing"] != "no" || got["users"] != "0" || got["turn"] != "3" {
 		t.Fatalf("after restart: shape %s native %s reply %v", r3.done.Shape, r3.done.Native, got)
 	}
 	// The restored session keeps its watermark: nothing is new (q2 was the
