@@ -169,3 +169,49 @@ func TestBriefAfterCompaction(t *testing.T) {
 		t.Fatalf("compactions = %v, want 1", n)
 	}
 }
+
+// TestFloorShapesThroughTheDaemon: with the brief in the framing, a warm
+// turn is the mention line (with its author) and its new lines; the key's
+// facts go again as one line only when they change; a session reopened
+// after a restart gets one line more, and its facts are compared with the
+// newest stored turn's.
+func TestFloorShapesThroughTheDaemon(t *testing.T) {
+	var rec string
+	h := newHarness(t, recordTo(&rec))
+	ask := func(id string, maxRcpt int) result {
+		h.post(channel.Message{ID: id, Channel: "ch", Author: "carla", AuthorKind: channel.KindUser, Body: "@agent " + id})
+		r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: id, Text: "@agent " + id, MaxRecipients: maxRcpt})
+		reply(t, r)
+		return r
+	}
+	h.say("ch", "a", 1)
+	shapes := []string{ask("q1", 3).done.Shape}
+	h.say("ch", "b", 1)
+	shapes = append(shapes, ask("q2", 3).done.Shape, ask("q3", 5).done.Shape)
+	h.restart()
+	shapes = append(shapes, ask("q4", 5).done.Shape)
+	h.restart()
+	shapes = append(shapes, ask("q5", 3).done.Shape)
+	if fmt.Sprint(shapes) != "[cold warm warm restored restored]" {
+		t.Fatalf("shapes %v", shapes)
+	}
+	got := prompts(t, rec)
+	facts := func(n int) string {
+		return fmt.Sprintf(`{"channel_id":"ch","binding_id":"b-builtin","runtime":"builtin:residentd:agent","supervised":true,"resident":true,"channel_agents":[{"handle":"@agent","reachable":true}],"max_recipients":%d}`, n)
+	}
+	mention := func(id string) string { return `{"message_id":"` + id + `","author":"carla","text":"@agent ` + id + `"}` }
+	if !strings.Contains(got[0], delivery.FactsPrefix+facts(3)+"\n\n") {
+		t.Errorf("cold prompt lacks the facts line:\n%s", got[0])
+	}
+	want := []string{
+		mention("q2") + "\n\n" + delivery.HeaderNew + "\n- [user] aiko: line b1 about the refund spec",
+		delivery.FactsChangedPrefix + facts(5) + "\n" + mention("q3"),
+		delivery.Reopened + "\n" + mention("q4"),
+		delivery.Reopened + "\n" + delivery.FactsChangedPrefix + facts(3) + "\n" + mention("q5"),
+	}
+	for i, w := range want {
+		if got[i+1] != w {
+			t.Errorf("prompt %d =\n%s\nwant\n%s", i+2, got[i+1], w)
+		}
+	}
+}
