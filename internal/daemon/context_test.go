@@ -199,7 +199,9 @@ func TestFloorShapesThroughTheDaemon(t *testing.T) {
 	facts := func(n int) string {
 		return fmt.Sprintf(`{"channel_id":"ch","binding_id":"b-builtin","runtime":"builtin:residentd:agent","supervised":true,"resident":true,"channel_agents":[{"handle":"@agent","reachable":true}],"max_recipients":%d}`, n)
 	}
-	mention := func(id string) string { return `{"message_id":"` + id + `","author":"carla","text":"@agent ` + id + `"}` }
+	mention := func(id string) string {
+		return `{"message_id":"` + id + `","author":"carla","text":"@agent ` + id + `"}`
+	}
 	if !strings.Contains(got[0], delivery.FactsPrefix+facts(3)+"\n\n") {
 		t.Errorf("cold prompt lacks the facts line:\n%s", got[0])
 	}
