@@ -248,5 +248,3 @@ func canonicalMessages(body []byte) (string, error) {
 	}
 	return s[i:], nil
 }
-
-
