@@ -90,18 +90,25 @@ func optionIDs(list []acp.Option) string {
 // agent lists them (a model before its efforts), each checked against the
 // listing as the ones before left it; one the agent lists, or offers the
 // value of, only after another changed waits for a second pass.
-func (d *Daemon) applyOptions(ctx context.Context, s *resident, b config.Binding, k session.Key, log *zap.Logger) error {
-	return d.setOptions(ctx, s, b, k, d.wantOptions(k, b), true, log)
+func (d *Daemon) applyOptions(ctx context.Context, limit time.Duration, s *resident, b config.Binding, k session.Key, log *zap.Logger) error {
+	return d.setOptions(ctx, limit, s, b, k, d.wantOptions(k, b), true, log)
 }
 
-// setOptions is applyOptions for what w asks; count says whether the sets
-// are counted (the startup check's are not).
-func (d *Daemon) setOptions(ctx context.Context, s *resident, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
+// setOptions is applyOptions for what w asks, the sets bounded by limit
+// (0: by ctx alone); count says whether the sets are counted (the startup
+// check's are not).
+func (d *Daemon) setOptions(ctx context.Context, limit time.Duration, s *resident, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
 	list, listed := s.a.Options(s.native)
 	d.noteListing(b.ID, list, listed)
 	todo, reverts := s.optionsToApply(w.opts)
 	if len(todo) == 0 {
 		return nil
+	}
+	if limit > 0 {
+		// Only a turn that sets something pays for a deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
 	}
 	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
 		for _, o := range list {
@@ -379,7 +386,7 @@ func (d *Daemon) probeBinding(ctx context.Context, b config.Binding) {
 	// The binding's options are set on this throwaway session as a turn
 	// would set them: what one option lists only after another is set is
 	// checked as it is then.
-	if err := d.setOptions(ctx, &resident{a: a, native: native}, b, session.Key{}, wanted{opts: b.SessionOptions}, false, log); err != nil {
+	if err := d.setOptions(ctx, 0, &resident{a: a, native: native}, b, session.Key{}, wanted{opts: b.SessionOptions}, false, log); err != nil {
 		if ctx.Err() != nil {
 			return
 		}

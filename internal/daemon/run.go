@@ -249,9 +249,7 @@ func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req 
 		d.m.ObserveTurn(shape, lease.OutcomeRefused, d.now().Sub(start))
 		return err
 	}
-	octx, cancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
-	defer cancel()
-	if err := d.applyOptions(octx, co.Session, b, co.Key, log); err != nil {
+	if err := d.applyOptions(ctx, time.Duration(b.TurnTimeout), co.Session, b, co.Key, log); err != nil {
 		err = d.ctxErr(ctx, err)
 		d.m.ObserveTurn(shape, Outcome(err), d.now().Sub(start))
 		log.Info("turn failed: session options", zap.String("shape", shape), zap.Error(err))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"sync"
 )
 
 // With the brief in the framing, a turn carries only what is new: what
@@ -68,14 +69,27 @@ func (m Mention) JSON() string { return compact(m) }
 
 // compact encodes v as one line without HTML escaping, so "<", ">" and "&"
 // in a message reach the agent as written. The types encoded here (strings,
-// bools, ints, slices of the same) cannot fail to encode.
+// bools, ints, slices of the same) cannot fail to encode. Every turn
+// encodes two or three, so the encoder is reused.
 func compact(v any) string {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-	return strings.TrimSuffix(buf.String(), "\n")
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.buf.Reset()
+	_ = e.enc.Encode(v)
+	return string(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")))
 }
+
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
 
 // IsMentionLine reports whether line (without a replay's "User: ") is a
 // mention line of either placement: a framing-placement Mention or a
@@ -86,9 +100,9 @@ func IsMentionLine(line string) bool {
 
 // FloorTurn assembles a framing-placement user turn: the lines before the
 // mention (the reopened line, the brief when it is due, a facts-changed
-// line; empty ones are skipped), the mention line, and the block after a
-// blank line when there is one.
-func FloorTurn(before []string, m Mention, block string) string {
+// line; empty ones are skipped), the mention line (Mention.JSON), and the
+// block after a blank line when there is one.
+func FloorTurn(before []string, mention, block string) string {
 	var b strings.Builder
 	for _, s := range before {
 		if s == "" {
@@ -101,7 +115,7 @@ func FloorTurn(before []string, m Mention, block string) string {
 			b.WriteString("\n")
 		}
 	}
-	b.WriteString(m.JSON())
+	b.WriteString(mention)
 	if block != "" {
 		b.WriteString("\n\n")
 		b.WriteString(block)

@@ -591,8 +591,8 @@ func TestGoldenTurns(t *testing.T) {
 	// the block; a restored one opens with one line.
 	m := specPayload().Mention()
 	m.Author = "ben"
-	checkGolden(t, "floor_warm_turn.golden", FloorTurn(nil, m, warmBlock))
-	checkGolden(t, "floor_restored_turn.golden", FloorTurn([]string{Reopened, "", FactsChangedPrefix + specPayload().Facts().JSON()}, m, warmBlock))
+	checkGolden(t, "floor_warm_turn.golden", FloorTurn(nil, m.JSON(), warmBlock))
+	checkGolden(t, "floor_restored_turn.golden", FloorTurn([]string{Reopened, "", FactsChangedPrefix + specPayload().Facts().JSON()}, m.JSON(), warmBlock))
 }
 
 func checkGolden(t *testing.T, name, got string) {

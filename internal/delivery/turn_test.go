@@ -139,7 +139,7 @@ func TestFloorLines(t *testing.T) {
 	if q.JSON() != specPayloadJSON {
 		t.Error("the author leaked into the turn-placement payload")
 	}
-	if got := FloorTurn([]string{"", "a paragraph\nof two lines", "one line"}, p.Mention(), ""); got != "a paragraph\nof two lines\n\none line\n"+p.Mention().JSON() {
+	if got := FloorTurn([]string{"", "a paragraph\nof two lines", "one line"}, p.Mention().JSON(), ""); got != "a paragraph\nof two lines\n\none line\n"+p.Mention().JSON() {
 		t.Errorf("FloorTurn = %q", got)
 	}
 }

@@ -216,10 +216,9 @@ func Compose(in Input) (Output, error) {
 //
 // The stored user turn is the mention line, its facts kept beside it.
 func floor(in Input, out *Output, brief, block string, blank bool, conv []session.Turn) error {
-	m := in.Mention.Mention()
 	facts := in.Mention.Facts().JSON()
-	out.Facts = facts
-	out.Stored = m.JSON()
+	m := in.Mention.Mention().JSON()
+	out.Facts, out.Stored = facts, m
 	if in.Shape == Cold || blank {
 		system, err := in.Framing()
 		if err != nil {
