@@ -272,7 +272,9 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
 		return apitype.Event{}, err
 	}
-	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
+	if ce := log.Check(zap.DebugLevel, "prompt"); ce != nil {
+		ce.Write(zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
+	}
 
 	tctx, tcancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
 	defer tcancel()
