@@ -189,7 +189,7 @@ func (d *Daemon) Answer(runID, requestID, optionID string) error {
 
 // execute runs the turn for r: the key, a slot, its process, the prompt.
 func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest) (apitype.Event, error) {
-	log := d.log.With(zap.String("key", r.Key.String()), zap.String("run", r.ID))
+	log := d.log.With(zap.Stringer("key", r.Key), zap.String("run", r.ID))
 	start := d.now()
 	co, err := d.pool.Acquire(ctx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
