@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,29 +43,34 @@ type directClient struct {
 	native sdk.SessionId
 }
 
-func (directClient) SessionUpdate(context.Context, sdk.SessionNotification) error { return nil }
-func (directClient) RequestPermission(context.Context, sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+// directHandler answers the agent's calls to the direct client: updates
+// are dropped, permissions refused, files and terminals not offered. It
+// holds nothing, so the SDK's reader shares no state with the test.
+type directHandler struct{}
+
+func (directHandler) SessionUpdate(context.Context, sdk.SessionNotification) error { return nil }
+func (directHandler) RequestPermission(context.Context, sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
 	return sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{Cancelled: &sdk.RequestPermissionOutcomeCancelled{}}}, nil
 }
-func (directClient) ReadTextFile(context.Context, sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
+func (directHandler) ReadTextFile(context.Context, sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
 	return sdk.ReadTextFileResponse{}, errors.New("not offered")
 }
-func (directClient) WriteTextFile(context.Context, sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
+func (directHandler) WriteTextFile(context.Context, sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
 	return sdk.WriteTextFileResponse{}, errors.New("not offered")
 }
-func (directClient) CreateTerminal(context.Context, sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
+func (directHandler) CreateTerminal(context.Context, sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
 	return sdk.CreateTerminalResponse{}, errors.New("not offered")
 }
-func (directClient) KillTerminal(context.Context, sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
+func (directHandler) KillTerminal(context.Context, sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
 	return sdk.KillTerminalResponse{}, errors.New("not offered")
 }
-func (directClient) TerminalOutput(context.Context, sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
+func (directHandler) TerminalOutput(context.Context, sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
 	return sdk.TerminalOutputResponse{}, errors.New("not offered")
 }
-func (directClient) ReleaseTerminal(context.Context, sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
+func (directHandler) ReleaseTerminal(context.Context, sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
 	return sdk.ReleaseTerminalResponse{}, errors.New("not offered")
 }
-func (directClient) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
+func (directHandler) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
 	return sdk.WaitForTerminalExitResponse{}, errors.New("not offered")
 }
 
@@ -79,6 +85,7 @@ func startDirect(t *testing.T, ctx context.Context, bin, dir string, env map[str
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its CLI child goes with it
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +99,17 @@ func startDirect(t *testing.T, ctx context.Context, bin, dir string, env map[str
 	}
 	c := &directClient{cmd: cmd}
 	t.Cleanup(func() {
+		// Every process of the group is gone before the test's directories
+		// are removed: the CLI writes its transcript there.
+		pids := descendants(cmd.Process.Pid)
 		_ = in.Close()
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
+		if left := waitGone(pids, 10*time.Second); len(left) > 0 {
+			t.Errorf("direct client: agent processes %v outlived it", left)
+		}
 	})
-	c.conn = sdk.NewClientSideConnection(c, in, out)
+	c.conn = sdk.NewClientSideConnection(directHandler{}, in, out)
 	if _, err := c.conn.Initialize(ctx, sdk.InitializeRequest{ProtocolVersion: sdk.ProtocolVersionNumber,
 		ClientCapabilities: sdk.ClientCapabilities{}, ClientInfo: &sdk.Implementation{Name: "direct", Version: "1"}}); err != nil {
 		t.Fatalf("direct client: initialize: %v", err)
