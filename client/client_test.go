@@ -21,10 +21,8 @@ import (
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/permission"
-	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -58,12 +56,7 @@ func serve() (func(), error) {
 	ask := b
 	ask.ID, ask.Handle, ask.Permission = "b-ask", "@asker", permission.Ask
 	cfg.Bindings = []config.Binding{b, ask}
-	cfg.SetDefaults()
-	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
-	if err != nil {
-		return nil, err
-	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("test", nil), Log: zap.NewNop()})
+	d, err := daemontest.Start(cfg, daemontest.Options{Log: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
@@ -72,15 +65,14 @@ func serve() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := api.NewServer(api.ServerOptions{Daemon: d, Version: "test"})
+	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: d.Feed, Version: "test"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(countingListener{ln}) }()
 	os.Setenv(client.EnvSocket, sock)
 	return func() {
 		srv.Shutdown(context.Background())
 		<-served
-		d.Close(5 * time.Second)
-		st.Close()
+		d.Close()
 		os.RemoveAll(dir)
 	}, nil
 }

@@ -310,6 +310,9 @@ func (a *Agent) Pid() int { return a.pid }
 // Done is closed once the process has been reaped.
 func (a *Agent) Done() <-chan struct{} { return a.done }
 
+// OnExit has f run once the process has been reaped (child.Process.OnExit).
+func (a *Agent) OnExit(f func()) { a.proc.OnExit(f) }
+
 // ExitErr is why the process exited; valid after Done.
 func (a *Agent) ExitErr() error { return a.proc.ExitErr() }
 

@@ -25,8 +25,8 @@ import (
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/metrics"
-	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/daemontest"
+	"github.com/residentd/residentd/internal/feed"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -58,6 +58,7 @@ func peerMain(sock string) int {
 // env is a daemon with the built-in agent, served on a real socket.
 type env struct {
 	d    *daemon.Daemon
+	feed *feed.Feed
 	srv  *Server
 	sock string
 	c    *client.Client
@@ -86,20 +87,8 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 	for _, f := range tweak {
 		f(cfg)
 	}
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
-	m := metrics.New("test", nil)
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := daemontest.New(t, cfg, daemontest.Options{Log: log})
 	sdir, err := os.MkdirTemp("", "rd")
 	if err != nil {
 		t.Fatal(err)
@@ -110,18 +99,17 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	level := zap.NewAtomicLevel()
-	srv := NewServer(ServerOptions{Daemon: d, Log: log, Level: &level, Metrics: m.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)})
+	srv := NewServer(ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: log, Level: &level, Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	e := &env{d: d, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
+	e := &env{d: h.Daemon, feed: h.Feed, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
 	t.Cleanup(func() {
 		e.c.Close()
 		srv.Shutdown(context.Background())
 		if err := <-served; err != nil {
 			t.Errorf("serve: %v", err)
 		}
-		d.Close(time.Second)
-		st.Close()
+		h.Close()
 		os.RemoveAll(sdir)
 	})
 	return e
@@ -259,7 +247,7 @@ func TestMessageEditAndDelete(t *testing.T) {
 	if res, _ := e.c.PutMessages(ctx, []apitype.Message{m("m/2", "two")}); res != (apitype.MessagesResponse{Duplicates: 1}) {
 		t.Fatalf("a deleted id came back: %+v", res)
 	}
-	page, _, err := e.d.History("team/a", "", "", 10)
+	page, _, err := e.feed.History("team/a", "", "", 10)
 	if err != nil || len(page) != 1 || page[0].ID != "m1" || page[0].Body != "one, fixed" || !page[0].Edited {
 		t.Fatalf("history after edit and delete: %+v %v", page, err)
 	}

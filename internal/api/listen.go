@@ -14,15 +14,6 @@ import (
 // ErrSocketInUse means another live process serves the socket path.
 var ErrSocketInUse = errors.New("api: socket is in use by a live process")
 
-// DefaultSocketPath is $XDG_RUNTIME_DIR/residentd/residentd.sock, or
-// /tmp/residentd-<uid>/residentd.sock without a runtime dir.
-func DefaultSocketPath() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "residentd", "residentd.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("residentd-%d", os.Getuid()), "residentd.sock")
-}
-
 // Listen binds the Unix socket at path: its directory is created 0700 (and
 // must be ours), a live socket is refused, a stale one is removed, and the
 // socket file is made 0600 whatever the umask.

@@ -51,7 +51,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	rn, err := s.d.Submit(req)
+	rn, err := s.turns.Submit(req)
 	if err != nil {
 		fail(w, err)
 		return
@@ -66,7 +66,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 // events re-attaches to a run: the buffered events after ?after=SEQ, then
 // the live ones until the run ends.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	rn, err := s.d.Run(r.PathValue("run"))
+	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -193,11 +193,11 @@ func errText(err error, ev apitype.Event) string {
 }
 
 func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.Runs{Runs: s.d.Runs()})
+	writeJSON(w, http.StatusOK, apitype.Runs{Runs: s.turns.Runs()})
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
-	rn, err := s.d.Run(r.PathValue("run"))
+	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -216,7 +216,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, reqID := r.PathValue("run"), r.PathValue("request")
-	if err := s.d.Answer(id, reqID, req.OptionID); err != nil {
+	if err := s.turns.Answer(id, reqID, req.OptionID); err != nil {
 		fail(w, err)
 		return
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/feed"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -37,27 +38,35 @@ const (
 
 var errNotUnix = errors.New("api: not a unix socket connection")
 
-// Daemon is what the API serves; *daemon.Daemon implements it.
-type Daemon interface {
+// Turns runs turns: what the API asks of *daemon.Daemon about runs,
+// permissions, budgets and the daemon's health.
+type Turns interface {
 	// Submit starts a run for a mention; it goes on whoever follows it.
 	Submit(req apitype.TurnRequest) (*run.Run, error)
 	Run(runID string) (*run.Run, error)
 	Runs() []apitype.Run
 	Cancel(runID string) error
 	Answer(runID, requestID, optionID string) error
+	Budgets() (apitype.Budgets, error)
+	Status() apitype.Health // live, busy, queued, max_live, bindings
+}
+
+// Sessions is the agent sessions kept per key: listing, start fresh, the
+// keys' session options, and the configured bindings (*daemon.Daemon).
+type Sessions interface {
+	Sessions() []apitype.Session
 	// Fresh starts a key over; it reports whether a process was stopped.
 	Fresh(k session.Key) (bool, error)
 	SessionOptions(k session.Key) (apitype.SessionOptions, error)
 	SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error)
-	Budgets() (apitype.Budgets, error)
-
-	Status() apitype.Health // live, busy, queued, max_live, bindings
-	Sessions() []apitype.Session
 	Bindings() []apitype.Binding
-	PutMessages(msgs []apitype.Message) (apitype.MessagesResponse, error)
-	DeleteMessage(ch, id string) error
+}
 
-	// What the desktop app pushes and the agents' tools read.
+// Channel is what the desktop app pushes and the agents' tools read
+// (*feed.Feed).
+type Channel interface {
+	PutMessages(msgs []channel.Message) (apitype.MessagesResponse, error)
+	DeleteMessage(ch, id string) error
 	History(ch, thread, before string, limit int) ([]apitype.HistoryMessage, string, error)
 	HasMessage(ch, id string) (bool, error)
 	Roster(ch string) (members []apitype.Member, pushed bool, err error)
@@ -71,7 +80,9 @@ type Daemon interface {
 // Server serves the API for one daemon. Create it with NewServer and run it
 // with Serve; Shutdown stops it.
 type Server struct {
-	d       Daemon
+	turns   Turns
+	keys    Sessions
+	feed    Channel
 	log     *zap.Logger
 	level   *zap.AtomicLevel
 	metrics http.Handler
@@ -91,11 +102,13 @@ type Server struct {
 
 // ServerOptions wires a Server.
 type ServerOptions struct {
-	Daemon  Daemon
-	Log     *zap.Logger
-	Level   *zap.AtomicLevel // changed by PUT /v1/log/level; nil disables it
-	Metrics http.Handler     // served at /metrics; nil disables it
-	Version string
+	Turns    Turns
+	Sessions Sessions
+	Channel  Channel
+	Log      *zap.Logger
+	Level    *zap.AtomicLevel // changed by PUT /v1/log/level; nil disables it
+	Metrics  http.Handler     // served at /metrics; nil disables it
+	Version  string
 	// Keepalive is how often a quiet stream gets a keepalive line; 0 means
 	// 15s.
 	Keepalive time.Duration
@@ -117,7 +130,7 @@ func NewServer(o ServerOptions) *Server {
 	if o.Keepalive <= 0 {
 		o.Keepalive = 15 * time.Second
 	}
-	s := &Server{d: o.Daemon, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners}
+	s := &Server{turns: o.Turns, keys: o.Sessions, feed: o.Channel, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
 	mux.HandleFunc("GET /v1/version", s.versionInfo)
@@ -247,7 +260,7 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, apitype.CodePayloadTooLarge
-	case errors.Is(err, errDecode), errors.Is(err, errBadRequest):
+	case errors.Is(err, errDecode), errors.Is(err, errBadRequest), errors.Is(err, feed.ErrBadRequest):
 		return http.StatusBadRequest, apitype.CodeBadRequest
 	}
 	code := daemon.Code(err)
@@ -318,7 +331,7 @@ func fail(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	h := s.d.Status()
+	h := s.turns.Status()
 	h.OK, h.Version, h.Pid, h.UptimeS = true, s.version, os.Getpid(), int64(time.Since(s.started).Seconds())
 	if s.listeners != nil {
 		h.Listeners = s.listeners()
@@ -327,7 +340,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	if err := s.d.Cancel(r.PathValue("run")); err != nil {
+	if err := s.turns.Cancel(r.PathValue("run")); err != nil {
 		fail(w, err)
 		return
 	}
@@ -335,7 +348,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.d.Sessions()})
+	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.keys.Sessions()})
 }
 
 func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
@@ -349,7 +362,7 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	had, err := s.d.Fresh(k)
+	had, err := s.keys.Fresh(k)
 	if err != nil {
 		fail(w, err)
 		return
@@ -372,7 +385,7 @@ func (s *Server) sessionOptions(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	o, err := s.d.SessionOptions(k)
+	o, err := s.keys.SessionOptions(k)
 	if err != nil {
 		fail(w, err)
 		return
@@ -395,7 +408,7 @@ func (s *Server) setSessionOptions(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: options is required: an object of option ids and values, {} to clear the key's own", errBadRequest))
 		return
 	}
-	o, err := s.d.SetSessionOptions(k, req.Options)
+	o, err := s.keys.SetSessionOptions(k, req.Options)
 	if err != nil {
 		fail(w, err)
 		return
@@ -404,7 +417,7 @@ func (s *Server) setSessionOptions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) budgets(w http.ResponseWriter, r *http.Request) {
-	b, err := s.d.Budgets()
+	b, err := s.turns.Budgets()
 	if err != nil {
 		fail(w, err)
 		return
@@ -413,7 +426,7 @@ func (s *Server) budgets(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) bindings(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.Bindings{Bindings: s.d.Bindings()})
+	writeJSON(w, http.StatusOK, apitype.Bindings{Bindings: s.keys.Bindings()})
 }
 
 // wireMessages is POST /v1/messages as it arrives: created_at is read as
@@ -443,16 +456,16 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: messages must hold at least one message", errBadRequest))
 		return
 	}
-	msgs := make([]apitype.Message, len(req.Messages))
+	msgs := make([]channel.Message, len(req.Messages))
 	for i, m := range req.Messages {
 		at, err := time.Parse(time.RFC3339Nano, m.CreatedAt)
 		if err != nil {
 			fail(w, fmt.Errorf("%w %q (message %d of %d): created_at %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z; nothing of the batch was stored", channel.ErrInvalid, m.ID, i, len(req.Messages), m.CreatedAt))
 			return
 		}
-		msgs[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}
+		msgs[i] = channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}
 	}
-	res, err := s.d.PutMessages(msgs)
+	res, err := s.feed.PutMessages(msgs)
 	if err != nil {
 		fail(w, err)
 		return
@@ -464,7 +477,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 // percent-encoded when they hold a "/").
 func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 	ch, id := r.PathValue("channel"), r.PathValue("id")
-	if err := s.d.DeleteMessage(ch, id); err != nil {
+	if err := s.feed.DeleteMessage(ch, id); err != nil {
 		fail(w, err)
 		return
 	}

@@ -19,14 +19,14 @@ type Capabilities interface {
 
 // toolsAPI serves the desktop pushes and the capability-scoped tool reads.
 type toolsAPI struct {
-	d    Daemon
+	d    Channel
 	caps Capabilities // nil: the tool endpoints answer 503
 }
 
 // registerTools adds the roster/activity push endpoints and the tool
 // endpoints the MCP server calls.
 func (s *Server) registerTools(mux *http.ServeMux, caps Capabilities) {
-	t := &toolsAPI{d: s.d, caps: caps}
+	t := &toolsAPI{d: s.feed, caps: caps}
 	mux.HandleFunc("PUT /v1/channels/{channel}/roster", t.putRoster)
 	mux.HandleFunc("PUT /v1/channels/{channel}/project", t.putProject)
 	mux.HandleFunc("POST /v1/projects/{project}/activity", t.postActivity)
@@ -40,20 +40,6 @@ func (t *toolsAPI) putRoster(w http.ResponseWriter, r *http.Request) {
 	if err := decode(w, r, MaxMessagesBody, &req); err != nil {
 		fail(w, err)
 		return
-	}
-	if req.Members == nil {
-		fail(w, fmt.Errorf("%w: members is required (send [] to clear the roster)", errBadRequest))
-		return
-	}
-	for i, m := range req.Members {
-		if m.Handle == "" {
-			fail(w, fmt.Errorf("%w: member %d has no handle", errBadRequest, i))
-			return
-		}
-		if m.Kind != apitype.AuthorUser && m.Kind != apitype.AuthorAgent {
-			fail(w, fmt.Errorf("%w: member %d (%q): kind %q must be %q or %q", errBadRequest, i, m.Handle, m.Kind, apitype.AuthorUser, apitype.AuthorAgent))
-			return
-		}
 	}
 	ch := r.PathValue("channel")
 	if err := t.d.SetRoster(ch, req.Members); err != nil {
@@ -83,16 +69,6 @@ func (t *toolsAPI) postActivity(w http.ResponseWriter, r *http.Request) {
 	if err := decode(w, r, MaxMessagesBody, &req); err != nil {
 		fail(w, err)
 		return
-	}
-	if len(req.Items) == 0 {
-		fail(w, fmt.Errorf("%w: items must hold at least one activity item", errBadRequest))
-		return
-	}
-	for i, it := range req.Items {
-		if it.Kind == "" || it.Summary == "" || it.At.IsZero() {
-			fail(w, fmt.Errorf("%w: item %d needs kind, summary and at (RFC 3339)", errBadRequest, i))
-			return
-		}
 	}
 	p := r.PathValue("project")
 	if err := t.d.AddActivity(p, req.Items); err != nil {

@@ -14,9 +14,8 @@ import (
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/delivery"
-	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -37,15 +36,7 @@ func benchClient(b *testing.B) (*client.Client, *store.Store) {
 	cfg.Bindings = []config.Binding{{ID: "b-builtin", Handle: "@agent", Command: exe,
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
 		System: config.BuiltinFraming, Supervised: true, Resident: true}}
-	cfg.SetDefaults()
-	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: metrics.New("bench", nil), Log: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := daemontest.New(b, cfg, daemontest.Options{Log: zap.NewNop()})
 	sdir, err := os.MkdirTemp("", "rd")
 	if err != nil {
 		b.Fatal(err)
@@ -54,7 +45,7 @@ func benchClient(b *testing.B) (*client.Client, *store.Store) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := NewServer(ServerOptions{Daemon: d, Log: zap.NewNop(), Version: "bench"})
+	srv := NewServer(ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: zap.NewNop(), Version: "bench"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	c := &client.Client{Socket: filepath.Join(sdir, "api.sock")}
@@ -62,11 +53,10 @@ func benchClient(b *testing.B) (*client.Client, *store.Store) {
 		c.Close()
 		srv.Shutdown(context.Background())
 		<-served
-		d.Close(5 * time.Second)
-		st.Close()
+		h.Close()
 		os.RemoveAll(sdir)
 	})
-	return c, st
+	return c, h.Store
 }
 
 // BenchmarkWarmTurnSocket is a warm turn as the desktop app sends it: POST

@@ -74,6 +74,10 @@ type Process struct {
 	exitErr  error
 	exitKind string
 
+	exitMu sync.Mutex // guards onExit and exited
+	onExit func()     // run by the reaper once, after done closes
+	exited bool       // the reaper has run onExit (or found none)
+
 	closeOnce sync.Once
 	stopping  atomic.Bool // Close was called: a signal exit is expected
 	// abandoned leaves the tree alone at the reap, as a crashed daemon
@@ -296,6 +300,29 @@ func (p *Process) reap(stderrDone <-chan struct{}) {
 		p.log.Warn("agent exited", fields...)
 	}
 	close(p.done)
+	p.exitMu.Lock()
+	f := p.onExit
+	p.onExit, p.exited = nil, true
+	p.exitMu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// OnExit has the reaper run f once the process has been reaped (after Done
+// closes), so an owner that must clean up after the exit needs no goroutine
+// of its own waiting on Done. On a process already reaped f runs at once,
+// in the caller. A process has one exit callback: a later call replaces an
+// earlier one that has not run.
+func (p *Process) OnExit(f func()) {
+	p.exitMu.Lock()
+	if p.exited {
+		p.exitMu.Unlock()
+		f()
+		return
+	}
+	p.onExit = f
+	p.exitMu.Unlock()
 }
 
 func exitKind(ps *os.ProcessState) string {

@@ -157,3 +157,38 @@ func TestStartErrors(t *testing.T) {
 		t.Errorf("Start(dir) = %v", err)
 	}
 }
+
+// TestOnExitRunsOnceAfterDone: the reaper runs the exit callback once,
+// after Done has closed and with the exit kind known; a callback set on a
+// process already reaped runs at once.
+func TestOnExitRunsOnceAfterDone(t *testing.T) {
+	p := startSh(t, "read line; exit 0")
+	discard(p)
+	ran := make(chan string, 2)
+	p.OnExit(func() {
+		select {
+		case <-p.Done():
+		default:
+			t.Error("exit callback ran before Done closed")
+		}
+		ran <- p.ExitKind()
+	})
+	p.Stdin().Close() // the script's read ends: it exits cleanly
+	select {
+	case kind := <-ran:
+		if kind != ExitClean {
+			t.Fatalf("exit kind in the callback = %q, want %q", kind, ExitClean)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("exit callback did not run")
+	}
+	waitDone(t, p)
+	late := false
+	p.OnExit(func() { late = true })
+	if !late {
+		t.Fatal("a callback set after the reap did not run at once")
+	}
+	if len(ran) != 0 {
+		t.Fatal("the first callback ran twice")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -515,6 +516,16 @@ func readableFile(path string) bool {
 }
 
 // Binding returns the binding with id, or false.
+// BindingIDs lists the configured bindings' ids, sorted.
+func (c *Config) BindingIDs() []string {
+	ids := make([]string, 0, len(c.Bindings))
+	for _, b := range c.Bindings {
+		ids = append(ids, b.ID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 func (c *Config) Binding(id string) (Binding, bool) {
 	for _, b := range c.Bindings {
 		if b.ID == id {

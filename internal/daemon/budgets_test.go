@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -85,9 +86,9 @@ func TestBindingBudget(t *testing.T) {
 		t.Helper()
 		_, err := h.d.Submit(apitype.TurnRequest{Channel: ch, Binding: "b-builtin", Text: "@agent more"})
 		var ex *budget.ExceededError
-		if !errors.Is(err, ErrBudgetExceeded) || Code(err) != apitype.CodeBudgetExceeded || !errors.As(err, &ex) ||
+		if !errors.Is(err, daemon.ErrBudgetExceeded) || daemon.Code(err) != apitype.CodeBudgetExceeded || !errors.As(err, &ex) ||
 			ex.Key.Scope != "binding" || !ex.ResetsAt.Equal(time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)) {
-			t.Fatalf("a turn on a spent binding in %s: %v (code %s)", ch, err, Code(err))
+			t.Fatalf("a turn on a spent binding in %s: %v (code %s)", ch, err, daemon.Code(err))
 		}
 	}
 	refused("ch")
@@ -166,11 +167,11 @@ func TestChannelBudgetAndQueuedTurn(t *testing.T) {
 		t.Fatalf("the second turn's budget events %+v, want warning then exceeded of channel ch-cheap", ev)
 	}
 	testkit.WaitFor(t, 30*time.Second, func() bool { _, _, ended := third.Result(); return ended }, testkit.Waiting("the third turn to end"))
-	if _, err, _ := third.Result(); !errors.Is(err, ErrBudgetExceeded) {
+	if _, err, _ := third.Result(); !errors.Is(err, daemon.ErrBudgetExceeded) {
 		t.Fatalf("the queued third turn: %v, want budget_exceeded", err)
 	}
 	for _, l := range third.Read(0, false).Lines {
-		if ev, _ := decodeEvent(l); ev.Event == apitype.EventStarted {
+		if ev, _ := daemon.DecodeEvent(l); ev.Event == apitype.EventStarted {
 			t.Fatal("the refused queued turn was announced as started")
 		}
 	}

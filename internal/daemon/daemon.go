@@ -1,7 +1,10 @@
-// Package daemon owns one turn end to end, as a run: it leases the key's
-// process from the pool, shapes the prompt, streams the agent's reply into
-// the run's log, puts permission requests to a person, and commits or
-// discards the turn's watermarks and conversation on the way out.
+// Package daemon runs turns and nothing else: a mention is submitted as a
+// run, queued and leased from the pool, prepared by the keeper
+// (internal/resident, which owns the agent processes), composed by its
+// lease, prompted, settled with the keeper and the daily budgets, and
+// committed (the exchange and the watermarks in one transaction) or
+// discarded; then the process is released. It also cancels runs, routes
+// permission requests to the run that asked, and starts keys fresh.
 package daemon
 
 import (
@@ -10,7 +13,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -21,12 +23,12 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/resident"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -34,8 +36,8 @@ import (
 
 // Errors the API maps to stable codes.
 var (
-	ErrBadRequest     = errors.New("bad request")
-	ErrUnknownBinding = errors.New("unknown binding")
+	ErrBadRequest     = resident.ErrBadRequest
+	ErrUnknownBinding = resident.ErrUnknownBinding
 	ErrUnknownRun     = errors.New("unknown run")
 	ErrUnknownThread  = errors.New("unknown thread")
 	ErrRunEnded       = errors.New("run already ended")
@@ -43,7 +45,9 @@ var (
 	ErrShuttingDown   = errors.New("daemon is shutting down")
 	// ErrBackoff: the binding's agents keep failing to start or crashing, so
 	// its next spawn waits; other bindings are unaffected.
-	ErrBackoff = errors.New("agent is in crash-loop backoff")
+	ErrBackoff = resident.ErrBackoff
+	// ErrInvalidOption: a session option the agent does not list.
+	ErrInvalidOption = resident.ErrInvalidOption
 	// ErrBudgetExceeded: a daily budget the turn counts toward is spent
 	// (budget.ErrExceeded, under the daemon's name).
 	ErrBudgetExceeded = budget.ErrExceeded
@@ -54,11 +58,8 @@ var (
 	errFresh = errors.New("cancelled: the session was started fresh")
 )
 
-// MCPServers returns the MCP servers handed to a new agent process for key
-// k, and a release func the daemon calls once that process has exited (so
-// any capability it carried dies with it). The daemon sends an empty list
-// when MCPServers is nil or the binding turned tools off.
-type MCPServers func(k session.Key, b config.Binding) (servers []sdk.McpServer, release func())
+// MCPServers is the channel tools handed to a new agent process.
+type MCPServers = resident.MCPServers
 
 // Options wires a Daemon.
 type Options struct {
@@ -80,50 +81,31 @@ type Options struct {
 
 // Daemon runs turns. Create it with New; stop it with Close.
 type Daemon struct {
-	cfg  *config.Config
-	st   *store.Store
-	m    *metrics.Metrics
-	log  *zap.Logger
-	mcp  MCPServers
-	now  func() time.Time
-	pool *pool.Pool[*resident]
+	cfg    *config.Config
+	st     *store.Store
+	m      *metrics.Metrics
+	log    *zap.Logger
+	now    func() time.Time
+	pool   *pool.Pool[*resident.Process]
+	keeper *resident.Keeper
+	book   *budget.Book // daily budgets
 
-	runs     *run.Registry
-	turns    sync.WaitGroup // runs in flight
-	watchers sync.WaitGroup // agent exit watchers
-
-	residents sync.Map // agent pid -> *resident, while it lives
+	runs  *run.Registry
+	turns sync.WaitGroup // runs in flight
 
 	lastMu  sync.Mutex
 	lastEnd map[session.Key]time.Time // when each key's last turn ended, this run
 
-	mu       sync.Mutex                         // guards the fields below
-	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
-	asking   map[string]*asker                  // native session -> the run its permission requests go to
-	framing  map[string]string                  // binding -> framing of its last cold turn
-	loops    map[string]*crashLoop              // binding -> its crash loop, while failing
-	restores map[string]*restoreRun             // binding -> its failed restores in a row
-	closing  bool
-
-	keyOpts    map[session.Key]map[string]string // the keys' own session options (the store's copy)
-	listed     map[string][]acp.Option           // binding -> the config options its agent last listed
-	optionErrs map[string]string                 // binding -> why its session options failed last
-	warned     map[string]bool                   // what warnOnce logged already
-
-	book *budget.Book // daily budgets
-
-	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
-
-	probes      sync.WaitGroup // startup option checks
-	stopProbing context.CancelFunc
-
-	backoffBase, backoffCap time.Duration
-
-	cgroups *child.Cgroups // nil: agents run without cgroups of their own
+	mu      sync.Mutex                         // guards cancels, asking, framing, warned and closing
+	cancels map[string]context.CancelCauseFunc // run id -> cancel, while it runs
+	asking  map[string]*asker                  // native session -> the run its permission requests go to
+	framing map[string]string                  // binding -> framing of its last cold turn
+	warned  map[string]bool                    // what warnOnce logged already
+	closing bool
 }
 
-// New returns a running daemon; Close stops it. It first stops the agents
-// an earlier run on the same store left behind (see sweepLeftovers).
+// New returns a running daemon; Close stops it. Its keeper first stops the
+// agents an earlier run on the same store left behind.
 func New(o Options) (*Daemon, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -132,46 +114,32 @@ func New(o Options) (*Daemon, error) {
 		o.Now = time.Now
 	}
 	d := &Daemon{
-		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), mcp: o.MCP, now: o.Now,
-		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{},
+		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), now: o.Now,
+		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{}, warned: map[string]bool{},
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
 		}, o.Now),
-		loops:       map[string]*crashLoop{},
-		restores:    map[string]*restoreRun{},
-		listed:      map[string][]acp.Option{},
-		optionErrs:  map[string]string{},
-		warned:      map[string]bool{},
-		lastEnd:     map[session.Key]time.Time{},
-		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
-	}
-	if d.backoffBase <= 0 {
-		d.backoffBase = time.Second
-	}
-	if d.backoffCap <= 0 {
-		d.backoffCap = time.Minute
+		lastEnd: map[session.Key]time.Time{},
 	}
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
 	}
-	keyOpts, err := d.st.KeyOptions()
-	if err != nil {
-		return nil, fmt.Errorf("daemon: %w", err)
-	}
-	d.keyOpts = keyOpts
+	var err error
 	if d.book, err = newBook(o.Config.Budgets, o.Now, d.st); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
-	sweepLeftovers(d.st, d.log)
-	d.cgroups = openCgroups(o.Config, d.log)
-	ids := make([]string, 0, len(o.Config.Bindings))
-	for _, b := range o.Config.Bindings {
-		ids = append(ids, b.ID)
+	// The keeper reads the daemon's clock, which tests may swap.
+	d.keeper, err = resident.New(resident.Options{
+		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
+		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
 	}
-	d.m.InitBindings(ids)
+	d.m.InitBindings(o.Config.BindingIDs())
 	plog := o.Log.Named("pool")
-	d.pool = pool.New[*resident](pool.Config{
+	d.pool = pool.New[*resident.Process](pool.Config{
 		MaxLive:      o.Config.MaxLive,
 		IdleTimeout:  time.Duration(o.Config.IdleTimeout),
 		QueueLen:     o.Config.QueueLen,
@@ -185,13 +153,10 @@ func New(o Options) (*Daemon, error) {
 			}
 			plog.Info("evicted", zap.String("key", k.String()), zap.String("reason", string(r)))
 		},
-	}, (*spawner)(d))
+	}, d.keeper)
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
-	pctx, stop := context.WithCancel(context.Background())
-	d.stopProbing = stop
-	d.probeOptions(pctx)
 	return d, nil
 }
 
@@ -238,23 +203,13 @@ func Outcome(err error) lease.Outcome {
 	return lease.OutcomeAgentError
 }
 
-// compose reads what this turn's prompt is made of and hands it to
-// lease.Compose; the watermark it would move is staged on l.
-func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, s *resident) (lease.Output, *apitype.ContextReport, error) {
+// compose has the lease decide this turn's prompt (Lease.Compose reads the
+// store and stages the watermarks it would move) from the binding and the
+// mention.
+func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, prep resident.Prepared) (lease.Output, *apitype.ContextReport, error) {
 	thread := ""
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
-	}
-	wk := channel.WatermarkKey{Key: key, Thread: thread}
-	wm, err := d.watermark(wk)
-	if err != nil {
-		return lease.Output{}, nil, err
-	}
-	main := wm
-	if thread != "" {
-		if main, err = d.watermark(channel.WatermarkKey{Key: key}); err != nil {
-			return lease.Output{}, nil, err
-		}
 	}
 	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
 	if req.ChannelAgents != nil {
@@ -267,30 +222,20 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
-	briefN, briefDue, facts := s.brief()
-	out, err := lease.Compose(lease.Input{
-		Shape: l.Shape, Native: l.Native,
-		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: briefN, BriefDue: briefDue, SeenFacts: facts,
-		Conversation: func() ([]session.Turn, error) { return d.st.Conversation(key) },
+	out, err := l.Compose(d.st, key, thread, lease.Input{
+		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
+		SeenFacts: prep.Facts,
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
 			ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
 		},
-		Unseen: func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
-			return d.st.Unseen(req.Channel, thread, after, known, pick)
-		},
-		Watermark: wm, Main: main, KeepsSession: b.KeepsSession(),
-		Self: channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
+		KeepsSession: b.KeepsSession(),
+		Self:         channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
 		Render: delivery.RenderOptions{Limit: d.cfg.Context.Limit, MaxChars: d.cfg.Context.MaxChars},
 	})
 	if err != nil {
 		return lease.Output{}, nil, err
-	}
-	s.briefSent(out.BriefCount, out.BriefSent, out.Facts)
-	l.Stage(wk, out.Stage)
-	for th, ms := range out.Marks {
-		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})
 	}
 	r := out.Context
 	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Known, r.Chars, r.Truncated)
@@ -311,16 +256,23 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	return out, rep, nil
 }
 
-// watermark reads the stored record of wk, nil when there is none.
-func (d *Daemon) watermark(wk channel.WatermarkKey) (*channel.Watermark, error) {
-	w, found, err := d.st.Watermark(wk)
-	if err != nil {
-		return nil, fmt.Errorf("read watermark for %q: %w", wk, err)
+// idleGap is the time from the end of the key's previous turn in this run
+// to start; false for its first.
+func (d *Daemon) idleGap(k session.Key, start time.Time) (time.Duration, bool) {
+	d.lastMu.Lock()
+	defer d.lastMu.Unlock()
+	prev, ok := d.lastEnd[k]
+	if !ok {
+		return 0, false
 	}
-	if !found {
-		return nil, nil
-	}
-	return &w, nil
+	return max(0, start.Sub(prev)), true
+}
+
+// turnEnded notes when the key's turn ended, for the next one's gap.
+func (d *Daemon) turnEnded(k session.Key) {
+	d.lastMu.Lock()
+	d.lastEnd[k] = d.now()
+	d.lastMu.Unlock()
 }
 
 // approxTokens estimates tokens at four bytes each; good enough for a
@@ -369,15 +321,6 @@ func (d *Daemon) Fresh(k session.Key) (bool, error) {
 	return had, nil
 }
 
-func (d *Daemon) bindingIDs() []string {
-	ids := make([]string, 0, len(d.cfg.Bindings))
-	for _, b := range d.cfg.Bindings {
-		ids = append(ids, b.ID)
-	}
-	sort.Strings(ids)
-	return ids
-}
-
 // Close stops the daemon: new runs are refused and queued ones end at once
 // (shutting_down); runs in flight get grace to finish with their normal
 // result, and those still going then are cancelled (shutting_down, their
@@ -412,18 +355,11 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 		timer.Stop()
 	}
-	d.stopProbing()
 	err := d.pool.Close()
 	// With their agents stopped the remaining turns end promptly; wait for
-	// them so none writes to the store (or starts a watcher) after Close.
+	// them so none writes to the store (or spawns) after Close.
 	d.turns.Wait()
-	d.watchers.Wait()
-	d.probes.Wait()
-	if d.cgroups != nil {
-		if cerr := d.cgroups.Close(); cerr != nil {
-			d.log.Warn("remove the agents' cgroup", zap.Error(cerr))
-		}
-	}
+	d.keeper.Close()
 	return err
 }
 

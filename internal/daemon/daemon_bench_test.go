@@ -1,11 +1,10 @@
-package daemon
+package daemon_test
 
 import (
 	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -21,14 +20,14 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/session"
-	"github.com/residentd/residentd/internal/store"
 )
 
 // benchDaemon is a daemon on a real bbolt file whose binding runs this test
 // binary as the built-in agent (TestMain), stopped when b ends.
-func benchDaemon(b *testing.B) *Daemon {
+func benchDaemon(b *testing.B) *daemontest.Daemon {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -41,23 +40,10 @@ func benchDaemon(b *testing.B) *Daemon {
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
 		System: config.BuiltinFraming, Supervised: true, Resident: true,
 	}}
-	cfg.SetDefaults()
-	st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, err := New(Options{Config: cfg, Store: st, Metrics: metrics.New("bench", nil), Log: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		d.Close(5 * time.Second)
-		st.Close()
-	})
-	return d
+	return daemontest.New(b, cfg, daemontest.Options{Log: zap.NewNop()})
 }
 
-func benchTurn(b *testing.B, d *Daemon, ch string) apitype.Event {
+func benchTurn(b *testing.B, d *daemon.Daemon, ch string) apitype.Event {
 	done, err := d.Turn(context.Background(), apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "q", Text: "@agent why is the refund spec flaky?"},
 		func(apitype.Event) {})
 	if err != nil {
@@ -69,7 +55,8 @@ func benchTurn(b *testing.B, d *Daemon, ch string) apitype.Event {
 // BenchmarkWarmTurn is one warm turn of the daemon: lease, compose, ACP
 // prompt to a live built-in agent, conversation append.
 func BenchmarkWarmTurn(b *testing.B) {
-	d := benchDaemon(b)
+	h := benchDaemon(b)
+	d := h.Daemon
 	benchTurn(b, d, "ch")
 	start := time.Now()
 	b.ResetTimer()
@@ -85,7 +72,8 @@ func BenchmarkWarmTurn(b *testing.B) {
 // BenchmarkColdTurn is one cold turn: spawn + initialize + session/new +
 // prompt (the key is started fresh before each turn, outside the timer).
 func BenchmarkColdTurn(b *testing.B) {
-	d := benchDaemon(b)
+	h := benchDaemon(b)
+	d := h.Daemon
 	k := session.Key{Channel: "ch", Binding: "b-builtin"}
 	for range b.N {
 		b.StopTimer()
@@ -124,7 +112,8 @@ func BenchmarkSessionReady(b *testing.B) {
 // BenchmarkWarmTurnsParallel4 keeps four keys busy at once (four channels,
 // four live agents) and reports the aggregate warm turns per second.
 func BenchmarkWarmTurnsParallel4(b *testing.B) {
-	d := benchDaemon(b)
+	h := benchDaemon(b)
+	d := h.Daemon
 	for i := range 4 {
 		benchTurn(b, d, fmt.Sprintf("ch-%d", i))
 	}
@@ -149,7 +138,8 @@ func BenchmarkWarmTurnsParallel4(b *testing.B) {
 // (warm, once each Go heap has reached its steady size); growth is from warm
 // to the end. Run it long with -benchtime 10000x.
 func BenchmarkResidentSoak(b *testing.B) {
-	d := benchDaemon(b)
+	h := benchDaemon(b)
+	d := h.Daemon
 	for i := range 4 {
 		benchTurn(b, d, fmt.Sprintf("ch-%d", i))
 	}
@@ -176,7 +166,7 @@ func BenchmarkResidentSoak(b *testing.B) {
 	}
 	fd1 := openFiles(b)
 	agents := agentsRSSKB(b, d)
-	infos := d.pool.Sessions()
+	infos := d.PoolSessions()
 	b.ReportMetric(float64(g0), "goroutines-before")
 	b.ReportMetric(float64(g1), "goroutines-after")
 	b.ReportMetric(float64(fd0), "fds-before")
@@ -195,9 +185,9 @@ func BenchmarkResidentSoak(b *testing.B) {
 }
 
 // agentsRSSKB is the summed RSS of the daemon's live agents.
-func agentsRSSKB(b *testing.B, d *Daemon) int64 {
+func agentsRSSKB(b *testing.B, d *daemon.Daemon) int64 {
 	var kb int64
-	for _, in := range d.pool.Sessions() {
+	for _, in := range d.PoolSessions() {
 		kb += rssKB(b, strconv.Itoa(in.Pid))
 	}
 	return kb
@@ -238,7 +228,8 @@ func rssKB(b *testing.B, pid string) int64 {
 // turns go to the log.
 func BenchmarkFairness16Keys4Slots(b *testing.B) {
 	const keys, senders, span = 16, 2, 5 * time.Second
-	d := benchDaemon(b)
+	h := benchDaemon(b)
+	d := h.Daemon
 	type tally struct {
 		mu    sync.Mutex // the key's senders share it
 		turns int
@@ -311,8 +302,8 @@ func BenchmarkFairness16Keys4Slots(b *testing.B) {
 	// behind its own key's other sender on a warm process.
 	slices.Sort(all)
 	b.ReportMetric(float64(all[len(all)/2])/float64(time.Millisecond), "median-turn-wait-ms")
-	yields := testutil.ToFloat64(d.m.Evictions.WithLabelValues("yield"))
-	capacity := testutil.ToFloat64(d.m.Evictions.WithLabelValues("capacity"))
+	yields := testutil.ToFloat64(h.Metrics.Evictions.WithLabelValues("yield"))
+	capacity := testutil.ToFloat64(h.Metrics.Evictions.WithLabelValues("capacity"))
 	b.Logf("%d turns in %v; %d keys without a turn; worst wait %v, median of the keys' worst %v, ratio %.1f; evictions: %v yield, %v capacity",
 		total, span, zero, worst.Round(time.Millisecond), median.Round(time.Millisecond), ratio, yields, capacity)
 	b.ReportMetric(float64(zero), "zero-turn-keys")
@@ -357,20 +348,8 @@ func BenchmarkRestoredTurnAfter200(b *testing.B) {
 			bd.RestoreMethod = tc.method
 			bd.Restore = &tc.restore
 			cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second), Bindings: []config.Binding{bd}}
-			cfg.SetDefaults()
-			st, err := store.Open(filepath.Join(dir, "residentd.db"), store.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			open := func() *Daemon {
-				d, err := New(Options{Config: cfg, Store: st, Metrics: metrics.New("bench", nil), Log: zap.NewNop()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return d
-			}
-			d := open()
+			h := daemontest.New(b, cfg, daemontest.Options{Log: zap.NewNop()})
+			d := h.Daemon
 			for range 200 {
 				benchTurn(b, d, "ch")
 			}
@@ -378,8 +357,10 @@ func BenchmarkRestoredTurnAfter200(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()
-				d.Close(5 * time.Second) // the key's process stops; its session is saved
-				d = open()
+				if err := h.Restart(); err != nil { // the key's process stops; its session is saved
+					b.Fatal(err)
+				}
+				d = h.Daemon
 				b.StartTimer()
 				ev := benchTurn(b, d, "ch")
 				if ev.Shape != tc.shape {
@@ -388,7 +369,6 @@ func BenchmarkRestoredTurnAfter200(b *testing.B) {
 				prompt = ev.Context.PromptBytes
 			}
 			b.StopTimer()
-			d.Close(5 * time.Second)
 			b.ReportMetric(float64(prompt), "prompt-bytes")
 		})
 	}

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/session"
@@ -103,12 +104,12 @@ func assertGone(t *testing.T, pid int) {
 
 // assertNoStrays waits until every process tagged with mark is one the pool
 // still holds, and no child of the daemon is an unreaped zombie.
-func assertNoStrays(t *testing.T, d *Daemon, mark string) {
+func assertNoStrays(t *testing.T, d *daemon.Daemon, mark string) {
 	t.Helper()
 	var stray, zombies []int
 	waitFor(t, func() bool {
 		live := map[int]bool{}
-		for _, s := range d.pool.Sessions() {
+		for _, s := range d.PoolSessions() {
 			live[s.Pid] = true
 		}
 		stray = stray[:0]
@@ -206,7 +207,7 @@ func TestAgentFaults(t *testing.T) {
 				if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, func() bool { return len(h.d.pool.Sessions()) == 0 }, func() string { return "pool kept the killed process" })
+				waitFor(t, func() bool { return len(h.d.PoolSessions()) == 0 }, func() string { return "pool kept the killed process" })
 				h.setArgs("b-fault", tc.start...)
 			}
 			h.say("ch", "b", 2)
@@ -223,7 +224,7 @@ func TestAgentFaults(t *testing.T) {
 					t.Errorf("error %q does not say %q", bad.err, s)
 				}
 			}
-			if got := Outcome(bad.err); got != tc.outcome {
+			if got := daemon.Outcome(bad.err); got != tc.outcome {
 				t.Errorf("outcome %q, want %q", got, tc.outcome)
 			}
 			if got := turnCount(h, tc.outcome); got != before+1 {
@@ -411,7 +412,7 @@ func (c *fakeClock) Add(d time.Duration) {
 }
 
 // TestCrashLoopBackoff: a binding that keeps failing is retried once at
-// once, then refused with ErrBackoff for 1s, 2s, 4s (the cap), 4s; the
+// once, then refused with daemon.ErrBackoff for 1s, 2s, 4s (the cap), 4s; the
 // refusal spawns nothing and names the last failure; another binding on the
 // same single slot keeps answering; a good turn resets the count.
 func TestCrashLoopBackoff(t *testing.T) {
@@ -421,8 +422,11 @@ func TestCrashLoopBackoff(t *testing.T) {
 		c.Bindings = append(c.Bindings, faultBinding(t, "b-loop", c.StateDir, mark, "--fault", "exit-initialize"))
 	})
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	// Nothing runs yet: the daemon's clock and backoff can be set directly.
-	h.d.now, h.d.backoffBase, h.d.backoffCap = clk.Now, time.Second, 4*time.Second
+	// Nothing runs yet: reopen with the backoff, then set the daemon's clock.
+	h.close()
+	h.backoffBase, h.backoffCap = time.Second, 4*time.Second
+	h.open()
+	h.d.SetClock(clk.Now)
 
 	loop := func(id string) error {
 		return h.turn(apitype.TurnRequest{Channel: "ch-" + id, Binding: "b-loop", Text: "@agent " + id}).err
@@ -442,16 +446,16 @@ func TestCrashLoopBackoff(t *testing.T) {
 		t.Helper()
 		spawned := testutil.ToFloat64(h.m.AgentExits.WithLabelValues("error"))
 		err := loop(id)
-		if !errors.Is(err, ErrBackoff) {
-			t.Fatalf("%s: err = %v, want ErrBackoff", id, err)
+		if !errors.Is(err, daemon.ErrBackoff) {
+			t.Fatalf("%s: err = %v, want daemon.ErrBackoff", id, err)
 		}
 		for _, s := range []string{`binding "b-loop"`, fmt.Sprintf("failed %d times in a row", failures), "exit-initialize", "next start allowed in " + wait} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("%s: backoff error %q does not say %q", id, err, s)
 			}
 		}
-		if Outcome(err) != lease.OutcomeRejected {
-			t.Errorf("%s: outcome %q, want rejected", id, Outcome(err))
+		if daemon.Outcome(err) != lease.OutcomeRejected {
+			t.Errorf("%s: outcome %q, want rejected", id, daemon.Outcome(err))
 		}
 		if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "rejected")); n != 0 {
 			t.Errorf("%s: %v refused turns counted under shape cold; they never got a process", id, n)

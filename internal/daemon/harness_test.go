@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/daemontest"
+	"github.com/residentd/residentd/internal/feed"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/session"
@@ -35,11 +38,15 @@ type harness struct {
 	cfg  *config.Config
 	st   *store.Store
 	m    *metrics.Metrics
-	d    *Daemon
+	d    *daemon.Daemon
+	feed *feed.Feed
+	td   *daemontest.Daemon // the daemon, its store and channel data
 	log  *zap.Logger
 	now  func() time.Time // the daemon's clock; nil is time.Now
-	mu   sync.Mutex
-	evic []string // "key reason", in order
+	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
+	backoffBase, backoffCap time.Duration
+	mu                      sync.Mutex
+	evic                    []string // "key reason", in order
 }
 
 // recordTo makes the first binding's agent record what it gets (--record)
@@ -78,10 +85,6 @@ func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Conf
 	for _, f := range tweak {
 		f(cfg)
 	}
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	h := &harness{t: t, dir: dir, cfg: cfg, now: now, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	h.open()
 	t.Cleanup(h.close)
@@ -90,13 +93,7 @@ func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Conf
 
 func (h *harness) open() {
 	h.t.Helper()
-	st, err := store.Open(filepath.Join(h.dir, "residentd.db"), store.Options{})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.st = st
-	h.m = metrics.New("test", nil)
-	d, err := New(Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log, Now: h.now, OnEvict: func(k session.Key, r pool.Reason) {
+	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, OnEvict: func(k session.Key, r pool.Reason) {
 		h.mu.Lock()
 		h.evic = append(h.evic, k.String()+" "+string(r))
 		h.mu.Unlock()
@@ -104,17 +101,13 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.d = d
+	h.td, h.d, h.st, h.m, h.feed = td, td.Daemon, td.Store, td.Metrics, td.Feed
 }
 
 func (h *harness) close() {
-	if h.d != nil {
-		h.d.Close(5 * time.Second)
-		h.d = nil
-	}
-	if h.st != nil {
-		h.st.Close()
-		h.st = nil
+	if h.td != nil {
+		h.td.Close()
+		h.td, h.d, h.st = nil, nil, nil
 	}
 }
 
@@ -146,24 +139,8 @@ func (h *harness) turn(req apitype.TurnRequest) result {
 }
 
 func (h *harness) turnCtx(ctx context.Context, req apitype.TurnRequest) result {
-	var r result
-	var mu sync.Mutex
-	done, err := h.d.Turn(ctx, req, func(ev apitype.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev.Event {
-		case "started":
-			r.start = ev
-		case "queued":
-			r.queued = append(r.queued, ev)
-		default:
-			r.updates = append(r.updates, ev)
-		}
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	r.done, r.err = done, err
-	return r
+	r := h.td.Turn(ctx, req)
+	return result{start: r.Start, done: r.Done, updates: r.Updates, queued: r.Queued, err: r.Err}
 }
 
 // mention posts text to ch as a message and asks binding to answer it.
@@ -192,11 +169,7 @@ func (h *harness) post(msgs ...channel.Message) {
 			msgs[i].AuthorKind = channel.KindUser
 		}
 	}
-	in := make([]apitype.Message, len(msgs))
-	for i, m := range msgs {
-		in[i] = apitype.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: m.CreatedAt, Body: m.Body}
-	}
-	if _, err := h.d.PutMessages(in); err != nil {
+	if _, err := h.feed.PutMessages(msgs); err != nil {
 		h.t.Fatal(err)
 	}
 }

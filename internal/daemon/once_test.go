@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -116,7 +117,7 @@ func TestPointerCountsTheWholeBurst(t *testing.T) {
 		t.Fatalf("lines %d pointer %d context %+v", len(blockLines(p)), pointer(p), r.done.Context)
 	}
 	// The 28 are in channel_history, and the next turn does not repeat them.
-	hist, _, err := h.d.History("ch", "", "burst13", 100)
+	hist, _, err := h.feed.History("ch", "", "burst13", 100)
 	if err != nil || len(hist) != 13 || hist[0].ID != "q1" || hist[1].ID != "burst1" {
 		t.Fatalf("history before burst13: %d rows %v", len(hist), err)
 	}
@@ -157,7 +158,7 @@ func TestThreadRootShownOnce(t *testing.T) {
 	}
 	// An unknown root is refused by name.
 	nope := "no-such-root"
-	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent ?", ThreadRoot: &nope}); Code(r.err) != apitype.CodeUnknownThread || !strings.Contains(r.err.Error(), `"no-such-root"`) {
+	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent ?", ThreadRoot: &nope}); daemon.Code(r.err) != apitype.CodeUnknownThread || !strings.Contains(r.err.Error(), `"no-such-root"`) {
 		t.Fatalf("unknown root: %v", r.err)
 	}
 	// Replies whose root is not pushed yet (or was trimmed) still make a thread.
@@ -176,7 +177,7 @@ func TestEditsAndDeletes(t *testing.T) {
 		channel.Message{ID: "m2", Channel: "ch", Author: "aiko", Body: "secret pasted by mistake"})
 	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
 	at := clock.t
-	res, err := h.d.PutMessages([]apitype.Message{
+	res, err := h.feed.PutMessages([]channel.Message{
 		{ID: "m1", Channel: "ch", Author: "aiko", AuthorKind: "user", CreatedAt: at, Body: "the fix is in b.go"},
 		{ID: "q1", Channel: "ch", Author: "carla", AuthorKind: "user", CreatedAt: at, Body: "@agent one"},
 	})
@@ -185,7 +186,7 @@ func TestEditsAndDeletes(t *testing.T) {
 	}
 	h.post(channel.Message{ID: "m3", Channel: "ch", Author: "aiko", Body: "also deleted"})
 	for _, id := range []string{"m2", "m3"} {
-		if err := h.d.DeleteMessage("ch", id); err != nil {
+		if err := h.feed.DeleteMessage("ch", id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,7 +199,7 @@ func TestEditsAndDeletes(t *testing.T) {
 	if reply(t, r); r.done.Context.Lines != 0 {
 		t.Fatalf("the edit came back: %q", blockLines(got()[2]))
 	}
-	hist, _, _ := h.d.History("ch", "", "", 10)
+	hist, _, _ := h.feed.History("ch", "", "", 10)
 	for _, m := range hist {
 		if m.ID == "m2" || m.ID == "m3" {
 			t.Fatalf("channel_history returns deleted %s", m.ID)
@@ -385,7 +386,7 @@ func TestDeletedMentionIsNotReplayed(t *testing.T) {
 	off := false
 	h, got := recorded(t, func(c *config.Config) { c.Bindings[0].Restore = &off })
 	reply(t, h.mention("ch", "b-builtin", "q1", "@agent the password is hunter2"))
-	if err := h.d.DeleteMessage("ch", "q1"); err != nil {
+	if err := h.feed.DeleteMessage("ch", "q1"); err != nil {
 		t.Fatal(err)
 	}
 	h.restart()

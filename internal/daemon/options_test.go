@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -128,8 +129,8 @@ func TestSessionOptionNotListed(t *testing.T) {
 
 			h.say("ch", "a", 2)
 			r := h.mention("ch", "b-builtin", "q1", "@agent one")
-			if !errors.Is(r.err, ErrInvalidOption) || Code(r.err) != apitype.CodeInvalidOption || !containsAll(r.err.Error(), tc.want) {
-				t.Fatalf("turn error %v (code %s), want invalid_option naming %q", r.err, Code(r.err), tc.want)
+			if !errors.Is(r.err, daemon.ErrInvalidOption) || daemon.Code(r.err) != apitype.CodeInvalidOption || !containsAll(r.err.Error(), tc.want) {
+				t.Fatalf("turn error %v (code %s), want invalid_option naming %q", r.err, daemon.Code(r.err), tc.want)
 			}
 			if len(prompts(t, rec)) != 0 || len(optionSets(t, rec)) != 0 {
 				t.Fatal("the agent was prompted or set options (by the turn or the startup check) despite the bad option")
@@ -187,13 +188,13 @@ func TestSessionOptionsThroughAPI(t *testing.T) {
 	}
 
 	// Checked against what the agent listed: nothing is stored.
-	if _, err := h.d.SetSessionOptions(k, map[string]string{"model": "gpt-9"}); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "builtin-small, builtin-large") {
+	if _, err := h.d.SetSessionOptions(k, map[string]string{"model": "gpt-9"}); !errors.Is(err, daemon.ErrInvalidOption) || !strings.Contains(err.Error(), "builtin-small, builtin-large") {
 		t.Fatalf("set an unlisted value: %v", err)
 	}
-	if _, err := h.d.SetSessionOptions(session.Key{Channel: "ch", Binding: "b-nope"}, map[string]string{"model": "x"}); !errors.Is(err, ErrUnknownBinding) {
+	if _, err := h.d.SetSessionOptions(session.Key{Channel: "ch", Binding: "b-nope"}, map[string]string{"model": "x"}); !errors.Is(err, daemon.ErrUnknownBinding) {
 		t.Fatalf("set on an unknown binding: %v", err)
 	}
-	if _, err := h.d.SetSessionOptions(k, map[string]string{"model": ""}); !errors.Is(err, ErrBadRequest) {
+	if _, err := h.d.SetSessionOptions(k, map[string]string{"model": ""}); !errors.Is(err, daemon.ErrBadRequest) {
 		t.Fatalf("set an empty value: %v", err)
 	}
 
@@ -268,7 +269,7 @@ func TestRefusedFirstTurnKeepsNoSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := h.mention("ch", "b-builtin", "q1", "@agent one")
-	if !errors.Is(r.err, ErrInvalidOption) || !strings.Contains(r.err.Error(), "through the API") || r.start.Event != "" {
+	if !errors.Is(r.err, daemon.ErrInvalidOption) || !strings.Contains(r.err.Error(), "through the API") || r.start.Event != "" {
 		t.Fatalf("first turn: %v (started %+v), want invalid_option naming the key's own option, never started", r.err, r.start)
 	}
 	if ss := h.d.Sessions(); len(ss) != 0 {

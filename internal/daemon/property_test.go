@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 )
@@ -281,21 +282,21 @@ func (p *propRun) push(ms ...*pmsg) {
 }
 
 // apiMsg is m as the desktop app pushes it.
-func (m *pmsg) apiMsg() apitype.Message {
+func (m *pmsg) apiMsg() channel.Message {
 	kind := apitype.AuthorUser
 	if m.own && m.binding == "" {
 		kind = apitype.AuthorAgent // a binding id needs no kind
 	}
-	return apitype.Message{ID: m.id, Channel: m.ch, ThreadRoot: m.thread, Author: m.author, AuthorKind: kind, BindingID: m.binding, CreatedAt: m.at, Body: m.body()}
+	return channel.Message{ID: m.id, Channel: m.ch, ThreadRoot: m.thread, Author: m.author, AuthorKind: kind, BindingID: m.binding, CreatedAt: m.at, Body: m.body()}
 }
 
 // put pushes ms to the daemon; it may run off the test's goroutine.
 func (p *propRun) put(ms ...*pmsg) error {
-	in := make([]apitype.Message, len(ms))
+	in := make([]channel.Message, len(ms))
 	for i, m := range ms {
 		in[i] = m.apiMsg()
 	}
-	if _, err := p.h.d.PutMessages(in); err != nil {
+	if _, err := p.h.feed.PutMessages(in); err != nil {
 		return err
 	}
 	for _, m := range ms {
@@ -336,13 +337,13 @@ func (p *propRun) editBurst() {
 			targets = append(targets, m)
 		}
 	}
-	var batch []apitype.Message
+	var batch []channel.Message
 	var fresh []*pmsg
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		if _, err := p.h.d.PutMessages(batch); err != nil {
+		if _, err := p.h.feed.PutMessages(batch); err != nil {
 			p.t.Fatal(err)
 		}
 		for _, m := range fresh {
@@ -400,7 +401,7 @@ func (p *propRun) repushSame() {
 func (p *propRun) del() {
 	if l := p.live(); len(l) > 0 {
 		m := l[p.rnd.IntN(len(l))]
-		if err := p.h.d.DeleteMessage(m.ch, m.id); err != nil {
+		if err := p.h.feed.DeleteMessage(m.ch, m.id); err != nil {
 			p.t.Fatal(err)
 		}
 		m.deleted = true
@@ -661,7 +662,7 @@ func (p *propRun) given(m *pmsg) bool {
 func (p *propRun) inHistory(m *pmsg) bool {
 	thread, before := m.thread, ""
 	for {
-		page, next, err := p.h.d.History(m.ch, thread, before, 100)
+		page, next, err := p.h.feed.History(m.ch, thread, before, 100)
 		if err != nil {
 			p.t.Fatal(err)
 		}

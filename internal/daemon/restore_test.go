@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"fmt"
@@ -120,8 +120,8 @@ func TestRestoreThatKillsTheAgentCounts(t *testing.T) {
 	reply(t, first)
 	h.close()
 	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--fault", "exit-restore")
+	h.backoffBase, h.backoffCap = time.Nanosecond, time.Nanosecond // no crash-loop wait in this test
 	h.open()
-	h.d.backoffBase, h.d.backoffCap = time.Nanosecond, time.Nanosecond // no crash-loop wait in this test
 	for i := range 2 {
 		r := h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), "@agent again")
 		if r.err == nil || !strings.Contains(r.err.Error(), "agent exited during session/resume") {

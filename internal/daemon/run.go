@@ -12,11 +12,11 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/resident"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -51,7 +51,7 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	}
 	b, ok := d.cfg.Binding(req.Binding)
 	if !ok {
-		return nil, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.bindingIDs())
+		return nil, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.cfg.BindingIDs())
 	}
 	if req.RunID == "" {
 		req.RunID = newRunID()
@@ -212,7 +212,8 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	}
 	d.m.ObserveQueueWait(co.Waited)
 	keep := b.Resident || b.SavedSession != ""
-	if err := d.prepare(ctx, r, b, req, co, start, log); err != nil {
+	prep, err := d.prepare(ctx, r, b, req, co, start, log)
+	if err != nil {
 		// The agent never got this turn. A session that has not had its
 		// first turn (cold, restored) goes with its process: kept, its next
 		// turn would be warm without the framing or the replay it never
@@ -225,10 +226,10 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		return apitype.Event{}, err
 	}
 	gap, hasGap := d.idleGap(co.Key, start)
-	done, err := d.answer(ctx, r, b, req, co, start, gap, hasGap, log)
+	done, err := d.answer(ctx, r, b, req, co, prep, start, gap, hasGap, log)
 	d.turnEnded(co.Key)
 	if err != nil {
-		d.saveNative(co.Key, co.Session, log)
+		d.keeper.SaveNative(co.Key, co.Session, log)
 	}
 	// Every exit path that did not commit discards: a failed run may never
 	// have shown the agent anything. Discard after Commit is a no-op.
@@ -243,30 +244,33 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 // announced as started: a turn that waited while its budget ran out is
 // refused, and the key's session options are brought to what it wants
 // (bounded by the turn's time limit).
-func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, log *zap.Logger) error {
+func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident.Process], start time.Time, log *zap.Logger) (resident.Prepared, error) {
 	shape := co.Lease.Shape.String()
 	if err := d.checkBudget(b.ID, req.Channel); err != nil {
 		d.m.ObserveTurn(shape, lease.OutcomeRefused, d.now().Sub(start))
-		return err
+		return resident.Prepared{}, err
 	}
-	if err := d.applyOptions(ctx, time.Duration(b.TurnTimeout), co.Session, b, co.Key, log); err != nil {
+	octx, cancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
+	defer cancel()
+	prep, err := d.keeper.Prepare(octx, co.Key, b, co.Session, log)
+	if err != nil {
 		err = d.ctxErr(ctx, err)
 		d.m.ObserveTurn(shape, Outcome(err), d.now().Sub(start))
 		log.Info("turn failed: session options", zap.String("shape", shape), zap.Error(err))
-		return fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
+		return prep, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
 	}
-	return nil
+	return prep, nil
 }
 
 // answer runs the turn on its checked-out process: compose, prompt, and on
 // success store the exchange and commit the watermarks.
-func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident], start time.Time, gap time.Duration, hasGap bool, log *zap.Logger) (apitype.Event, error) {
+func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident.Process], prep resident.Prepared, start time.Time, gap time.Duration, hasGap bool, log *zap.Logger) (apitype.Event, error) {
 	key, l := co.Key, co.Lease
 	shape := l.Shape.String()
-	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: co.Session.Pid()})
+	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: prep.Pid})
 	req.RunID = r.ID
 
-	out, rep, err := d.compose(key, b, req, l, co.Session)
+	out, rep, err := d.compose(key, b, req, l, prep)
 	text, user := out.Text, out.Stored
 	if err != nil {
 		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
@@ -282,7 +286,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	defer unask()
 	first := true
 	turnStart := d.now()
-	res, err := co.Session.a.Prompt(tctx, l.Native, text, func(u acp.Update) {
+	res, err := co.Session.Prompt(tctx, text, func(u acp.Update) {
 		if first {
 			first = false
 			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))
@@ -294,8 +298,17 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		up := u.Update
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
+	if err == nil && !successful(res.StopReason) {
+		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
+		if res.StopReason == string(sdk.StopReasonCancelled) {
+			err = context.Canceled
+		}
+	}
+	err = d.ctxErr(ctx, err)
+	outcome := Outcome(err)
 	// Every turn that reached the agent costs what it reported, failed or not.
-	u := co.Session.turnUsage(b, res)
+	settle := d.keeper.Settled(b, co.Session, resident.Settlement{Result: res, Outcome: outcome, Err: err, BriefCount: out.BriefCount, BriefSent: out.BriefSent, Facts: out.Facts}, log)
+	u := settle.Usage
 	usage := &u
 	tc := metrics.TurnCost{Binding: b.ID, Shape: shape, Known: !u.Unknown, Input: u.InputTokens, Output: u.OutputTokens,
 		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Gap: gap, HasGap: hasGap}
@@ -304,46 +317,29 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	}
 	d.m.TurnUsage(tc)
 	spend := d.chargeBudgets(r, b, req.Channel, u, log)
-	if res.Compacted {
-		co.Session.compacted()
-		d.m.Compacted(b.ID)
-		log.Info("agent compacted its history; the next warm turn carries the full brief", zap.String("native", l.Native))
-	}
 	var gapS *float64
 	if hasGap {
 		v := gap.Seconds()
 		gapS = &v
 	}
-	if err == nil && !successful(res.StopReason) {
-		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
-		if res.StopReason == string(sdk.StopReasonCancelled) {
-			err = context.Canceled
-		}
-	}
 	if err != nil {
 		if serr := d.st.AddSpend(spend); serr != nil {
 			log.Error("storing the failed turn's cost toward its budgets failed; it counts until the daemon restarts", zap.Error(serr))
-		}
-		err = d.ctxErr(ctx, err)
-		outcome := Outcome(err)
-		if outcome == lease.OutcomeCrash {
-			d.spawnFailed(b.ID, err)
 		}
 		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
 		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", string(outcome)), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
 		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
 	}
 	now := d.now()
-	d.spawnOK(b.ID)
 	wm := apitype.WatermarkNone
 	// The exchange and the watermarks go in one transaction.
-	save := co.Session.takeUnsaved()
-	n, cerr := l.Commit(turnCommit{st: d.st, key: key, save: save, spend: spend, turns: []session.Turn{
+	save := settle.SaveNative
+	n, cerr := l.Commit(store.TurnCommit{Store: d.st, Key: key, Finish: store.Finish{SaveNative: save, Spend: spend, Turns: []session.Turn{
 		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq, Facts: out.Facts},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
-	}})
+	}}})
 	if cerr != nil && save {
-		co.Session.keepUnsaved()
+		co.Session.KeepUnsaved()
 	}
 	for i := 0; i < n; i++ {
 		d.m.Watermark(true)
@@ -362,32 +358,6 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
 	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
 	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS}, nil
-}
-
-// turnCommit stores a successful turn's exchange with its watermarks and,
-// on a new session's first turn, its native id.
-type turnCommit struct {
-	st    *store.Store
-	key   session.Key
-	save  bool
-	turns []session.Turn
-	spend []store.Spend
-}
-
-func (c turnCommit) CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error {
-	return c.st.FinishTurn(c.key, store.Finish{Turns: c.turns, Native: native, SaveNative: c.save, Staged: staged, Spend: c.spend})
-}
-
-// saveNative saves a new session's id after a turn that stored nothing, so
-// a later process can still restore the session the agent keeps.
-func (d *Daemon) saveNative(k session.Key, s *resident, log *zap.Logger) {
-	if !s.takeUnsaved() {
-		return
-	}
-	if err := d.st.SetNativeID(k, s.native); err != nil {
-		s.keepUnsaved()
-		log.Error("save native session id failed", zap.String("native", s.native), zap.Error(err))
-	}
 }
 
 // asker routes a native session's permission requests to its running run.

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/run"
 )
@@ -44,8 +45,8 @@ func TestShutdownGrace(t *testing.T) {
 	if ev, _ := waitEnded(t, queued); ev.Code != apitype.CodeShuttingDown {
 		t.Fatalf("queued run at shutdown: %+v, want shutting_down", ev)
 	}
-	if _, err := h.d.Submit(apitype.TurnRequest{Channel: "ch-x", Binding: "b-builtin", Text: "@agent late"}); !errors.Is(err, ErrShuttingDown) {
-		t.Fatalf("submit while closing: %v, want ErrShuttingDown", err)
+	if _, err := h.d.Submit(apitype.TurnRequest{Channel: "ch-x", Binding: "b-builtin", Text: "@agent late"}); !errors.Is(err, daemon.ErrShuttingDown) {
+		t.Fatalf("submit while closing: %v, want daemon.ErrShuttingDown", err)
 	}
 	// The asking run is answered within the grace and finishes normally.
 	if err := h.d.Answer(asking.ID, reqID, "allow"); err != nil {
@@ -81,7 +82,7 @@ func waitMatch(t *testing.T, r *run.Run, what string, match func(apitype.Event) 
 	for {
 		b := r.Read(after, true)
 		for _, l := range b.Lines {
-			ev, err := decodeEvent(l)
+			ev, err := daemon.DecodeEvent(l)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package daemon
+package daemon_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -92,7 +93,7 @@ func TestFailedRunKeepsWatermark(t *testing.T) {
 	// The failing mention is not posted: its fault marker must not reach
 	// the next turn's context.
 	bad := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent [[fault:fail-turn]] please"})
-	if bad.err == nil || !errors.Is(bad.err, ErrAgentFailed) && !strings.Contains(bad.err.Error(), "induced failure") {
+	if bad.err == nil || !errors.Is(bad.err, daemon.ErrAgentFailed) && !strings.Contains(bad.err.Error(), "induced failure") {
 		t.Fatalf("failing turn: err %v", bad.err)
 	}
 	if n := testutil.ToFloat64(h.m.WatermarkDiscards); n != 1 {
@@ -110,7 +111,7 @@ func TestFailedRunKeepsWatermark(t *testing.T) {
 func TestUnknownBindingAndBadRequest(t *testing.T) {
 	h := newHarness(t)
 	r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-nope", Text: "hi"})
-	if !errors.Is(r.err, ErrUnknownBinding) || !strings.Contains(r.err.Error(), "b-builtin") {
+	if !errors.Is(r.err, daemon.ErrUnknownBinding) || !strings.Contains(r.err.Error(), "b-builtin") {
 		t.Fatalf("unknown binding: %v", r.err)
 	}
 	for _, req := range []apitype.TurnRequest{
@@ -118,8 +119,8 @@ func TestUnknownBindingAndBadRequest(t *testing.T) {
 		{Channel: "ch", Text: "x"},
 		{Channel: "ch", Binding: "b-builtin"},
 	} {
-		if r := h.turn(req); !errors.Is(r.err, ErrBadRequest) {
-			t.Errorf("%+v: err %v, want ErrBadRequest", req, r.err)
+		if r := h.turn(req); !errors.Is(r.err, daemon.ErrBadRequest) {
+			t.Errorf("%+v: err %v, want daemon.ErrBadRequest", req, r.err)
 		}
 	}
 }
@@ -177,7 +178,7 @@ func TestFreshStartBindingNeverGetsWatermark(t *testing.T) {
 			t.Fatalf("turn %d: a fresh-start binding got a watermark (err %v)", i+1, err)
 		}
 	}
-	if n := len(h.d.pool.Sessions()); n != 0 {
+	if n := len(h.d.PoolSessions()); n != 0 {
 		t.Fatalf("%d processes kept for a non-resident binding", n)
 	}
 }
@@ -221,8 +222,8 @@ func TestStartFreshDuringATurn(t *testing.T) {
 			}()
 		}
 	})
-	if !errors.Is(err, errFresh) || Outcome(err) != lease.OutcomeCancelled {
-		t.Fatalf("turn interrupted by Fresh: %v (outcome %s), want cancelled because of the fresh start", err, Outcome(err))
+	if !errors.Is(err, daemon.ErrFresh) || daemon.Outcome(err) != lease.OutcomeCancelled {
+		t.Fatalf("turn interrupted by Fresh: %v (outcome %s), want cancelled because of the fresh start", err, daemon.Outcome(err))
 	}
 	if f := <-freshed; f.err != nil || !f.had {
 		t.Fatalf("Fresh during a turn = %v, %v", f.had, f.err)
@@ -233,7 +234,7 @@ func TestStartFreshDuringATurn(t *testing.T) {
 	if _, ok := h.watermark("ch", "b-builtin"); ok {
 		t.Fatal("a watermark survived the reset")
 	}
-	if n := len(h.d.pool.Sessions()); n != 0 {
+	if n := len(h.d.PoolSessions()); n != 0 {
 		t.Fatalf("%d processes after Fresh returned", n)
 	}
 	r := h.mention("ch", "b-builtin", "q3", "@agent three")

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"fmt"
@@ -103,7 +103,7 @@ func TestCostByIdleGap(t *testing.T) {
 		c.Bindings[0].Args = append(c.Bindings[0].Args, "--cost", "1")
 	})
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)}
-	h.d.now = clk.Now
+	h.d.SetClock(clk.Now)
 	for i, step := range []struct {
 		wait time.Duration
 		want string

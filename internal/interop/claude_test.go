@@ -74,8 +74,8 @@ func TestClaudeWithoutCredentials(t *testing.T) {
 	home := t.TempDir()
 	h := newHarness(t, claudeBinding(t, home, map[string]string{"ANTHROPIC_BASE_URL": api.URL()}))
 	ctx := testCtx(t)
-	h.post(apitype.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"},
-		apitype.Message{ID: "a2", Channel: "ch", Author: "aiko", Body: "it fails on the webhook retry"})
+	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"},
+		channel.Message{ID: "a2", Channel: "ch", Author: "aiko", Body: "it fails on the webhook retry"})
 	wk := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b-claude"}}
 
 	r := h.mention(ctx, "ch", "b-claude", "q1", "@claude why is the refund spec flaky?")
@@ -152,7 +152,7 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 	api := newFakeAPI(t, reply)
 	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
 	ctx := testCtx(t)
-	h.post(apitype.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"})
+	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"})
 
 	r1 := h.mention(ctx, "ch", "b-claude", "q1", "@claude why is the refund spec flaky? MARK-ONE")
 	if r1.err != nil {
@@ -164,7 +164,7 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 		t.Fatalf("cold done %+v usage %+v", r1.done, r1.done.Usage)
 	}
 
-	h.post(apitype.Message{ID: "b1", Channel: "ch", Author: "aiko", Body: "retry runs twice on CI"})
+	h.post(channel.Message{ID: "b1", Channel: "ch", Author: "aiko", Body: "retry runs twice on CI"})
 	r2 := h.mention(ctx, "ch", "b-claude", "q2", "@claude and the webhook retries? MARK-TWO")
 	if r2.err != nil {
 		t.Fatalf("warm turn: %v", r2.err)
@@ -261,7 +261,7 @@ func TestClaudeCancelWhileModelStalls(t *testing.T) {
 	release := api.stallModel()
 	defer release()
 
-	h.post(apitype.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@claude take your time"})
+	h.post(channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@claude take your time"})
 	runs := make(chan string, 1)
 	out := make(chan result, 1)
 	go func() {

@@ -15,7 +15,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"github.com/tiktoken-go/tokenizer"
 
-	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -213,7 +213,7 @@ func TestClaudeFloor(t *testing.T) {
 			h.restart()
 		}
 		for j, l := range ls {
-			h.post(apitype.Message{ID: fmt.Sprintf("c%d-%d", i, j), Channel: "ch", Author: "aiko", Body: l})
+			h.post(channel.Message{ID: fmt.Sprintf("c%d-%d", i, j), Channel: "ch", Author: "aiko", Body: l})
 		}
 		r := h.mention(ctx, "ch", "b-claude", fmt.Sprintf("q%d", i), floorMention(i+1))
 		want := map[bool]string{true: "warm", false: "cold"}[i > 0]

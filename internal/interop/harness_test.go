@@ -15,9 +15,12 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/daemontest"
+	"github.com/residentd/residentd/internal/feed"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -77,6 +80,9 @@ type harness struct {
 	m   *metrics.Metrics
 	d   *daemon.Daemon
 	log *zap.Logger
+
+	td   *daemontest.Daemon
+	feed *feed.Feed
 }
 
 func newHarness(t testing.TB, bindings ...config.Binding) *harness {
@@ -96,9 +102,6 @@ func newHarnessCfg(t testing.TB, tweak func(*config.Config), bindings ...config.
 	for i := range cfg.Bindings {
 		cfg.Bindings[i].TurnTimeout = config.Duration(testTimeout / 2)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	h := &harness{t: t, dir: dir, cfg: cfg, log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))}
 	h.open()
 	t.Cleanup(h.close)
@@ -107,27 +110,17 @@ func newHarnessCfg(t testing.TB, tweak func(*config.Config), bindings ...config.
 
 func (h *harness) open() {
 	h.t.Helper()
-	st, err := store.Open(filepath.Join(h.dir, "residentd.db"), store.Options{})
+	d, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.st = st
-	h.m = metrics.New("test", nil)
-	d, err := daemon.New(daemon.Options{Config: h.cfg, Store: st, Metrics: h.m, Log: h.log})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.d = d
+	h.td, h.d, h.st, h.m, h.feed = d, d.Daemon, d.Store, d.Metrics, d.Feed
 }
 
 func (h *harness) close() {
-	if h.d != nil {
-		h.d.Close(5 * time.Second)
-		h.d = nil
-	}
-	if h.st != nil {
-		h.st.Close()
-		h.st = nil
+	if h.td != nil {
+		h.td.Close()
+		h.td, h.d, h.st = nil, nil, nil
 	}
 }
 
@@ -196,12 +189,12 @@ var clock = struct {
 // mention posts text to ch and asks binding to answer it.
 func (h *harness) mention(ctx context.Context, ch, binding, id, text string) result {
 	h.t.Helper()
-	h.post(apitype.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: apitype.AuthorUser, Body: text})
+	h.post(channel.Message{ID: id, Channel: ch, Author: "carla", AuthorKind: apitype.AuthorUser, Body: text})
 	return h.turn(ctx, apitype.TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text}, nil)
 }
 
 // post stores messages with strictly increasing times.
-func (h *harness) post(msgs ...apitype.Message) {
+func (h *harness) post(msgs ...channel.Message) {
 	h.t.Helper()
 	for i := range msgs {
 		clock.Lock()
@@ -212,7 +205,7 @@ func (h *harness) post(msgs ...apitype.Message) {
 			msgs[i].AuthorKind = apitype.AuthorUser
 		}
 	}
-	if _, err := h.d.PutMessages(msgs); err != nil {
+	if _, err := h.feed.PutMessages(msgs); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tiktoken-go/tokenizer"
 
-	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/delivery"
 )
 
@@ -137,7 +137,7 @@ func warmPrefix(t *testing.T, placement delivery.Placement) []prefixStats {
 	var runs []string
 	for i, ls := range lines {
 		for j, l := range ls {
-			h.post(apitype.Message{ID: fmt.Sprintf("c%d-%d", i, j), Channel: "ch", Author: "aiko", Body: l})
+			h.post(channel.Message{ID: fmt.Sprintf("c%d-%d", i, j), Channel: "ch", Author: "aiko", Body: l})
 		}
 		r := h.mention(ctx, "ch", "b-claude", fmt.Sprintf("q%d", i), fmt.Sprintf("@claude turn %d: where is the retry count set?", i+1))
 		want := "warm"

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // Shape says what the answering process already knows.
@@ -92,6 +93,40 @@ func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 	prev.Seq = max(prev.Seq, seen.Seq)
 	prev.Marks = append(prev.Marks, seen.Marks...)
 	l.staged[k] = prev
+}
+
+// Source is what a turn's compose reads of the store (*store.Store): what
+// the key's session saw, its conversation, and the timeline's messages.
+type Source interface {
+	Seen(k session.Key, thread string) (wm, main *channel.Watermark, err error)
+	Conversation(k session.Key) ([]session.Turn, error)
+	Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error)
+}
+
+// Compose decides the turn's prompt (see Compose) for the lease's shape
+// and native session, reading what it needs of key's timeline thread ("" the
+// main one) from src, and stages the watermarks a success would move: the
+// timeline's own, and the marks of the other timelines. in's Shape, Native,
+// Watermark, Main, Conversation and Unseen are the lease's to fill.
+func (l *Lease) Compose(src Source, key session.Key, thread string, in Input) (Output, error) {
+	wm, main, err := src.Seen(key, thread)
+	if err != nil {
+		return Output{}, fmt.Errorf("lease: compose: %w", err)
+	}
+	in.Shape, in.Native, in.Watermark, in.Main = l.Shape, l.Native, wm, main
+	in.Conversation = func() ([]session.Turn, error) { return src.Conversation(key) }
+	in.Unseen = func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+		return src.Unseen(key.Channel, thread, after, known, pick)
+	}
+	out, err := Compose(in)
+	if err != nil {
+		return Output{}, err
+	}
+	l.Stage(channel.WatermarkKey{Key: key, Thread: thread}, out.Stage)
+	for th, ms := range out.Marks {
+		l.Stage(channel.WatermarkKey{Key: key, Thread: th}, channel.Seen{Marks: ms})
+	}
+	return out, nil
 }
 
 // Committer persists a successful run's staged watermarks, all at once, for

@@ -114,7 +114,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.setListener(apitype.Listener{Name: "api", Addr: s.Listener.Addr().String()})
 	// The metrics listener is opened (or has failed) before the socket
 	// answers, so the first health request already reports it.
-	metrics := s.serveMetrics(ctx, log)
+	metrics, metricsDone := s.serveMetrics(ctx, log)
 	go func() {
 		if err := s.API.Serve(s.Listener); err != nil {
 			errc <- fmt.Errorf("server: api on %s: %w", s.Listener.Addr(), err)
@@ -151,6 +151,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	if metrics != nil {
 		metrics.Close()
+		<-metricsDone
 	}
 	// 2. Runs in flight get the grace; the rest are cancelled, agents stop.
 	if err := s.Daemon.Close(s.Grace); err != nil {
@@ -171,10 +172,11 @@ func (s *Server) Run(ctx context.Context) error {
 
 // serveMetrics opens MetricsAddr and serves GET /metrics on it. Failing to
 // listen, or the listener failing later, is logged once and reported in
-// Listeners; the daemon goes on without it.
-func (s *Server) serveMetrics(ctx context.Context, log *zap.Logger) *http.Server {
+// Listeners; the daemon goes on without it. done closes when the server's
+// goroutine has returned.
+func (s *Server) serveMetrics(ctx context.Context, log *zap.Logger) (srv *http.Server, done <-chan struct{}) {
 	if s.MetricsAddr == "" || s.Metrics == nil {
-		return nil
+		return nil, nil
 	}
 	listen := s.MetricsListen
 	if listen == nil {
@@ -185,21 +187,23 @@ func (s *Server) serveMetrics(ctx context.Context, log *zap.Logger) *http.Server
 		s.setListener(apitype.Listener{Name: "metrics", Addr: s.MetricsAddr, Error: err.Error()})
 		log.Error("metrics listener not opened; serving on without it (GET /metrics on the socket still works): free the port or pass another --metrics-addr",
 			zap.String("addr", s.MetricsAddr), zap.Error(err))
-		return nil
+		return nil, nil
 	}
 	addr := ln.Addr().String()
 	s.setListener(apitype.Listener{Name: "metrics", Addr: addr})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.Metrics)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.setListener(apitype.Listener{Name: "metrics", Addr: addr, Error: err.Error()})
 			log.Error("metrics listener failed; serving on without it", zap.String("addr", addr), zap.Error(err))
 		}
 	}()
 	log.Info("serving metrics", zap.String("addr", addr))
-	return srv
+	return srv, served
 }
 
 // watchdog probes the daemon every half watchdog interval (every 10s when

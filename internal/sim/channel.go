@@ -15,7 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 )
 
@@ -57,8 +56,8 @@ type Message struct {
 }
 
 // ToChannel returns m as a message of channel ch.
-func (m Message) ToChannel(ch string) apitype.Message {
-	return apitype.Message{ID: m.ID, Channel: ch, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: m.CreatedAt, Body: m.Body}
+func (m Message) ToChannel(ch string) channel.Message {
+	return channel.Message{ID: m.ID, Channel: ch, Author: m.Author, AuthorKind: m.AuthorKind, CreatedAt: m.CreatedAt, Body: m.Body}
 }
 
 var people = []string{"aiko", "bruno", "carla", "dmitri", "esi", "farid", "gwen", "hana"}

@@ -22,6 +22,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/feed"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -128,6 +129,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 		return nil, err
 	}
 	d, st, closeD, err := o.open(cfg)
+	f := feed.New(st, metrics.New("sim", nil))
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +145,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("sim: stopped before mention %d: %w", mention+1, context.Cause(ctx))
 		}
-		if _, err := d.PutMessages(toChannel(o.Messages[posted : i+1])); err != nil {
+		if _, err := f.PutMessages(toChannel(o.Messages[posted : i+1])); err != nil {
 			return nil, fmt.Errorf("sim: post messages up to %q: %w", m.ID, err)
 		}
 		posted = i + 1
@@ -153,6 +155,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 			if d, st, closeD, err = o.open(cfg); err != nil {
 				return nil, fmt.Errorf("sim: restart the daemon at mention %d: %w", mention, err)
 			}
+			f = feed.New(st, metrics.New("sim", nil))
 		}
 		text := m.Body
 		if mention == o.FailAt {
@@ -196,8 +199,8 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 	return outs, nil
 }
 
-func toChannel(msgs []Message) []apitype.Message {
-	out := make([]apitype.Message, len(msgs))
+func toChannel(msgs []Message) []channel.Message {
+	out := make([]channel.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.ToChannel(ChannelID)
 	}

@@ -45,6 +45,22 @@ func (s *Store) AppendTurns(k session.Key, turns ...session.Turn) error {
 	return s.FinishTurn(k, Finish{Turns: turns})
 }
 
+// TurnCommit is a successful turn's Finish for key Key, for the turn's
+// lease to commit with its staged watermarks (it is a lease.Committer).
+type TurnCommit struct {
+	Store  *Store
+	Key    session.Key
+	Finish Finish // Native and Staged are the lease's
+}
+
+// CommitWatermarks stores the turn with the watermarks it staged for
+// native session native, in one transaction.
+func (c TurnCommit) CommitWatermarks(native string, staged map[channel.WatermarkKey]channel.Seen) error {
+	f := c.Finish
+	f.Native, f.Staged = native, staged
+	return c.Store.FinishTurn(c.Key, f)
+}
+
 // Finish is what a successful turn leaves behind.
 type Finish struct {
 	Turns      []session.Turn                        // the exchange, appended to the key's conversation

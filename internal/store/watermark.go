@@ -36,6 +36,35 @@ func (s *Store) Watermark(wk channel.WatermarkKey) (channel.Watermark, bool, err
 	return w, found, nil
 }
 
+// Seen is what key k's session saw, as a turn's compose needs it, in one
+// read: the watermark of timeline thread ("" the main one) and, for a
+// thread, the main timeline's (for the main one, main is wm); nil where
+// there is none.
+func (s *Store) Seen(k session.Key, thread string) (wm, main *channel.Watermark, err error) {
+	get := func(tx *bolt.Tx, wk channel.WatermarkKey) (*channel.Watermark, error) {
+		w, found, err := getWatermark(tx, wk)
+		if err != nil || !found {
+			return nil, err
+		}
+		return &w, nil
+	}
+	err = s.view(func(tx *bolt.Tx) error {
+		var err error
+		if wm, err = get(tx, channel.WatermarkKey{Key: k, Thread: thread}); err != nil {
+			return err
+		}
+		main = wm
+		if thread != "" {
+			main, err = get(tx, channel.WatermarkKey{Key: k})
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: watermarks of %q (thread %q): %w", k, thread, err)
+	}
+	return wm, main, nil
+}
+
 func getWatermark(tx *bolt.Tx, wk channel.WatermarkKey) (channel.Watermark, bool, error) {
 	var w channel.Watermark
 	v := tx.Bucket(bucketWatermarks).Get(watermarkKey(wk))

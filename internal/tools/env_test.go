@@ -21,7 +21,7 @@ import (
 	"github.com/residentd/residentd/internal/api"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/testkit"
@@ -88,13 +88,6 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 	if len(cfg.Bindings) == 0 {
 		cfg.Bindings = []config.Binding{builtinBinding(t, "b-builtin", dir)}
 	}
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if e.st, err = store.Open(filepath.Join(dir, "residentd.db"), store.Options{}); err != nil {
-		t.Fatal(err)
-	}
 	l := &tools.Launcher{Registry: e.reg, Command: testExe(t), Args: []string{"mcp"}, Env: []string{"RESIDENTD_TEST_MCP=1"}, Socket: e.socket}
 	hook := func(k session.Key, b config.Binding) ([]sdk.McpServer, func()) {
 		servers, release := l.Servers(k, b)
@@ -110,14 +103,13 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 		return servers, release
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	if e.d, err = daemon.New(daemon.Options{Config: cfg, Store: e.st, Metrics: metrics.New("test", nil), Log: log, MCP: hook}); err != nil {
-		t.Fatal(err)
-	}
+	h := daemontest.New(t, cfg, daemontest.Options{Log: log, MCP: hook})
+	e.st, e.d = h.Store, h.Daemon
 	ln, err := api.Listen(e.socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewServer(api.ServerOptions{Daemon: e.d, Log: log, Tools: e.reg})
+	srv := api.NewServer(api.ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: log, Tools: e.reg})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e.c = &client.Client{Socket: e.socket}
@@ -127,8 +119,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 		defer cancel()
 		srv.Shutdown(ctx)
 		<-served
-		e.d.Close(5 * time.Second)
-		e.st.Close()
+		h.Close()
 	})
 	return e
 }

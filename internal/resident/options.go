@@ -1,7 +1,7 @@
 // Session config options: what each key asks of its agent's session
 // (model, mode, reasoning effort, …) and how it gets there.
 
-package daemon
+package resident
 
 import (
 	"context"
@@ -21,10 +21,6 @@ import (
 	"github.com/residentd/residentd/internal/session"
 )
 
-// ErrInvalidOption classifies a session option the agent does not list:
-// an unknown option id, or a value the option does not offer.
-var ErrInvalidOption = errors.New("invalid session option")
-
 // wanted is what a key asks of its session: the binding's session_options
 // with the key's own (set through the API) on top, and which ids are the
 // key's own, so an error can say where to fix a bad one.
@@ -34,7 +30,7 @@ type wanted struct {
 }
 
 // wantOptions is what key k asks of its session.
-func (d *Daemon) wantOptions(k session.Key, b config.Binding) wanted {
+func (d *Keeper) wantOptions(k session.Key, b config.Binding) wanted {
 	d.mu.Lock()
 	own := maps.Clone(d.keyOpts[k])
 	d.mu.Unlock()
@@ -79,7 +75,7 @@ func optionIDs(list []acp.Option) string {
 	return strings.Join(ids, ", ")
 }
 
-// applyOptions brings the session of s to what key k wants before a turn:
+// setOptions brings the session of s to what w asks before a turn:
 // once per session for each option, when the session was created, loaded or
 // resumed (its first turn), and on a warm process only what the key
 // changed since (through the API), never the same value twice; an option
@@ -89,26 +85,14 @@ func optionIDs(list []acp.Option) string {
 // while it runs the one in its transcript. Options go in the order the
 // agent lists them (a model before its efforts), each checked against the
 // listing as the ones before left it; one the agent lists, or offers the
-// value of, only after another changed waits for a second pass.
-func (d *Daemon) applyOptions(ctx context.Context, limit time.Duration, s *resident, b config.Binding, k session.Key, log *zap.Logger) error {
-	return d.setOptions(ctx, limit, s, b, k, d.wantOptions(k, b), true, log)
-}
-
-// setOptions is applyOptions for what w asks, the sets bounded by limit
-// (0: by ctx alone); count says whether the sets are counted (the startup
-// check's are not).
-func (d *Daemon) setOptions(ctx context.Context, limit time.Duration, s *resident, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
+// value of, only after another changed waits for a second pass; count says whether the sets
+// are counted (the startup check's are not).
+func (d *Keeper) setOptions(ctx context.Context, s *Process, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
 	list, listed := s.a.Options(s.native)
 	d.noteListing(b.ID, list, listed)
 	todo, reverts := s.optionsToApply(w.opts)
 	if len(todo) == 0 {
 		return nil
-	}
-	if limit > 0 {
-		// Only a turn that sets something pays for a deadline.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, limit)
-		defer cancel()
 	}
 	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
 		for _, o := range list {
@@ -160,7 +144,7 @@ func (d *Daemon) setOptions(ctx context.Context, limit time.Duration, s *residen
 // the options residentd set that want no longer has, at the value the
 // agent had before (reverts; the process forgets them as they are handed
 // over).
-func (s *resident) optionsToApply(want map[string]string) (todo map[string]string, reverts map[string]bool) {
+func (s *Process) optionsToApply(want map[string]string) (todo map[string]string, reverts map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	todo, reverts = map[string]string{}, map[string]bool{}
@@ -187,7 +171,7 @@ func (s *resident) optionsToApply(want map[string]string) (todo map[string]strin
 // time), or as a revert to that value. It forgets the options residentd
 // set earlier that the agent's listing after the change no longer shows
 // at their values, so they are set again.
-func (s *resident) noteApplied(id, v string, keep bool, before, after []acp.Option) {
+func (s *Process) noteApplied(id, v string, keep bool, before, after []acp.Option) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.appliedOpts == nil {
@@ -210,7 +194,7 @@ func (s *resident) noteApplied(id, v string, keep bool, before, after []acp.Opti
 }
 
 // currentOptions is the session's options as the agent lists them now.
-func (s *resident) currentOptions() map[string]string {
+func (s *Process) currentOptions() map[string]string {
 	list, _ := s.a.Options(s.native)
 	if len(list) == 0 {
 		return nil
@@ -226,16 +210,15 @@ func (s *resident) currentOptions() map[string]string {
 // so far, every id with every value it offered (a model's efforts come and
 // go with the model), for checking options set through the API before a
 // turn applies them.
-func (d *Daemon) noteListing(binding string, list []acp.Option, listed bool) {
+func (d *Keeper) noteListing(binding string, list []acp.Option, listed bool) {
 	if !listed {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	seen := d.listed[binding]
-	if seen == nil {
-		seen = []acp.Option{} // listed, if empty
-	}
+	h := d.of(binding)
+	seen := h.listed
+	h.listedAny = true
 	for _, o := range list {
 		i := slices.IndexFunc(seen, func(x acp.Option) bool { return x.ID == o.ID })
 		if i < 0 {
@@ -248,29 +231,33 @@ func (d *Daemon) noteListing(binding string, list []acp.Option, listed bool) {
 			}
 		}
 	}
-	d.listed[binding] = seen
+	h.listed = seen
 }
 
-func (d *Daemon) optionFailed(binding string, err error) {
+func (d *Keeper) optionFailed(binding string, err error) {
 	d.mu.Lock()
-	d.optionErrs[binding] = err.Error()
+	d.of(binding).option.fail(err)
 	d.mu.Unlock()
 }
 
-func (d *Daemon) optionWorked(binding string) {
+func (d *Keeper) optionWorked(binding string) {
 	d.mu.Lock()
-	delete(d.optionErrs, binding)
+	if h := d.health[binding]; h != nil {
+		h.option.ok()
+	}
 	d.mu.Unlock()
 }
 
 // OptionErrors lists the bindings whose session options the agent refused
 // or does not list, at the last session start or the startup check.
-func (d *Daemon) OptionErrors() []apitype.OptionError {
+func (d *Keeper) OptionErrors() []apitype.OptionError {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []apitype.OptionError
-	for id, e := range d.optionErrs {
-		out = append(out, apitype.OptionError{Binding: id, Error: e})
+	for id, h := range d.health {
+		if h.option.n > 0 {
+			out = append(out, apitype.OptionError{Binding: id, Error: h.option.last})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Binding < out[j].Binding })
 	return out
@@ -279,10 +266,10 @@ func (d *Daemon) OptionErrors() []apitype.OptionError {
 // SessionOptions returns key k's session options: the key's own, and
 // those in effect for its next session (the binding's with the key's on
 // top).
-func (d *Daemon) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
+func (d *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 	b, ok := d.cfg.Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.bindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.cfg.BindingIDs())
 	}
 	if k.Channel == "" {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: channel_id is required", ErrBadRequest)
@@ -302,10 +289,10 @@ func (d *Daemon) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 // and value must be one it has listed (for any session: a model's efforts
 // come with the model); whether it fits the key's session is checked when
 // the next turn applies it.
-func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
+func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
 	b, ok := d.cfg.Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.bindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.cfg.BindingIDs())
 	}
 	if err := k.Check(); err != nil {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -316,8 +303,11 @@ func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apity
 		}
 	}
 	d.mu.Lock()
-	seen, known := d.listed[b.ID]
-	seen = slices.Clone(seen)
+	var seen []acp.Option
+	known := false
+	if h := d.health[b.ID]; h != nil && h.listedAny {
+		seen, known = slices.Clone(h.listed), true
+	}
 	d.mu.Unlock()
 	if known {
 		for _, id := range slices.Sorted(maps.Keys(opts)) {
@@ -349,7 +339,7 @@ func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apity
 // than at the binding's first turn. The probe's process runs beside the
 // pool's and is stopped at once; an agent that cannot start is left to its
 // first turn to report.
-func (d *Daemon) probeOptions(ctx context.Context) {
+func (d *Keeper) probeOptions(ctx context.Context) {
 	for _, b := range d.cfg.Bindings {
 		if len(b.SessionOptions) == 0 {
 			continue
@@ -362,7 +352,7 @@ func (d *Daemon) probeOptions(ctx context.Context) {
 	}
 }
 
-func (d *Daemon) probeBinding(ctx context.Context, b config.Binding) {
+func (d *Keeper) probeBinding(ctx context.Context, b config.Binding) {
 	log := d.log.Named("options").With(zap.String("binding", b.ID))
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -386,7 +376,7 @@ func (d *Daemon) probeBinding(ctx context.Context, b config.Binding) {
 	// The binding's options are set on this throwaway session as a turn
 	// would set them: what one option lists only after another is set is
 	// checked as it is then.
-	if err := d.setOptions(ctx, 0, &resident{a: a, native: native}, b, session.Key{}, wanted{opts: b.SessionOptions}, false, log); err != nil {
+	if err := d.setOptions(ctx, &Process{a: a, native: native}, b, session.Key{}, wanted{opts: b.SessionOptions}, false, log); err != nil {
 		if ctx.Err() != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package daemon
+package resident
 
 import (
 	"context"
@@ -24,12 +24,13 @@ import (
 	"github.com/residentd/residentd/internal/store"
 )
 
-// resident is one agent process serving one native session.
-type resident struct {
+// Process is one agent process serving one native session; the pool holds
+// it between turns.
+type Process struct {
 	a      *acp.Agent
 	native string
 
-	mu       sync.Mutex // guards briefN, briefDue, facts, unsaved, appliedOpts and origOpts
+	mu       sync.Mutex // guards briefN, briefDue, facts, unsaved, appliedOpts, origOpts and the usage below
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
 	facts    string     // the key's facts JSON the process was last given (brief in framing)
@@ -48,9 +49,9 @@ type resident struct {
 	reported bool          // some turn reported usage
 }
 
-// takeUnsaved reports whether the native id still has to be saved, and
+// TakeUnsaved reports whether the native id still has to be saved, and
 // hands that job to the caller.
-func (s *resident) takeUnsaved() bool {
+func (s *Process) TakeUnsaved() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u := s.unsaved
@@ -58,24 +59,25 @@ func (s *resident) takeUnsaved() bool {
 	return u
 }
 
-// keepUnsaved gives the job back after the caller failed to save.
-func (s *resident) keepUnsaved() {
+// KeepUnsaved gives the job back after the caller failed to save.
+func (s *Process) KeepUnsaved() {
 	s.mu.Lock()
 	s.unsaved = true
 	s.mu.Unlock()
 }
 
-// brief is the process's warm turns since the full brief, and whether it
-// is due anyway (the agent compacted its history).
-func (s *resident) brief() (n int, due bool, facts string) {
+// Brief is the process's warm turns since the full brief, whether it is
+// due anyway (the agent compacted its history), and the key's facts the
+// process was last given.
+func (s *Process) Brief() (n int, due bool, facts string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.briefN, s.briefDue, s.facts
 }
 
-// briefSent records the count after a turn's compose; a full brief pays
-// what a compaction made due.
-func (s *resident) briefSent(n int, full bool, facts string) {
+// BriefSent records the count and the facts after a turn; a full brief
+// pays what a compaction made due.
+func (s *Process) BriefSent(n int, full bool, facts string) {
 	s.mu.Lock()
 	s.briefN, s.facts = n, facts
 	if full {
@@ -85,26 +87,30 @@ func (s *resident) briefSent(n int, full bool, facts string) {
 }
 
 // compacted makes the next warm turn carry the full brief.
-func (s *resident) compacted() {
+func (s *Process) compacted() {
 	s.mu.Lock()
 	s.briefDue = true
 	s.mu.Unlock()
 }
 
-func (s *resident) Native() string        { return s.native }
-func (s *resident) Pid() int              { return s.a.Pid() }
-func (s *resident) Done() <-chan struct{} { return s.a.Done() }
-func (s *resident) Close() error          { return s.a.Close() }
+func (s *Process) Native() string        { return s.native }
+func (s *Process) Pid() int              { return s.a.Pid() }
+func (s *Process) Done() <-chan struct{} { return s.a.Done() }
+func (s *Process) Close() error          { return s.a.Close() }
 
-var _ pool.Session = (*resident)(nil)
+// Prompt sends the turn's text to the process's session (acp.Agent.Prompt).
+func (s *Process) Prompt(ctx context.Context, text string, on func(acp.Update)) (acp.Result, error) {
+	return s.a.Prompt(ctx, s.native, text, on)
+}
 
-// spawner starts agent processes for the pool.
-type spawner Daemon
+var _ pool.Session = (*Process)(nil)
 
-var _ pool.Spawner[*resident] = (*spawner)(nil)
+var _ pool.Spawner[*Process] = (*Keeper)(nil)
 
-func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *resident, shape lease.Shape, err error) {
-	d := (*Daemon)(sp)
+// Spawn starts binding's agent for key k and readies its session: the
+// key's saved one reopened (lease.Restored) or a new one (lease.Cold). The
+// pool's exited hook runs once the process has been reaped.
+func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Process, shape lease.Shape, err error) {
 	b, ok := d.cfg.Binding(k.Binding)
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
@@ -148,7 +154,7 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			return d.live(&resident{a: a, native: want, restoredBy: how}), lease.Restored, nil
+			return d.live(&Process{a: a, native: want, restoredBy: how}), lease.Restored, nil
 		}
 	}
 	t1 := d.now()
@@ -162,13 +168,13 @@ func (sp *spawner) Spawn(ctx context.Context, k session.Key, exited func()) (s *
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
-	return d.live(&resident{a: a, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+	return d.live(&Process{a: a, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
 }
 
 // agentSpec is how to start binding b's agent for key k, and a release
 // func to call once that process has exited (it revokes the channel tools'
 // capability). tools false leaves the channel tools out.
-func (d *Daemon) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spec, func(), error) {
+func (d *Keeper) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spec, func(), error) {
 	dir := b.Dir
 	if dir == "" {
 		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
@@ -198,11 +204,11 @@ func (d *Daemon) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spe
 }
 
 // live registers s for the sessions listing until its process is reaped.
-func (d *Daemon) live(s *resident) *resident {
-	d.residents.Store(s.a.Pid(), s)
+func (d *Keeper) live(s *Process) *Process {
+	d.procs.Store(s.a.Pid(), s)
 	select {
 	case <-s.a.Done(): // reaped before the store: its watcher already cleaned up
-		d.residents.Delete(s.a.Pid())
+		d.procs.Delete(s.a.Pid())
 	default:
 	}
 	return s
@@ -210,7 +216,7 @@ func (d *Daemon) live(s *resident) *resident {
 
 // recordAgent notes a spawned agent in the store so that a daemon restarted
 // after a crash can find and stop the process group this one leaves behind.
-func (d *Daemon) recordAgent(a *acp.Agent, k session.Key, command string, log *zap.Logger) {
+func (d *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *zap.Logger) {
 	pid := a.Pid()
 	ticks, err := child.StartTicks(pid)
 	if err != nil {
@@ -228,20 +234,20 @@ func (d *Daemon) recordAgent(a *acp.Agent, k session.Key, command string, log *z
 	}
 }
 
-// watchExit counts an agent's exit once it is reaped.
-func (d *Daemon) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release func()) {
+// watchExit has the agent's reaper clean up after its exit: the listing,
+// the tools' capability, the store's record, the exit counter.
+func (d *Keeper) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release func()) {
 	d.watchers.Add(1)
-	go func() {
+	a.OnExit(func() {
 		defer d.watchers.Done()
-		<-a.Done()
-		d.residents.Delete(a.Pid())
+		d.procs.Delete(a.Pid())
 		release()
 		if err := d.st.ForgetAgent(a.Pid()); err != nil {
 			log.Warn("forget agent record failed", zap.Int("pid", a.Pid()), zap.Error(err))
 		}
 		d.m.AgentExited(a.ExitKind())
 		log.Info("agent exited", zap.Int("pid", a.Pid()), zap.String("kind", a.ExitKind()))
-	}()
+	})
 }
 
 // openCgroups makes the cgroup subtree the agents run in and says once how

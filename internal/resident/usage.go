@@ -1,14 +1,11 @@
-// What agents report a turn cost, and how long a key sat idle before it.
+// What agents report a turn cost: deltas of running totals per process.
 
-package daemon
+package resident
 
 import (
-	"time"
-
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/session"
 )
 
 // turnUsage turns what the agent reported for one turn into that turn's
@@ -16,7 +13,7 @@ import (
 // as ACP reports the session's cost so far; both start at 0 in a new
 // process), priced by the binding's table when the agent gave tokens but no
 // cost. Unknown when the agent reported nothing.
-func (s *resident) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
+func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var u apitype.Usage
@@ -62,7 +59,7 @@ func (s *resident) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 }
 
 // usedSoFar is the sum of the process's turns, unknown before any reported.
-func (s *resident) usedSoFar() *apitype.Usage {
+func (s *Process) usedSoFar() *apitype.Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.reported {
@@ -82,23 +79,4 @@ func delta(now, before int64) int64 {
 		return now
 	}
 	return now - before
-}
-
-// idleGap is the time from the end of the key's previous turn in this run
-// to start; false for its first.
-func (d *Daemon) idleGap(k session.Key, start time.Time) (time.Duration, bool) {
-	d.lastMu.Lock()
-	defer d.lastMu.Unlock()
-	prev, ok := d.lastEnd[k]
-	if !ok {
-		return 0, false
-	}
-	return max(0, start.Sub(prev)), true
-}
-
-// turnEnded notes when the key's turn ended, for the next one's gap.
-func (d *Daemon) turnEnded(k session.Key) {
-	d.lastMu.Lock()
-	d.lastEnd[k] = d.now()
-	d.lastMu.Unlock()
 }

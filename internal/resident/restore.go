@@ -1,4 +1,4 @@
-package daemon
+package resident
 
 import (
 	"context"
@@ -11,13 +11,6 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 )
-
-// restoreRun is one binding's restores that failed in a row.
-type restoreRun struct {
-	n       int
-	last    string // the last failure
-	stopped bool   // restore_failures reached: no more tries this run
-}
 
 // restoreWay is one way to reopen a saved session.
 type restoreWay struct {
@@ -44,9 +37,9 @@ func restoreWays(a *acp.Agent, method string) []restoreWay {
 // ("" when none did or none was tried: the turn goes cold). Each failure is
 // logged with the way that failed; restore_failures failed restores in a row
 // stop a binding's restores for the rest of the daemon's run.
-func (d *Daemon) restore(ctx context.Context, a *acp.Agent, b config.Binding, native string, log *zap.Logger) (string, error) {
+func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, native string, log *zap.Logger) (string, error) {
 	binding := b.ID
-	if d.restoreStopped(binding) {
+	if d.RestoreStopped(binding) {
 		return "", nil
 	}
 	ways := restoreWays(a, b.RestoreMethod)
@@ -93,33 +86,28 @@ func (d *Daemon) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 	return "", nil
 }
 
-func (d *Daemon) restoreStopped(binding string) bool {
+// RestoreStopped reports whether binding's restores stopped.
+func (d *Keeper) RestoreStopped(binding string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r := d.restores[binding]
-	return r != nil && r.stopped
+	h := d.health[binding]
+	return h != nil && h.restoreStop
 }
 
-func (d *Daemon) restoreWorked(binding string) {
+func (d *Keeper) restoreWorked(binding string) {
 	d.mu.Lock()
-	delete(d.restores, binding)
+	d.of(binding).restore.ok()
 	d.mu.Unlock()
 }
 
-func (d *Daemon) restoreFailed(binding string, err error, log *zap.Logger) {
+func (d *Keeper) restoreFailed(binding string, err error, log *zap.Logger) {
 	d.mu.Lock()
-	r := d.restores[binding]
-	if r == nil {
-		r = &restoreRun{}
-		d.restores[binding] = r
-	}
-	r.n++
-	r.last = err.Error()
-	stop := !r.stopped && r.n >= d.cfg.RestoreFailures
+	h := d.of(binding)
+	n := h.restore.fail(err)
+	stop := !h.restoreStop && n >= d.cfg.RestoreFailures
 	if stop {
-		r.stopped = true
+		h.restoreStop = true
 	}
-	n := r.n
 	d.mu.Unlock()
 	if stop {
 		d.m.RestoreStopped.WithLabelValues(binding).Set(1)
@@ -129,13 +117,13 @@ func (d *Daemon) restoreFailed(binding string, err error, log *zap.Logger) {
 }
 
 // RestoreStops lists the bindings whose restores stopped, by id.
-func (d *Daemon) RestoreStops() []apitype.RestoreStop {
+func (d *Keeper) RestoreStops() []apitype.RestoreStop {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []apitype.RestoreStop
-	for id, r := range d.restores {
-		if r.stopped {
-			out = append(out, apitype.RestoreStop{Binding: id, Failures: r.n, LastError: r.last})
+	for id, h := range d.health {
+		if h.restoreStop {
+			out = append(out, apitype.RestoreStop{Binding: id, Failures: h.restore.n, LastError: h.restore.last})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Binding < out[j].Binding })

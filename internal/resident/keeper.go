@@ -1,0 +1,194 @@
+// Package resident keeps the agent processes: it spawns one for the pool
+// (it is the pool's Spawner), reopens a key's saved native session on it
+// (resume, then load, else cold), brings the session's config options to
+// what the key asks, backs off a binding whose agents keep failing, stops
+// the agents an earlier daemon left behind, and counts what each process's
+// turns used. It keeps what it knows of each binding's agents (crash loop,
+// restore streak, listed options, option errors) in one record per binding.
+// A turn asks it two things: Prepare the process for this turn, and record
+// how the turn Settled.
+package resident
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/child"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/store"
+)
+
+// Errors a turn may meet preparing its process.
+var (
+	ErrUnknownBinding = errors.New("unknown binding")
+	// ErrBackoff: the binding's agents keep failing to start or crashing, so
+	// its next spawn waits; other bindings are unaffected.
+	ErrBackoff = errors.New("agent is in crash-loop backoff")
+	// ErrInvalidOption classifies a session option the agent does not list:
+	// an unknown option id, or a value the option does not offer.
+	ErrInvalidOption = errors.New("invalid session option")
+	// ErrBadRequest: a session options request that cannot be served.
+	ErrBadRequest = errors.New("bad request")
+)
+
+// MCPServers returns the MCP servers handed to a new agent process for key
+// k, and a release func the keeper calls once that process has exited (so
+// any capability it carried dies with it). The keeper sends an empty list
+// when MCPServers is nil or the binding turned tools off.
+type MCPServers func(k session.Key, b config.Binding) (servers []sdk.McpServer, release func())
+
+// Options wires a Keeper.
+type Options struct {
+	Config  *config.Config // defaults set, validated
+	Store   *store.Store
+	Metrics *metrics.Metrics
+	Log     *zap.Logger
+	MCP     MCPServers
+	// Ask puts every agent's permission requests to whoever runs its turn.
+	Ask acp.AskFunc
+	// Now is the clock; tests inject one.
+	Now func() time.Time
+	// BackoffBase and BackoffCap shape the crash-loop backoff: after the
+	// second consecutive spawn failure or crash of a binding its next spawn
+	// is refused for BackoffBase, doubling per failure up to BackoffCap
+	// (defaults 1s and 1m).
+	BackoffBase, BackoffCap time.Duration
+}
+
+// Keeper keeps the agent processes. Create it with New; stop it with Close
+// once the pool holding its processes is closed.
+type Keeper struct {
+	cfg *config.Config
+	st  *store.Store
+	m   *metrics.Metrics
+	log *zap.Logger
+	mcp MCPServers
+	ask acp.AskFunc
+	now func() time.Time
+
+	backoffBase, backoffCap time.Duration
+
+	cgroups *child.Cgroups // nil: agents run without cgroups of their own
+
+	procs sync.Map // agent pid -> *Process, while it lives
+
+	mu      sync.Mutex                        // guards health, keyOpts and warned
+	health  map[string]*health                // binding id -> what its agents did lately
+	keyOpts map[session.Key]map[string]string // the keys' own session options (the store's copy)
+	warned  map[string]bool                   // what warnOnce logged already
+
+	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
+
+	watchers    sync.WaitGroup // agent exit hooks still running
+	probes      sync.WaitGroup // startup option checks
+	stopProbing context.CancelFunc
+	closeOnce   sync.Once
+}
+
+// health is what the keeper knows of one binding's agents, across their
+// processes.
+type health struct {
+	crash       streak    // spawn failures and crashes in a row
+	until       time.Time // no spawn before this (the crash loop's backoff)
+	restore     streak    // failed restores in a row
+	restoreStop bool      // restore_failures reached: no more tries this run
+	listed      []acp.Option
+	listedAny   bool   // the agent listed config options (listed may be empty)
+	option      streak // session options the agent refused or does not list
+}
+
+// streak is a run of failures in a row and the last one's error.
+type streak struct {
+	n    int
+	last string
+}
+
+// fail counts err and returns the length of the run.
+func (s *streak) fail(err error) int {
+	s.n++
+	s.last = err.Error()
+	return s.n
+}
+
+// ok ends the run.
+func (s *streak) ok() { *s = streak{} }
+
+// New returns a keeper. It first stops the agents an earlier daemon on the
+// same store left behind (see sweepLeftovers), then starts checking the
+// bindings' session options in the background.
+func New(o Options) (*Keeper, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	k := &Keeper{
+		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
+		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
+		health: map[string]*health{}, warned: map[string]bool{},
+	}
+	if k.backoffBase <= 0 {
+		k.backoffBase = time.Second
+	}
+	if k.backoffCap <= 0 {
+		k.backoffCap = time.Minute
+	}
+	keyOpts, err := k.st.KeyOptions()
+	if err != nil {
+		return nil, fmt.Errorf("resident: %w", err)
+	}
+	k.keyOpts = keyOpts
+	sweepLeftovers(k.st, k.log)
+	k.cgroups = openCgroups(o.Config, k.log)
+	pctx, stop := context.WithCancel(context.Background())
+	k.stopProbing = stop
+	k.probeOptions(pctx)
+	return k, nil
+}
+
+// Close stops the startup checks, waits for every exit hook and removes the
+// agents' cgroup. Call it after the pool has stopped the processes.
+// Idempotent.
+func (k *Keeper) Close() {
+	k.closeOnce.Do(func() {
+		k.stopProbing()
+		k.watchers.Wait()
+		k.probes.Wait()
+		if k.cgroups != nil {
+			if err := k.cgroups.Close(); err != nil {
+				k.log.Warn("remove the agents' cgroup", zap.Error(err))
+			}
+		}
+	})
+}
+
+// of returns binding's health record, creating it; call with mu held.
+func (k *Keeper) of(binding string) *health {
+	h := k.health[binding]
+	if h == nil {
+		h = &health{}
+		k.health[binding] = h
+	}
+	return h
+}
+
+// warnOnce runs warn the first time the daemon meets what names.
+func (k *Keeper) warnOnce(what string, warn func()) {
+	k.mu.Lock()
+	first := !k.warned[what]
+	k.warned[what] = true
+	k.mu.Unlock()
+	if first {
+		warn()
+	}
+}

@@ -1,0 +1,91 @@
+package resident
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// Prepared is what the keeper knows of a process that a turn's prompt
+// depends on.
+type Prepared struct {
+	Pid int // the process's
+	// BriefCount is the process's warm turns since the brief last went out
+	// in full; BriefDue says it is due anyway (the agent compacted).
+	BriefCount int
+	BriefDue   bool
+	// Facts is the key's facts JSON the process was last given (brief in
+	// the framing): a warm turn says only when they changed.
+	Facts string
+}
+
+// Prepare readies process p for a turn of key k: its session options are
+// brought to what the key wants (bounded by ctx).
+func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
+	if err := d.setOptions(ctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
+		return Prepared{}, err
+	}
+	n, due, facts := p.Brief()
+	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts}, nil
+}
+
+// Settlement is how a turn that reached the agent ended.
+type Settlement struct {
+	Result  acp.Result    // what the agent reported, also on failure
+	Outcome lease.Outcome // the turn's outcome
+	Err     error         // why it failed, nil on OutcomeOK
+	// BriefCount and BriefSent are what the turn's compose decided of the
+	// brief (lease.Output).
+	BriefCount int
+	BriefSent  bool
+	Facts      string // the facts the turn gave the process (lease.Output)
+}
+
+// Settle is what the keeper tells the turn back.
+type Settle struct {
+	Usage apitype.Usage // what the turn used
+	// SaveNative: the session is new and its id is to be saved with the
+	// turn's commit (on OutcomeOK); on a failed commit call
+	// Process.KeepUnsaved.
+	SaveNative bool
+}
+
+// Settled records how a turn on process p ended: the brief count, the
+// usage delta, a compaction (the next warm turn carries the full brief),
+// and the binding's crash loop (a crash counts, a success ends it).
+func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) Settle {
+	p.BriefSent(s.BriefCount, s.BriefSent, s.Facts)
+	u := p.turnUsage(b, s.Result)
+	if s.Result.Compacted {
+		p.compacted()
+		d.m.Compacted(b.ID)
+		log.Info("agent compacted its history; the next warm turn carries the full brief", zap.String("native", p.native))
+	}
+	out := Settle{Usage: u}
+	switch s.Outcome {
+	case lease.OutcomeCrash:
+		d.spawnFailed(b.ID, s.Err)
+	case lease.OutcomeOK:
+		d.spawnOK(b.ID)
+		out.SaveNative = p.TakeUnsaved()
+	}
+	return out
+}
+
+// SaveNative saves a new session's id after a turn that stored nothing, so
+// a later process can still restore the session the agent keeps.
+func (d *Keeper) SaveNative(k session.Key, p *Process, log *zap.Logger) {
+	if !p.TakeUnsaved() {
+		return
+	}
+	if err := d.st.SetNativeID(k, p.native); err != nil {
+		p.KeepUnsaved()
+		log.Error("save native session id failed", zap.String("native", p.native), zap.Error(err))
+	}
+}

@@ -1,0 +1,24 @@
+package resident
+
+import (
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/child"
+)
+
+// Describe fills in what the keeper knows of the process ses.Pid in a
+// sessions listing: its memory (0 where it cannot be read: its cgroup's,
+// covering the whole tree, when it has one with the memory controller,
+// else its RSS), how it reopened its session, what its turns used, its
+// session options now, and whether its binding's restores stopped.
+func (d *Keeper) Describe(ses *apitype.Session) {
+	rss, source, err := child.Memory(ses.Pid)
+	if err != nil {
+		source = ""
+	}
+	ses.RSSBytes, ses.MemorySource = rss, source
+	ses.RestoreStopped = d.RestoreStopped(ses.Binding)
+	if v, ok := d.procs.Load(ses.Pid); ok {
+		p := v.(*Process)
+		ses.RestoredBy, ses.Usage, ses.Options = p.restoredBy, p.usedSoFar(), p.currentOptions()
+	}
+}
