@@ -175,7 +175,10 @@ func turnStats(t *testing.T, api *fakeAPI, i int) (whole, conv prefixStats) {
 // and system text anew, so that turn is measured on its conversation part.
 func TestClaudeFloor(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	// Two agents, nine turns and a restart: more than testTimeout on a
+	// loaded machine under the race detector.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
 	apiD, apiR := newFakeAPI(t, "Looked into it: the retry count is set in webhook/config.go."), newFakeAPI(t, "Looked into it: the retry count is set in webhook/config.go.")
 	apiD.sized, apiR.sized = true, true
 	warmTurns := len(floorLines) - 1
