@@ -323,6 +323,19 @@ func (c *Client) Version(ctx context.Context) (apitype.Version, error) {
 // done event leaves out the reply text its chunks already carried; the
 // returned one has it, joined from the chunks when the stream held every
 // event from the first, else read from the run's result.
+// updatePrefix opens every update event line the daemon writes (the event
+// name is an Event's first field).
+var updatePrefix = []byte(`{"event":"update",`)
+
+// leanUpdate is what readStream needs of an update nobody else sees.
+type leanUpdate struct {
+	Seq    int64 `json:"seq"`
+	Update struct {
+		Kind string `json:"kind"`
+		Text string `json:"text"`
+	} `json:"update"`
+}
+
 func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -330,6 +343,21 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 	var seq int64 // the last seq read; whole while every one followed the one before
 	whole := true
 	for sc.Scan() {
+		if on == nil && bytes.HasPrefix(sc.Bytes(), updatePrefix) {
+			// Nobody sees the update itself: only its seq and text count.
+			var u leanUpdate
+			if err := json.Unmarshal(sc.Bytes(), &u); err != nil {
+				return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
+			}
+			if u.Seq != seq+1 {
+				whole = false
+			}
+			seq = u.Seq
+			if u.Update.Kind == apitype.UpdateMessage {
+				text.WriteString(u.Update.Text)
+			}
+			continue
+		}
 		var ev apitype.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)

@@ -94,17 +94,36 @@ func decodeScanned(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return fmt.Errorf("%w: the request body is empty; send a JSON object", errDecode)
 	}
+	// A body the quick scan accepts needs no walk: the walk's token reader
+	// allocates per token, and every turn request is decoded here. One the
+	// decoder then refuses is walked after all, for the walk's words.
+	quick := quickCheck(data, reflect.TypeOf(v))
+	if !quick {
+		if err := walk(data, v); err != nil {
+			return err
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if quick {
+			if werr := walk(data, v); werr != nil {
+				return werr
+			}
+		}
+		return fmt.Errorf("%w: %s", errDecode, describe(err))
+	}
+	return nil
+}
+
+// walk checks data against v's type with the walker.
+func walk(data []byte, v any) error {
 	w := walker{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
 	if err := w.value(reflect.TypeOf(v)); err != nil {
 		return err
 	}
 	if _, err := w.dec.Token(); err != io.EOF {
 		return fmt.Errorf("%w: trailing data after the JSON body", errDecode)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %s", errDecode, describe(err))
 	}
 	return nil
 }
@@ -200,20 +219,10 @@ func (w *walker) value(t reflect.Type) error {
 			}
 		}
 	case '{':
-		fields := map[string]reflect.Type{}
 		isStruct := !opaque && t.Kind() == reflect.Struct
+		var fields map[string]reflect.Type
 		if isStruct {
-			for i := 0; i < t.NumField(); i++ {
-				f := t.Field(i)
-				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-				if name == "-" || !f.IsExported() {
-					continue
-				}
-				if name == "" {
-					name = f.Name
-				}
-				fields[name] = f.Type
-			}
+			fields = fieldsOf(t)
 		}
 		seen := map[string]bool{}
 		for w.dec.More() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -35,6 +36,10 @@ func FuzzDecodeTurn(f *testing.F) {
 		`{"text":"` + strings.Repeat("[", 200) + `","channel_id":"ch"}`,
 		`{"text":"\"` + strings.Repeat("{", 200) + `"}`,
 		`{"messages":[` + strings.Repeat(`[`, MaxDepth) + `]}`,
+		`{"channel_id":"ch","channel_id":"ch2","text":"x"}`,
+		`{"Channel_ID":"ch","text":"x"}`,
+		`{"chann\u0065l_id":"ch","text":"x"}`,
+		`{"channel_agents":[{"handle":"@a","handle":"@b"}],"text":"x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -75,6 +80,15 @@ func FuzzDecodeTurn(f *testing.F) {
 		}
 		check(func() any { return new(apitype.TurnRequest) })
 		check(func() any { return new(apitype.MessagesRequest) })
+		// The quick scan only ever spares a walk the walker would pass:
+		// what it and the decoder accept, the walker accepts.
+		for _, v := range []any{new(apitype.TurnRequest), new(apitype.MessagesRequest)} {
+			if quickCheck(data, reflect.TypeOf(v)) && decodeBytes(data, v) == nil {
+				if err := walk(data, v); err != nil {
+					t.Fatalf("quick scan accepted %q, the walker refuses it: %v", data, err)
+				}
+			}
+		}
 	})
 }
 

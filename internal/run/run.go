@@ -100,7 +100,7 @@ type Run struct {
 	bytes    int
 	dropped  int64         // the seq of the last event the bounds dropped
 	last     int64         // the last seq handed out
-	changed  chan struct{} // closed and replaced on every change
+	changed  chan struct{} // closed on every change; made again by the next reader that waits (nil: nobody waits)
 	result   *apitype.Event
 	err      error
 	pending  map[string]*ask
@@ -211,28 +211,29 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	if ev.At.IsZero() {
 		ev.At = r.now()
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.buf.Reset()
 	// Every field of an Event encodes; a Raw payload came from the agent's
 	// own valid JSON.
-	if err := enc.Encode(ev); err != nil {
+	if err := e.enc.Encode(ev); err != nil {
 		// Keep the event's place in the log as an update that says so.
 		ev = apitype.Event{Event: apitype.EventUpdate, RunID: ev.RunID, Seq: ev.Seq, At: ev.At,
 			Update: &apitype.Update{Kind: apitype.UpdateOther, Text: "an update could not be encoded: " + err.Error()}}
-		buf.Reset()
-		_ = enc.Encode(ev)
+		e.buf.Reset()
+		_ = e.enc.Encode(ev)
 	}
+	data := bytes.Clone(e.buf.Bytes())
 	if ev.Update != nil && ev.Update.Kind == apitype.UpdateMessage {
 		r.chunked = true
 	}
-	l := line{seq: ev.Seq, data: buf.Bytes(), start: ev.Event == apitype.EventStarted}
+	l := line{seq: ev.Seq, data: data, start: ev.Event == apitype.EventStarted}
 	if u := ev.Update; u != nil && (u.Kind == apitype.UpdateMessage || u.Kind == apitype.UpdateThought) && u.Raw == nil {
 		full := ev
 		l.ev = &full
 	}
 	r.lines = append(r.lines, l)
-	r.bytes += buf.Len()
+	r.bytes += len(data)
 	// Keep the newest within both bounds, and always the newest one.
 	for len(r.lines) > 1 && (len(r.lines) > r.limits.Events || r.bytes > r.limits.Bytes) {
 		r.bytes -= len(r.lines[0].data)
@@ -240,10 +241,34 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 		r.lines[0] = line{}
 		r.lines = r.lines[1:]
 	}
-	close(r.changed)
-	r.changed = make(chan struct{})
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 	return ev
 }
+
+// changedLocked returns the channel the next change closes.
+func (r *Run) changedLocked() chan struct{} {
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
+// encoder is a reusable event encoder: one buffer and one json.Encoder
+// for every event of every run, instead of a new pair each.
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
 
 // textChunk is the raw form of a text chunk, as ACP sends it.
 type textChunk struct {
@@ -288,7 +313,7 @@ type Batch struct {
 func (r *Run) Read(after int64, lean bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b := Batch{Last: after, Changed: r.changed}
+	b := Batch{Last: after, Changed: r.changedLocked()}
 	if after < r.dropped {
 		b.Gone = true
 		return b
@@ -328,7 +353,7 @@ func (r *Run) Result() (apitype.Event, error, bool) {
 func (r *Run) Wait() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.changed
+	return r.changedLocked()
 }
 
 // Snapshot describes the run as GET /v1/runs/{id} does.
@@ -521,7 +546,7 @@ func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint
 	}
 	r := &Run{
 		ID: id, Kind: kind, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
-		state: apitype.RunStarting, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
+		state: apitype.RunStarting, pending: map[string]*ask{}, answered: map[string]bool{},
 	}
 	g.runs[id] = r
 	g.mu.Unlock()
