@@ -280,7 +280,8 @@ type Known struct {
 	ID     string
 	Seq    uint64
 	Thread string
-	// Attachments are the message's, with their paths; none when the
-	// channel does not hold it.
+	// Author and Attachments are the message's, the attachments with their
+	// paths; none when the channel does not hold it.
+	Author      string
 	Attachments []Attachment
 }

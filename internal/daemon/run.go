@@ -284,7 +284,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	defer unask()
 	first := true
 	turnStart := d.now()
-	res, err := co.Session.Prompt(tctx, text, func(u acp.Update) {
+	res, err := co.Session.Prompt(tctx, text, out.Attachments, func(u acp.Update) {
 		if first {
 			first = false
 			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))

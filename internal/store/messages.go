@@ -506,7 +506,7 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 				if err != nil {
 					return err
 				}
-				k.Seq, k.Thread, k.Attachments = seq, timelineOf(m), s.withPaths(m.Attachments)
+				k.Seq, k.Thread, k.Author, k.Attachments = seq, timelineOf(m), m.Author, s.withPaths(m.Attachments)
 			}
 			v.Known = append(v.Known, k)
 		}
