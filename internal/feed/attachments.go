@@ -150,8 +150,11 @@ func inside(dir, p string) (string, error) {
 // UTF-8. Other types (archives, octet streams) are taken as declared.
 func checkType(declared string, data []byte) error {
 	mt, _, err := mime.ParseMediaType(declared)
+	if err == nil && !strings.Contains(mt, "/") {
+		err = errors.New("want type/subtype")
+	}
 	if err != nil {
-		return fmt.Errorf("type %q is not a media type: %w", declared, err)
+		return fmt.Errorf("type %q is not a media type such as image/png: %w", declared, err)
 	}
 	sniffed, _, _ := mime.ParseMediaType(http.DetectContentType(data))
 	strict := func(t string) bool { return strings.HasPrefix(t, "image/") || t == "application/pdf" }
