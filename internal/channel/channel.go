@@ -272,6 +272,9 @@ type View struct {
 	Total, Candidates int
 	// Known are the ids asked about, in order.
 	Known []Known
+	// Attached are the attachments of the known ids the channel holds, by
+	// id (none when they carry none).
+	Attached map[string][]Attachment
 }
 
 // Known is where one id the prompt carries lives: the arrival of its
@@ -280,8 +283,4 @@ type Known struct {
 	ID     string
 	Seq    uint64
 	Thread string
-	// Author and Attachments are the message's, the attachments with their
-	// paths; none when the channel does not hold it.
-	Author      string
-	Attachments []Attachment
 }

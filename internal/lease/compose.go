@@ -268,28 +268,22 @@ func marks(main *channel.Watermark, thread string, root *channel.Mark, replayed 
 func attachments(wm *channel.Watermark, view channel.View, sel delivery.Selection, mention channel.Known, replayed []channel.Mark) []channel.Attachment {
 	var out []channel.Attachment
 	done := map[string]bool{}
-	add := func(id, author string, atts []channel.Attachment) {
+	add := func(id string, atts []channel.Attachment) {
 		if len(atts) == 0 || done[id] {
 			return
 		}
 		done[id] = true
-		for _, a := range atts {
-			a.Message, a.Author = id, author
-			out = append(out, a)
-		}
+		out = append(out, atts...)
 	}
 	if mention.ID != "" && !(wm != nil && mention.Seq > 0 && wm.Covers(mention.ID, mention.Seq, false)) {
-		add(mention.ID, mention.Author, mention.Attachments)
+		add(mention.ID, view.Attached[mention.ID])
 	}
 	for _, r := range replayed {
-		if i := slices.IndexFunc(view.Known, func(k channel.Known) bool { return k.ID == r.ID }); i >= 0 {
-			k := view.Known[i]
-			add(k.ID, k.Author, k.Attachments)
-		}
+		add(r.ID, view.Attached[r.ID])
 	}
 	for _, m := range view.Rows {
 		if !slices.Contains(sel.Edits, m.ID) {
-			add(m.ID, m.Author, m.Attachments)
+			add(m.ID, m.Attachments)
 		}
 	}
 	return out

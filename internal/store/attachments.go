@@ -32,10 +32,12 @@ func (s *Store) AttachmentDir() string { return s.path + ".attachments" }
 // attachmentPath is where content sum is kept.
 func (s *Store) attachmentPath(sum string) string { return filepath.Join(s.AttachmentDir(), sum) }
 
-// withPaths sets the path of each attachment.
-func (s *Store) withPaths(atts []channel.Attachment) []channel.Attachment {
+// withPaths returns m's attachments with their paths and message.
+func (s *Store) withPaths(m channel.Message) []channel.Attachment {
+	atts := m.Attachments
 	for i := range atts {
 		atts[i].Path = s.attachmentPath(atts[i].SHA256)
+		atts[i].Message, atts[i].Author = m.ID, m.Author
 	}
 	return atts
 }

@@ -71,7 +71,7 @@ func TestAttachmentsKeptOnceDroppedWithTheirLastMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := filepath.Join(s.AttachmentDir(), a.SHA256); len(v.Rows[0].Attachments) != 1 || v.Rows[0].Attachments[0].Path != p || len(v.Known[0].Attachments) != 1 || v.Known[0].Attachments[0].Path != p {
+	if p := filepath.Join(s.AttachmentDir(), a.SHA256); len(v.Rows[0].Attachments) != 1 || v.Rows[0].Attachments[0].Path != p || len(v.Attached["m1"]) != 1 || v.Attached["m1"][0].Path != p || v.Attached["m1"][0].Message != "m1" {
 		t.Fatalf("rows %+v known %+v: want the attachment with its path %s", v.Rows, v.Known, p)
 	}
 

@@ -506,7 +506,13 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 				if err != nil {
 					return err
 				}
-				k.Seq, k.Thread, k.Author, k.Attachments = seq, timelineOf(m), m.Author, s.withPaths(m.Attachments)
+				k.Seq, k.Thread = seq, timelineOf(m)
+				if len(m.Attachments) > 0 {
+					if v.Attached == nil {
+						v.Attached = map[string][]channel.Attachment{}
+					}
+					v.Attached[id] = s.withPaths(m)
+				}
 			}
 			v.Known = append(v.Known, k)
 		}
@@ -550,7 +556,7 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 			if err != nil {
 				return err
 			}
-			m.Attachments = s.withPaths(m.Attachments)
+			m.Attachments = s.withPaths(m)
 			v.Rows = append(v.Rows, m)
 		}
 		slices.SortFunc(v.Rows, func(a, b channel.Message) int {
