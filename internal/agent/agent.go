@@ -88,8 +88,8 @@ type options struct {
 	noClose   bool
 	noResume  bool
 	noOptions bool
-	image     bool // advertise promptCapabilities.image
-	embedded  bool // advertise promptCapabilities.embeddedContext
+	image     bool    // advertise promptCapabilities.image
+	embedded  bool    // advertise promptCapabilities.embeddedContext
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string

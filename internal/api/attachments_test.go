@@ -276,4 +276,3 @@ func TestRefusedAttachmentsLeaveTheBatchUnwritten(t *testing.T) {
 		})
 	}
 }
-
