@@ -264,9 +264,9 @@ type Usage struct {
 	// Cost in Currency: the agent's own (CostSource "agent", the change of
 	// the session cost it reports), or from the binding's price table
 	// ("prices"); absent when neither says.
-	Cost       *float64 `json:"cost,omitempty"`
-	Currency   string   `json:"currency,omitempty"`
-	CostSource string   `json:"cost_source,omitempty"`
+	Cost       *Amount `json:"cost,omitempty"` // exact: a decimal string
+	Currency   string  `json:"currency,omitempty"`
+	CostSource string  `json:"cost_source,omitempty"`
 }
 
 // UsageUnknown is how an unknown Usage is encoded.
@@ -342,6 +342,18 @@ type Health struct {
 	// OptionErrors are the bindings whose session options their agent
 	// does not list, found at startup or at the last session start.
 	OptionErrors []OptionError `json:"option_errors,omitempty"`
+	// BindingCommands says for every binding whether its command is found
+	// and executable, checked on each request without starting anything.
+	BindingCommands []BindingCommand `json:"binding_commands"`
+}
+
+// BindingCommand is whether a binding's agent can be started, in Health.
+type BindingCommand struct {
+	Binding   string `json:"binding_id"`
+	Command   string `json:"command"`
+	Path      string `json:"path,omitempty"` // the executable it resolves to
+	Startable bool   `json:"startable"`
+	Problem   string `json:"problem,omitempty"` // why it cannot start
 }
 
 // OptionError is a binding whose session options failed, in Health.
@@ -416,8 +428,8 @@ type Budget struct {
 	Scope    string    `json:"scope"` // binding or channel
 	ID       string    `json:"id"`
 	Level    string    `json:"level"` // ok, warning (at warn_at of the limit), exceeded (new turns refused)
-	Spent    float64   `json:"spent"`
-	Limit    float64   `json:"limit"`
+	Spent    Amount    `json:"spent"` // exact: a decimal string
+	Limit    Amount    `json:"limit"`
 	Currency string    `json:"currency"`
 	ResetsAt time.Time `json:"resets_at"`
 }
@@ -577,4 +589,5 @@ const (
 	CodeBadCapability     = "bad_capability"
 	CodeOutOfScope        = "out_of_scope"
 	CodeBadCursor         = "bad_cursor"
+	CodeAgentForbidden    = "agent_forbidden" // the caller is an agent (or its descendant): only the tool endpoints are open to it
 )

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/apitype"
 )
 
 func TestHelpVersionAndErrors(t *testing.T) {
@@ -167,4 +169,72 @@ func TestOptionsAndBudgetsFromTheCommandLine(t *testing.T) {
 		t.Fatalf("budgets printed:\n%s", table)
 	}
 	cli("budget binding b-paid: exceeded", exitOK, "status")
+}
+
+// Health and status say which bindings can start, from a config where some
+// commands are missing, a file is not executable and one is a directory;
+// nothing is started to find out, and a fix shows on the next request.
+func TestStatusSaysWhichBindingsCanStart(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := sockDir(t)
+	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
+	tmp := t.TempDir()
+	noexec := filepath.Join(tmp, "agent-noexec")
+	if err := os.WriteFile(noexec, []byte("#!/bin/sh\nexec true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(tmp, "config.json")
+	os.WriteFile(cfg, []byte(`{"bindings":[
+		{"id":"b-ok","handle":"@ok","command":"`+exe+`","args":["agent"]},
+		{"id":"b-gone","handle":"@gone","command":"residentd-no-such-agent-xyz"},
+		{"id":"b-nofile","handle":"@nofile","command":"`+filepath.Join(tmp, "nothing-here")+`"},
+		{"id":"b-noexec","handle":"@noexec","command":"`+noexec+`"},
+		{"id":"b-dir","handle":"@dir","command":"`+tmp+`"}]}`), 0o600)
+	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
+	h := waitHealthy(t, d, sock)
+	got := map[string]apitype.BindingCommand{}
+	for _, b := range h.BindingCommands {
+		got[b.Binding] = b
+	}
+	for id, want := range map[string]string{"b-builtin": "", "b-ok": "", "b-gone": `command "residentd-no-such-agent-xyz" not found on PATH`,
+		"b-nofile": "does not exist", "b-noexec": "is not executable", "b-dir": "is a directory"} {
+		b, ok := got[id]
+		switch {
+		case !ok:
+			t.Errorf("health lists no binding %s: %+v", id, h.BindingCommands)
+		case want == "" && (!b.Startable || b.Path == ""):
+			t.Errorf("%s: %+v, want startable with its path", id, b)
+		case want != "" && (b.Startable || !strings.Contains(b.Problem, want)):
+			t.Errorf("%s: %+v, want not startable: %q", id, b, want)
+		}
+	}
+	if h.Live != 0 {
+		t.Fatalf("checking the bindings started %d agents", h.Live)
+	}
+	status := func() string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := run([]string{"status", "--socket", sock}, strings.NewReader(""), &out, &errOut); code != exitOK {
+			t.Fatalf("status: exit %d, %s", code, errOut.String())
+		}
+		return out.String()
+	}
+	out := status()
+	for _, want := range []string{"binding b-gone cannot start: command \"residentd-no-such-agent-xyz\" not found on PATH",
+		"binding b-noexec cannot start: " + noexec + " is not executable", "binding b-dir cannot start: " + tmp + " is a directory",
+		"bindings: 2 of 6 can start their agent"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status printed:\n%s\nwant %q", out, want)
+		}
+	}
+	// Checked on demand: the fixed binding counts on the next request.
+	if err := os.Chmod(noexec, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out := status(); !strings.Contains(out, "bindings: 3 of 6 can start their agent") || strings.Contains(out, "b-noexec cannot start") {
+		t.Fatalf("after chmod +x, status printed:\n%s", out)
+	}
 }

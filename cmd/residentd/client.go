@@ -125,7 +125,7 @@ func (p *printer) event(ev apitype.Event) {
 		}
 	case apitype.EventBudget:
 		if b := ev.Budget; !p.json && b != nil {
-			fmt.Fprintf(p.out, "[budget %s %s: %s, %.4g of %.4g %s spent today; resets %s]\n", b.Scope, b.ID, b.Level, b.Spent, b.Limit, b.Currency, b.ResetsAt.Local().Format(time.DateTime))
+			fmt.Fprintf(p.out, "[budget %s %s: %s, %s of %s %s spent today; resets %s]\n", b.Scope, b.ID, b.Level, b.Spent, b.Limit, b.Currency, b.ResetsAt.Local().Format(time.DateTime))
 		}
 	}
 }
@@ -376,13 +376,24 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, o := range h.OptionErrors {
 		fmt.Fprintf(stdout, "binding %s: session options: %s\n", o.Binding, o.Error)
 	}
+	startable := 0
+	for _, b := range h.BindingCommands {
+		if b.Startable {
+			startable++
+			continue
+		}
+		fmt.Fprintf(stdout, "binding %s cannot start: %s\n", b.Binding, b.Problem)
+	}
+	if len(h.BindingCommands) > 0 {
+		fmt.Fprintf(stdout, "bindings: %d of %d can start their agent\n", startable, len(h.BindingCommands))
+	}
 	bu, err := c.Budgets(ctx)
 	if err != nil && !client.IsNotFound(err) { // a daemon from before budgets
 		return err
 	}
 	for _, b := range bu.Budgets {
 		if b.Level != "ok" {
-			fmt.Fprintf(stdout, "budget %s %s: %s, %.4g of %.4g %s spent today; resets %s\n", b.Scope, b.ID, b.Level, b.Spent, b.Limit, b.Currency, b.ResetsAt.Local().Format(time.DateTime))
+			fmt.Fprintf(stdout, "budget %s %s: %s, %s of %s %s spent today; resets %s\n", b.Scope, b.ID, b.Level, b.Spent, b.Limit, b.Currency, b.ResetsAt.Local().Format(time.DateTime))
 		}
 	}
 	fmt.Fprintln(stdout)
@@ -466,7 +477,7 @@ func cmdBudgets(ctx context.Context, args []string, stdout io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCOPE\tID\tSPENT\tLIMIT\tSHARE\tLEVEL")
 	for _, x := range b.Budgets {
-		fmt.Fprintf(tw, "%s\t%s\t%.4f %s\t%.4f\t%.0f%%\t%s\n", x.Scope, x.ID, x.Spent, x.Currency, x.Limit, 100*x.Spent/x.Limit, x.Level)
+		fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\t%.0f%%\t%s\n", x.Scope, x.ID, x.Spent, x.Currency, x.Limit, 100*x.Spent.Float()/x.Limit.Float(), x.Level)
 	}
 	return tw.Flush()
 }

@@ -234,9 +234,11 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	m.Registry.MustRegister(storeDamage(st))
 	// What an agent starts and abandons re-parents here, not to PID 1, so it
 	// is found and reaped; serve owns the process, so it decides this.
+	adopts := false
 	if stopReaper, err := child.Subreaper(log.Named("child")); err != nil {
 		log.Warn("not a child subreaper; descendants an agent abandons re-parent to PID 1 and are found by their mark only", zap.Error(err))
 	} else {
+		adopts = true
 		defer stopReaper()
 	}
 	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers})
@@ -255,7 +257,9 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	// reported in /v1/health and logged; the socket serves on.
 	run := &server.Server{Daemon: d, Listener: ln, Metrics: m.Handler(), MetricsAddr: deps.metricsAddr, Grace: deps.grace, Log: log}
 	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: feed.New(st, m, cfg.Attachments), Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg,
-		Keepalive: time.Duration(cfg.Runs.Keepalive), Listeners: run.Listeners})
+		Keepalive: time.Duration(cfg.Runs.Keepalive), Listeners: run.Listeners,
+		// Agents' trees may use only their tools (OPERATIONS.md).
+		Agents: &child.Lineage{Self: os.Getpid(), Cgroups: d.AgentCgroups(), Adopts: adopts}})
 	run.API = srv
 	log.Info("serving", zap.String("socket", ln.Addr().String()), zap.String("state", st.Path()),
 		zap.Int("max_live", cfg.MaxLive), zap.Int("bindings", len(cfg.Bindings)), zap.String("version", version))

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -203,9 +205,9 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("acp: start %q: working dir %q does not exist; create it or fix the binding's dir: %v: %w", spec.Command, dir, err, ErrStart)
 	}
 	spec.Dir = dir
-	path, err := exec.LookPath(spec.Command)
+	path, err := Resolve(spec.Command)
 	if err != nil {
-		return nil, fmt.Errorf("acp: start %q: command not found or not executable (%v); install the agent or set the binding's command to the absolute path of an executable: %w", spec.Command, err, ErrStart)
+		return nil, fmt.Errorf("acp: start %q: %v; install the agent or set the binding's command to the absolute path of an executable: %w", spec.Command, err, ErrStart)
 	}
 
 	a := &Agent{
@@ -642,4 +644,32 @@ func summarize(s string, max int) string {
 		s = s[i+1:]
 	}
 	return "…" + s
+}
+
+// Resolve finds the executable a binding's command names, as Start would,
+// without running it; the error says why it cannot be started: not on
+// PATH, no such file, a directory, or no execute permission.
+func Resolve(command string) (string, error) {
+	if command == "" {
+		return "", errors.New("no command")
+	}
+	path, err := exec.LookPath(command)
+	if err == nil {
+		return path, nil
+	}
+	if !strings.ContainsRune(command, filepath.Separator) {
+		return "", fmt.Errorf("command %q not found on PATH", command)
+	}
+	fi, serr := os.Stat(command)
+	switch {
+	case errors.Is(serr, fs.ErrNotExist):
+		return "", fmt.Errorf("%s does not exist", command)
+	case serr != nil:
+		return "", fmt.Errorf("%s cannot be read: %w", command, serr)
+	case fi.IsDir():
+		return "", fmt.Errorf("%s is a directory", command)
+	case fi.Mode().Perm()&0o111 == 0:
+		return "", fmt.Errorf("%s is not executable (mode %v)", command, fi.Mode().Perm())
+	}
+	return "", fmt.Errorf("%s is not executable: %w", command, err)
 }

@@ -33,7 +33,8 @@ import (
 // TestMain lets the test binary double as the built-in agent and as a
 // client running under another uid (see TestPeerUIDRefused).
 func TestMain(m *testing.M) {
-	testkit.Dispatch(testkit.Role{Env: "RESIDENTD_TEST_PEER", Main: func() int { return peerMain(os.Getenv("RESIDENTD_TEST_PEER")) }})
+	testkit.Dispatch(testkit.Role{Env: "RESIDENTD_TEST_PEER", Main: func() int { return peerMain(os.Getenv("RESIDENTD_TEST_PEER")) }},
+		testkit.Role{Env: probeEnv, Main: probeMain})
 	os.Exit(runRecorded(m))
 }
 
@@ -75,6 +76,12 @@ func unixHTTP(sock string) *http.Client {
 
 func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, nil, tweak...)
+}
+
+// newEnvWith is newEnv with the server's options adjusted by opts.
+func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak ...func(*config.Config)) *env {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +106,11 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	level := zap.NewAtomicLevel()
-	srv := NewServer(ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: log, Level: &level, Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)})
+	so := ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: log, Level: &level, Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)}
+	if opts != nil {
+		opts(&so, h.Daemon)
+	}
+	srv := NewServer(so)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e := &env{d: h.Daemon, feed: h.Feed, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
@@ -324,7 +335,7 @@ func TestOptionsAndBudgetsOverTheSocket(t *testing.T) {
 			t.Fatalf("turn %d: %+v %v", i, ev, err)
 		}
 	}
-	if warned == nil || warned.Level != "exceeded" || warned.Spent != 1 {
+	if warned == nil || warned.Level != "exceeded" || warned.Spent != apitype.AmountOf(1) {
 		t.Fatalf("the second turn's budget event: %+v", warned)
 	}
 	if _, err := e.c.SetSessionOptions(ctx, "ch", "b-builtin", map[string]string{"model": "gpt-9"}); !client.IsCode(err, apitype.CodeInvalidOption) || !strings.Contains(err.Error(), "builtin-small, builtin-large") {

@@ -35,7 +35,13 @@ type apiSchema struct {
 	compiled map[string]*jsonschema.Schema
 }
 
-func loadSchema() (*apiSchema, error) {
+// loadSchema is the strict variant of docs/openapi.json, which the suite's
+// own traffic must match exactly.
+func loadSchema() (*apiSchema, error) { return loadSchemaAs(true) }
+
+// loadSchemaAs compiles the document as published (open to what a newer
+// daemon adds) or, strict, as derived by strictVariant.
+func loadSchemaAs(strict bool) (*apiSchema, error) {
 	raw, err := os.ReadFile(openAPIPath)
 	if err != nil {
 		return nil, err
@@ -43,6 +49,12 @@ func loadSchema() (*apiSchema, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", openAPIPath, err)
+	}
+	if strict {
+		strictVariant(doc)
+		if raw, err = json.Marshal(doc); err != nil {
+			return nil, err
+		}
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
@@ -55,6 +67,51 @@ func loadSchema() (*apiSchema, error) {
 		return nil, err
 	}
 	return &apiSchema{doc: doc, compiler: c, compiled: map[string]*jsonschema.Schema{}}, nil
+}
+
+// unknownKinds are the published document's fallbacks for event and update
+// kinds a newer daemon sends; the strict variant has none.
+var unknownKinds = map[string]bool{"#/components/schemas/UnknownEvent": true, "#/components/schemas/UnknownUpdate": true}
+
+// strictVariant turns the published document, which lets responses and
+// events carry what a newer daemon adds, into the exact description of
+// this daemon: every object with properties and no additionalProperties
+// is closed, every open enum (anyOf: a string enum, then any string) is
+// the enum alone, and the fallbacks for unknown kinds leave each oneOf.
+// Applied to a document without open parts it changes nothing.
+func strictVariant(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if _, ok := x["properties"]; ok {
+			if _, set := x["additionalProperties"]; !set {
+				x["additionalProperties"] = false
+			}
+		}
+		if alts, ok := x["anyOf"].([]any); ok && len(alts) == 2 {
+			known, _ := alts[0].(map[string]any)
+			other, _ := alts[1].(map[string]any)
+			if known["enum"] != nil && other["type"] == "string" && other["enum"] == nil {
+				delete(x, "anyOf")
+				x["type"], x["enum"] = "string", known["enum"]
+			}
+		}
+		if alts, ok := x["oneOf"].([]any); ok {
+			kept := alts[:0:0]
+			for _, a := range alts {
+				if m, _ := a.(map[string]any); m == nil || !unknownKinds[fmt.Sprint(m["$ref"])] {
+					kept = append(kept, a)
+				}
+			}
+			x["oneOf"] = kept
+		}
+		for _, c := range x {
+			strictVariant(c)
+		}
+	case []any:
+		for _, c := range x {
+			strictVariant(c)
+		}
+	}
 }
 
 // schema compiles the schema at a JSON pointer into the document.
@@ -309,7 +366,7 @@ func TestSchemaCheckRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	ok := TraceRecord{Method: "GET", Pattern: "GET /v1/health", Path: "/v1/health", Status: 200, ContentType: "application/json",
-		Body: `{"ok":true,"version":"v","pid":1,"uptime_seconds":0,"live":0,"busy":0,"queued":0,"max_live":4,"bindings":1}`}
+		Body: `{"ok":true,"version":"v","pid":1,"uptime_seconds":0,"live":0,"busy":0,"queued":0,"max_live":4,"bindings":1,"binding_commands":[]}`}
 	if err := a.check(ok); err != nil {
 		t.Fatalf("a valid health response: %v", err)
 	}
@@ -328,6 +385,66 @@ func TestSchemaCheckRejects(t *testing.T) {
 	} {
 		if err := a.check(rec); err == nil {
 			t.Errorf("%s: accepted %s", name, rec.Body)
+		}
+	}
+}
+
+// TestPublishedSchemaToleratesTheNew validates, against docs/openapi.json
+// as published, what a newer daemon may send within /v1: a response with
+// a field this version does not list, an unknown error code, an event of
+// an unknown kind and an update of an unknown kind.
+// The strict variant the traffic check uses refuses each of them, and
+// this daemon's own shapes pass both.
+func TestPublishedSchemaToleratesTheNew(t *testing.T) {
+	published, err := loadSchemaAs(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict, err := loadSchemaAs(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		errorBody = "/components/schemas/ErrorBody"
+		event     = "/components/schemas/Event"
+		health    = "/paths/~1v1~1health/get/responses/200/content/application~1json/schema"
+	)
+	validate := func(a *apiSchema, pointer, doc string) error {
+		s, err := a.schema(pointer)
+		if err != nil {
+			t.Fatalf("compile %s: %v", pointer, err)
+		}
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		return s.Validate(inst)
+	}
+	newer := []struct{ pointer, doc string }{
+		{health, `{"ok":true,"version":"9.9.9","pid":1,"uptime_seconds":3,"live":0,"busy":0,"queued":0,"max_live":4,"bindings":1,"binding_commands":[],"gpu_count":2}`},
+		{errorBody, `{"error":{"code":"rate_limited_by_moon","message":"later","retry_hint":"tomorrow"}}`},
+		{event, `{"event":"agent_mood","run_id":"run-1","seq":4,"at":"2026-12-04T10:00:00Z","mood":"cheerful"}`},
+		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"available_commands","commands":["/review"]}}`},
+		{event, `{"event":"error","run_id":"run-1","seq":6,"at":"2026-12-04T10:00:00Z","code":"brand_new_failure","message":"m","hint":"h"}`},
+	}
+	for _, n := range newer {
+		if err := validate(published, n.pointer, n.doc); err != nil {
+			t.Errorf("published document refuses a newer daemon's %s:\n%v", n.doc, err)
+		}
+		if err := validate(strict, n.pointer, n.doc); err == nil {
+			t.Errorf("the strict variant accepts %s, which this daemon never sends", n.doc)
+		}
+	}
+	current := []struct{ pointer, doc string }{
+		{errorBody, `{"error":{"code":"agent_forbidden","message":"m"}}`},
+		{event, `{"event":"error","run_id":"run-1","seq":6,"at":"2026-12-04T10:00:00Z","code":"timeout","message":"m"}`},
+		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"tool_call","tool_call":{"id":"t1","title":"x","status":"pending"}}}`},
+	}
+	for _, c := range current {
+		for name, a := range map[string]*apiSchema{"published": published, "strict": strict} {
+			if err := validate(a, c.pointer, c.doc); err != nil {
+				t.Errorf("%s document refuses this daemon's %s:\n%v", name, c.doc, err)
+			}
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,6 +24,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/feed"
 	"github.com/residentd/residentd/internal/run"
@@ -98,6 +100,14 @@ type Server struct {
 	// still open at a hard stop end.
 	base       context.Context
 	cancelBase context.CancelFunc
+	agents     AgentTrees
+}
+
+// AgentTrees tells whether a socket peer belongs to an agent's process
+// tree; *child.Lineage implements it.
+type AgentTrees interface {
+	// Agent judges pid, a process that existed at notAfter (child.Now).
+	Agent(pid int, notAfter uint64) child.Verdict
 }
 
 // ServerOptions wires a Server.
@@ -118,9 +128,33 @@ type ServerOptions struct {
 	// Listeners reports the daemon's listeners and their errors in
 	// GET /v1/health; nil leaves them out.
 	Listeners func() []apitype.Listener
+	// Agents tells agents' processes from other clients; nil means a
+	// child.Lineage of this process without cgroups or adoption.
+	Agents AgentTrees
 }
 
 type connKey struct{}
+
+// peer is one socket connection's caller, judged once per connection on
+// its first request: a connection keeps its peer for its lifetime.
+type peer struct {
+	conn     net.Conn
+	accepted uint64 // child.Now at accept: the peer process existed by then
+
+	once    sync.Once
+	uid     int
+	err     error // the credentials could not be read
+	verdict child.Verdict
+}
+
+func (p *peer) judge(trees AgentTrees) {
+	p.once.Do(func() {
+		var pid int
+		if p.uid, pid, p.err = peerCred(p.conn); p.err == nil {
+			p.verdict = trees.Agent(pid, p.accepted)
+		}
+	})
+}
 
 // NewServer returns a Server; Serve starts it.
 func NewServer(o ServerOptions) *Server {
@@ -130,7 +164,10 @@ func NewServer(o ServerOptions) *Server {
 	if o.Keepalive <= 0 {
 		o.Keepalive = 15 * time.Second
 	}
-	s := &Server{turns: o.Turns, keys: o.Sessions, feed: o.Channel, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners}
+	if o.Agents == nil {
+		o.Agents = &child.Lineage{Self: os.Getpid()}
+	}
+	s := &Server{turns: o.Turns, keys: o.Sessions, feed: o.Channel, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners, agents: o.Agents}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
 	mux.HandleFunc("GET /v1/version", s.versionInfo)
@@ -186,7 +223,10 @@ func NewServer(o ServerOptions) *Server {
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ReadHeaderTimeout: 10 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
+			if _, unixConn := c.(*net.UnixConn); !unixConn {
+				return ctx
+			}
+			return context.WithValue(ctx, connKey{}, &peer{conn: c, accepted: child.Now()})
 		},
 		ErrorLog: zap.NewStdLog(o.Log.Named("http")),
 	}
@@ -216,25 +256,29 @@ func (s *Server) Close() error {
 	return s.srv.Close()
 }
 
-// guard refuses browsers and other users before any handler runs.
+// guard refuses browsers, other users, and agents outside the tool
+// endpoints before any handler runs.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") != "" {
 			writeError(w, http.StatusForbidden, apitype.CodeForbiddenOrigin, "requests from browsers are refused; the local API is for the desktop app and the CLI")
 			return
 		}
-		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-			if _, unixConn := c.(*net.UnixConn); unixConn {
-				uid, err := peerUID(c)
-				if err != nil {
-					writeError(w, http.StatusForbidden, apitype.CodeForbidden, "cannot read the peer's credentials: "+err.Error())
-					return
-				}
-				if uid != s.uid {
-					s.log.Warn("refused peer", zap.Int("peer_uid", uid))
-					writeError(w, http.StatusForbidden, apitype.CodeForbidden, fmt.Sprintf("peer uid %d is not the daemon's uid %d", uid, s.uid))
-					return
-				}
+		if p, ok := r.Context().Value(connKey{}).(*peer); ok {
+			p.judge(s.agents)
+			if p.err != nil {
+				writeError(w, http.StatusForbidden, apitype.CodeForbidden, "cannot read the peer's credentials: "+p.err.Error())
+				return
+			}
+			if p.uid != s.uid {
+				s.log.Warn("refused peer", zap.Int("peer_uid", p.uid))
+				writeError(w, http.StatusForbidden, apitype.CodeForbidden, fmt.Sprintf("peer uid %d is not the daemon's uid %d", p.uid, s.uid))
+				return
+			}
+			if p.verdict.Agent && !strings.HasPrefix(r.URL.Path, toolsPrefix) {
+				s.log.Warn("refused an agent outside its tools", zap.String("path", r.URL.Path), zap.String("why", p.verdict.Why))
+				writeError(w, http.StatusForbidden, apitype.CodeAgentForbidden, fmt.Sprintf("%s %s is not open to agents (%s); an agent's process tree may use only %s* with its capability", r.Method, r.URL.Path, p.verdict.Why, toolsPrefix))
+				return
 			}
 		}
 		next.ServeHTTP(w, r)
@@ -276,7 +320,7 @@ func statusOf(code string) int {
 		return http.StatusTooManyRequests
 	case apitype.CodeMissingCapability, apitype.CodeBadCapability:
 		return http.StatusUnauthorized
-	case apitype.CodeForbidden, apitype.CodeForbiddenOrigin, apitype.CodeOutOfScope:
+	case apitype.CodeForbidden, apitype.CodeForbiddenOrigin, apitype.CodeOutOfScope, apitype.CodeAgentForbidden:
 		return http.StatusForbidden
 	case apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeUnknownThread, apitype.CodeNotFound, apitype.CodeUnknownRequest:
 		return http.StatusNotFound

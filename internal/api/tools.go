@@ -23,6 +23,9 @@ type toolsAPI struct {
 	caps Capabilities // nil: the tool endpoints answer 503
 }
 
+// toolsPrefix is the only part of the API an agent's process tree may use.
+const toolsPrefix = "/v1/tools/"
+
 // registerTools adds the roster/activity push endpoints and the tool
 // endpoints the MCP server calls.
 func (s *Server) registerTools(mux *http.ServeMux, caps Capabilities) {

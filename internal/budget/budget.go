@@ -7,9 +7,12 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/residentd/residentd/apitype"
 )
 
 // Scopes a limit applies to.
@@ -31,14 +34,14 @@ var ErrExceeded = errors.New("daily budget exceeded")
 // ExceededError says which budget refused a turn and until when.
 type ExceededError struct {
 	Key      Key
-	Spent    float64
-	Limit    float64
+	Spent    apitype.Amount
+	Limit    apitype.Amount
 	Currency string
 	ResetsAt time.Time
 }
 
 func (e *ExceededError) Error() string {
-	return fmt.Sprintf("%v: %s spent %.4g %s of its daily budget of %.4g %s; new turns are accepted again at %s (or raise the limit under budgets in the config)",
+	return fmt.Sprintf("%v: %s spent %s %s of its daily budget of %s %s; new turns are accepted again at %s (or raise the limit under budgets in the config)",
 		ErrExceeded, e.Key, e.Spent, e.Currency, e.Limit, e.Currency, e.ResetsAt.Format(time.RFC3339))
 }
 
@@ -52,9 +55,9 @@ type Config struct {
 	WarnAt   float64        // share of a limit that warns, in (0, 1)
 	// Bindings and Channels are daily limits by id; ChannelDefault applies
 	// to every channel without its own (0: none).
-	Bindings       map[string]float64
-	Channels       map[string]float64
-	ChannelDefault float64
+	Bindings       map[string]apitype.Amount
+	Channels       map[string]apitype.Amount
+	ChannelDefault apitype.Amount
 }
 
 // Key names one budget.
@@ -69,23 +72,23 @@ func (k Key) String() string { return fmt.Sprintf("%s %q", k.Scope, k.ID) }
 type Charge struct {
 	Day  time.Time // midnight (in the budget's zone) of the calendar date that names the day
 	Key  Key
-	Cost float64
+	Cost apitype.Amount
 }
 
 // Crossing is a budget whose day's spending passed a level with one turn.
 type Crossing struct {
 	Key      Key
 	Level    string // LevelWarning or LevelExceeded
-	Spent    float64
-	Limit    float64
+	Spent    apitype.Amount
+	Limit    apitype.Amount
 	ResetsAt time.Time
 }
 
 // State is one budget as a client lists it.
 type State struct {
 	Key      Key
-	Limit    float64
-	Spent    float64
+	Limit    apitype.Amount
+	Spent    apitype.Amount
 	Level    string // "ok", LevelWarning or LevelExceeded
 	ResetsAt time.Time
 	// Default: a channel under channel_default, listed because it spent
@@ -94,7 +97,7 @@ type State struct {
 }
 
 // Load returns the persisted totals of the budget day named by day.
-type Load func(day time.Time) (map[Key]float64, error)
+type Load func(day time.Time) (map[Key]apitype.Amount, error)
 
 // Book keeps the current day's spending. Create it with New; it needs no
 // stopping.
@@ -105,7 +108,7 @@ type Book struct {
 
 	mu    sync.Mutex // guards day and spent
 	day   time.Time  // the budget day spent counts; zero before the first use
-	spent map[Key]float64
+	spent map[Key]apitype.Amount
 }
 
 // New returns a book over cfg; now is its clock and load reads a day's
@@ -114,7 +117,7 @@ func New(cfg Config, now func() time.Time, load Load) *Book {
 	if cfg.Location == nil {
 		cfg.Location = time.Local
 	}
-	return &Book{cfg: cfg, now: now, load: load, spent: map[Key]float64{}}
+	return &Book{cfg: cfg, now: now, load: load, spent: map[Key]apitype.Amount{}}
 }
 
 // Enabled reports whether any limit is configured.
@@ -126,7 +129,7 @@ func (b *Book) Enabled() bool {
 func (b *Book) Currency() string { return b.cfg.Currency }
 
 // limit returns k's daily limit, 0 for none.
-func (b *Book) limit(k Key) float64 {
+func (b *Book) limit(k Key) apitype.Amount {
 	switch k.Scope {
 	case ScopeBinding:
 		return b.cfg.Bindings[k.ID]
@@ -186,7 +189,7 @@ func (b *Book) roll(now time.Time) (resets time.Time, err error) {
 		return resets, fmt.Errorf("budget: read the spending of %s: %w", day.Format(time.DateOnly), err)
 	}
 	if spent == nil {
-		spent = map[Key]float64{}
+		spent = map[Key]apitype.Amount{}
 	}
 	b.day, b.spent = day, spent
 	return resets, nil
@@ -218,7 +221,7 @@ func (b *Book) Check(binding, channel string) error {
 // channel, and returns what the caller persists and the levels the cost
 // crossed. Cost in another currency than the limits' is not counted:
 // counted reports that.
-func (b *Book) Add(binding, channel string, cost float64, currency string) (charges []Charge, crossed []Crossing, counted bool, err error) {
+func (b *Book) Add(binding, channel string, cost apitype.Amount, currency string) (charges []Charge, crossed []Crossing, counted bool, err error) {
 	keys := b.keys(binding, channel)
 	if len(keys) == 0 || cost <= 0 {
 		return nil, nil, true, nil
@@ -239,10 +242,10 @@ func (b *Book) Add(binding, channel string, cost float64, currency string) (char
 		b.spent[k] = after
 		charges = append(charges, Charge{Day: b.day, Key: k, Cost: cost})
 		for _, lv := range []struct {
-			name  string
-			share float64
-		}{{LevelWarning, b.cfg.WarnAt}, {LevelExceeded, 1}} {
-			if at := lv.share * lim; before < at && after >= at {
+			name string
+			at   apitype.Amount
+		}{{LevelWarning, warnAt(b.cfg.WarnAt, lim)}, {LevelExceeded, lim}} {
+			if at := lv.at; before < at && after >= at {
 				crossed = append(crossed, Crossing{Key: k, Level: lv.name, Spent: after, Limit: lim, ResetsAt: resets})
 			}
 		}
@@ -275,7 +278,7 @@ func (b *Book) States() ([]State, error) {
 		switch {
 		case spent >= lim:
 			level = LevelExceeded
-		case spent >= b.cfg.WarnAt*lim:
+		case spent >= warnAt(b.cfg.WarnAt, lim):
 			level = LevelWarning
 		}
 		_, own := b.cfg.Channels[k.ID]
@@ -298,4 +301,10 @@ func (b *Book) States() ([]State, error) {
 		return out[i].Key.ID < out[j].Key.ID
 	})
 	return out, nil
+}
+
+// warnAt is the spending at which a limit warns: share of it, to the
+// nearest micro-unit.
+func warnAt(share float64, lim apitype.Amount) apitype.Amount {
+	return apitype.Amount(math.Round(share * float64(lim)))
 }

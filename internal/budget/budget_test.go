@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/apitype"
 )
 
 func mustZone(t *testing.T, name string) *time.Location {
@@ -66,14 +68,14 @@ func (c *clock) now() time.Time { return c.t }
 // channel but not others, and the next budget day starts from zero.
 func TestWarnExceedAndReset(t *testing.T) {
 	c := &clock{time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)}
-	persisted := map[string]map[Key]float64{}
+	persisted := map[string]map[Key]apitype.Amount{}
 	b := New(Config{Currency: "USD", Location: time.UTC, WarnAt: 0.8,
-		Bindings: map[string]float64{"b-claude": 1.0}, ChannelDefault: 10},
-		c.now, func(day time.Time) (map[Key]float64, error) { return persisted[day.Format(time.DateOnly)], nil })
+		Bindings: map[string]apitype.Amount{"b-claude": usd(1.0)}, ChannelDefault: usd(10)},
+		c.now, func(day time.Time) (map[Key]apitype.Amount, error) { return persisted[day.Format(time.DateOnly)], nil })
 
 	add := func(cost float64) []Crossing {
 		t.Helper()
-		charges, crossed, counted, err := b.Add("b-claude", "ch", cost, "USD")
+		charges, crossed, counted, err := b.Add("b-claude", "ch", usd(cost), "USD")
 		if err != nil || !counted {
 			t.Fatalf("add %g: counted %v err %v", cost, counted, err)
 		}
@@ -90,7 +92,7 @@ func TestWarnExceedAndReset(t *testing.T) {
 	}
 	// Binary fractions, so the sums are exact.
 	got := add(0.375)
-	if len(got) != 1 || got[0].Level != LevelWarning || got[0].Key.Scope != ScopeBinding || got[0].Spent != 0.875 || got[0].Limit != 1 {
+	if len(got) != 1 || got[0].Level != LevelWarning || got[0].Key.Scope != ScopeBinding || got[0].Spent != usd(0.875) || got[0].Limit != usd(1) {
 		t.Fatalf("87.5%%: crossings %+v, want one binding warning", got)
 	}
 	if got := add(0.0625); len(got) != 0 {
@@ -113,7 +115,7 @@ func TestWarnExceedAndReset(t *testing.T) {
 	}
 
 	// Another currency is not counted.
-	if _, _, counted, _ := b.Add("b-claude", "ch", 5, "EUR"); counted {
+	if _, _, counted, _ := b.Add("b-claude", "ch", usd(5), "EUR"); counted {
 		t.Fatal("EUR cost counted toward USD budgets")
 	}
 
@@ -123,11 +125,44 @@ func TestWarnExceedAndReset(t *testing.T) {
 	if err := b.Check("b-claude", "ch"); err != nil {
 		t.Fatalf("after the reset: %v", err)
 	}
-	persisted["2026-12-05"] = map[Key]float64{{ScopeBinding, "b-claude"}: 0.875}
+	persisted["2026-12-05"] = map[Key]apitype.Amount{{ScopeBinding, "b-claude"}: usd(0.875)}
 	c.t = time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
 	got = add(0.25)
-	if len(got) != 1 || got[0].Level != LevelExceeded || got[0].Spent != 1.125 {
+	if len(got) != 1 || got[0].Level != LevelExceeded || got[0].Spent != usd(1.125) {
 		t.Fatalf("on a day with persisted spending: %+v", got)
+	}
+}
+
+var usd = apitype.AmountOf
+
+// TestExactSpending: ten turns of 0.1 against a limit of 1 reach it exactly
+// at the tenth (binary floats sum them to 0.9999999999999999), and three
+// of 0.4 spend exactly 1.2.
+func TestExactSpending(t *testing.T) {
+	c := &clock{time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)}
+	b := New(Config{Currency: "USD", Location: time.UTC, WarnAt: 0.8, Bindings: map[string]apitype.Amount{"b": usd(1), "b12": usd(100)}},
+		c.now, func(time.Time) (map[Key]apitype.Amount, error) { return nil, nil })
+	for i := 1; i <= 10; i++ {
+		_, crossed, _, err := b.Add("b", "ch", usd(0.1), "USD")
+		if err != nil {
+			t.Fatal(err)
+		}
+		exceeded := len(crossed) > 0 && crossed[len(crossed)-1].Level == LevelExceeded
+		if exceeded != (i == 10) {
+			t.Fatalf("turn %d of 0.1 against 1: crossings %+v", i, crossed)
+		}
+	}
+	if err := b.Check("b", "ch"); !errors.Is(err, ErrExceeded) || !strings.Contains(err.Error(), "spent 1 USD of its daily budget of 1 USD") {
+		t.Fatalf("check at exactly the limit: %v", err)
+	}
+	for range 3 {
+		b.Add("b12", "ch", usd(0.4), "USD")
+	}
+	states, _ := b.States()
+	for _, s := range states {
+		if s.Key.ID == "b12" && s.Spent.String() != "1.2" {
+			t.Fatalf("three turns of 0.4: spent %s, want 1.2", s.Spent)
+		}
 	}
 }
 
@@ -136,7 +171,7 @@ func TestNoBudgets(t *testing.T) {
 	if b.Enabled() || b.Applies("b", "c") || b.Check("b", "c") != nil {
 		t.Fatal("a book without limits limits something")
 	}
-	if ch, cr, counted, err := b.Add("b", "c", 100, "USD"); ch != nil || cr != nil || !counted || err != nil {
+	if ch, cr, counted, err := b.Add("b", "c", usd(100), "USD"); ch != nil || cr != nil || !counted || err != nil {
 		t.Fatalf("add without limits: %v %v %v %v", ch, cr, counted, err)
 	}
 }

@@ -65,6 +65,7 @@ type Process struct {
 	out    *eofReader
 	tail   *ring
 	mark   string  // MarkEnv value its whole tree inherits
+	start  uint64  // start stamp: tells the agent from a later process with its pid
 	cg     *cgroup // nil without cgroups
 
 	sigMu  sync.Mutex // serialises group signals with the reap
@@ -162,6 +163,7 @@ func Start(spec Spec) (*Process, error) {
 		cg:     cg,
 		done:   make(chan struct{}),
 	}
+	p.start, _ = startStamp(p.pid)
 	own.procs[p.pid] = p
 	own.Unlock()
 	if err := setRlimits(p.pid, spec.Limits); err != nil {

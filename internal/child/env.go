@@ -2,9 +2,9 @@ package child
 
 import "strings"
 
-// envDrop names the variables a service manager addresses to the daemon
-// alone; an agent inheriting them could ping the watchdog or claim the
-// daemon's sockets.
+// envDrop names the variables addressed to the daemon alone: a service
+// manager's (an agent inheriting them could ping the watchdog or claim the
+// daemon's sockets) and the daemon's own socket.
 var envDrop = map[string]bool{
 	"NOTIFY_SOCKET":  true,
 	"LISTEN_PID":     true,
@@ -13,6 +13,9 @@ var envDrop = map[string]bool{
 	"WATCHDOG_USEC":  true,
 	"WATCHDOG_PID":   true,
 	MarkEnv:          true, // each agent gets a mark of its own
+	// The socket path goes only to the tool bridge (`residentd mcp`), in
+	// the MCP server's own environment.
+	"RESIDENTD_SOCKET": true,
 }
 
 // CleanEnv returns env without the service-manager variables meant for the

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/permission"
@@ -114,8 +116,10 @@ type Prices struct {
 }
 
 // Cost prices tokens.
-func (p Prices) Cost(in, out, cacheRead, cacheWrite int64) float64 {
-	return (float64(in)*p.Input + float64(out)*p.Output + float64(cacheRead)*p.CacheRead + float64(cacheWrite)*p.CacheWrite) / 1e6
+func (p Prices) Cost(in, out, cacheRead, cacheWrite int64) apitype.Amount {
+	// Prices are per million tokens, so tokens times price is in
+	// micro-units: one rounding per turn, to the micro-unit.
+	return apitype.Amount(math.Round(float64(in)*p.Input + float64(out)*p.Output + float64(cacheRead)*p.CacheRead + float64(cacheWrite)*p.CacheWrite))
 }
 
 // Restore methods of a binding.

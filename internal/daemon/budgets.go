@@ -30,18 +30,27 @@ func newBook(c config.Budgets, now func() time.Time, st *store.Store) (*budget.B
 	}
 	return budget.New(budget.Config{
 		Currency: c.Currency, Location: loc, Reset: reset, WarnAt: c.WarnAt,
-		Bindings: c.Bindings, Channels: c.Channels, ChannelDefault: c.ChannelDefault,
-	}, now, func(day time.Time) (map[budget.Key]float64, error) {
+		Bindings: amounts(c.Bindings), Channels: amounts(c.Channels), ChannelDefault: apitype.AmountOf(c.ChannelDefault),
+	}, now, func(day time.Time) (map[budget.Key]apitype.Amount, error) {
 		spent, err := st.SpentOn(day)
 		if err != nil {
 			return nil, err
 		}
-		out := make(map[budget.Key]float64, len(spent))
+		out := make(map[budget.Key]apitype.Amount, len(spent))
 		for k, v := range spent {
 			out[budget.Key{Scope: k.Scope, ID: k.ID}] = v
 		}
 		return out, nil
 	}), nil
+}
+
+// amounts are config limits as exact amounts (to the micro-unit).
+func amounts(m map[string]float64) map[string]apitype.Amount {
+	out := make(map[string]apitype.Amount, len(m))
+	for k, v := range m {
+		out[k] = apitype.AmountOf(v)
+	}
+	return out
 }
 
 // warnOnce runs warn the first time the daemon meets what names.
@@ -92,7 +101,7 @@ func (d *Daemon) chargeBudgets(r *run.Run, b config.Binding, channel string, u a
 		if c.Level == budget.LevelExceeded {
 			msg = "daily budget spent: new turns are refused until it resets"
 		}
-		log.Warn(msg, zap.String("scope", c.Key.Scope), zap.String("id", c.Key.ID), zap.Float64("spent", c.Spent), zap.Float64("limit", c.Limit), zap.Time("resets_at", c.ResetsAt))
+		log.Warn(msg, zap.String("scope", c.Key.Scope), zap.String("id", c.Key.ID), zap.Stringer("spent", c.Spent), zap.Stringer("limit", c.Limit), zap.Time("resets_at", c.ResetsAt))
 	}
 	out := make([]store.Spend, len(charges))
 	for i, c := range charges {
@@ -128,7 +137,7 @@ func (g budgetGauges) BudgetStates() []metrics.BudgetState {
 	var out []metrics.BudgetState
 	for _, s := range states {
 		if !s.Default {
-			out = append(out, metrics.BudgetState{Scope: s.Key.Scope, ID: s.Key.ID, Spent: s.Spent, Limit: s.Limit})
+			out = append(out, metrics.BudgetState{Scope: s.Key.Scope, ID: s.Key.ID, Spent: s.Spent.Float(), Limit: s.Limit.Float()})
 		}
 	}
 	return out

@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -65,11 +64,11 @@ func TestBindingBudget(t *testing.T) {
 		switch i {
 		case 3:
 			if len(ev) != 1 || ev[0].Level != budget.LevelWarning || ev[0].Scope != "binding" || ev[0].ID != "b-builtin" ||
-				math.Abs(ev[0].Spent-0.75) > 1e-9 || ev[0].Limit != 0.9 || ev[0].Currency != "USD" || !ev[0].ResetsAt.Equal(time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)) {
+				ev[0].Spent != apitype.AmountOf(0.75) || ev[0].Limit != apitype.AmountOf(0.9) || ev[0].Currency != "USD" || !ev[0].ResetsAt.Equal(time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)) {
 				t.Fatalf("turn 3 budget events %+v, want one warning at 0.75 of 0.9, resetting 06:00", ev)
 			}
 		case 4:
-			if len(ev) != 1 || ev[0].Level != budget.LevelExceeded || math.Abs(ev[0].Spent-1.0) > 1e-9 {
+			if len(ev) != 1 || ev[0].Level != budget.LevelExceeded || ev[0].Spent != apitype.AmountOf(1.0) {
 				t.Fatalf("turn 4 budget events %+v, want one exceeded at 1.0", ev)
 			}
 		default:
@@ -97,7 +96,7 @@ func TestBindingBudget(t *testing.T) {
 		t.Fatalf("budget refusals = %v, want 2", n)
 	}
 	b, err := h.d.Budgets()
-	if err != nil || b.Day != "2026-12-03" || len(b.Budgets) != 1 || b.Budgets[0].Level != "exceeded" || math.Abs(b.Budgets[0].Spent-1.0) > 1e-9 {
+	if err != nil || b.Day != "2026-12-03" || len(b.Budgets) != 1 || b.Budgets[0].Level != "exceeded" || b.Budgets[0].Spent != apitype.AmountOf(1.0) {
 		t.Fatalf("budgets %+v %v", b, err)
 	}
 
@@ -111,7 +110,7 @@ func TestBindingBudget(t *testing.T) {
 	c.set(time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC))
 	r := h.mention("ch", "b-builtin", "q5", "@agent a new day")
 	reply(t, r)
-	if b, _ := h.d.Budgets(); b.Day != "2026-12-04" || math.Abs(b.Budgets[0].Spent-0.25) > 1e-9 || b.Budgets[0].Level != "ok" {
+	if b, _ := h.d.Budgets(); b.Day != "2026-12-04" || b.Budgets[0].Spent != apitype.AmountOf(0.25) || b.Budgets[0].Level != "ok" {
 		t.Fatalf("budgets on the new day %+v", b)
 	}
 }
@@ -190,11 +189,11 @@ func TestChannelBudgetAndQueuedTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spent := map[string]float64{}
+	spent := map[string]apitype.Amount{}
 	for _, x := range b.Budgets {
 		spent[x.Scope+" "+x.ID] = x.Spent
 	}
-	if len(b.Budgets) != 2 || math.Abs(spent["channel ch-cheap"]-0.5) > 1e-9 || math.Abs(spent["channel ch-other"]-0.5) > 1e-9 {
+	if len(b.Budgets) != 2 || spent["channel ch-cheap"] != apitype.AmountOf(0.5) || spent["channel ch-other"] != apitype.AmountOf(0.5) {
 		t.Fatalf("budgets %+v", b.Budgets)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
@@ -319,6 +320,10 @@ func (d *Daemon) Fresh(k session.Key) (bool, error) {
 	d.log.Info("started fresh", zap.String("key", k.String()), zap.Bool("stopped_process", had))
 	return had, nil
 }
+
+// AgentCgroups is the cgroup subtree the agents run in, nil without one:
+// the API tells agents' processes by it.
+func (d *Daemon) AgentCgroups() *child.Cgroups { return d.keeper.AgentCgroups() }
 
 // Close stops the daemon: new runs are refused and queued ones end at once
 // (shutting_down); runs in flight get grace to finish with their normal

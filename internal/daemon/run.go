@@ -311,7 +311,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	tc := metrics.TurnCost{Binding: b.ID, Shape: shape, Known: !u.Unknown, Input: u.InputTokens, Output: u.OutputTokens,
 		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Gap: gap, HasGap: hasGap}
 	if u.Cost != nil {
-		tc.Cost = *u.Cost
+		tc.Cost = u.Cost.Float() // a metric, not a sum anyone reads exactly
 	}
 	d.m.TurnUsage(tc)
 	spend := d.chargeBudgets(r, b, req.Channel, u, log)

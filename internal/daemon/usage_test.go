@@ -57,7 +57,7 @@ func TestUsagePerTurn(t *testing.T) {
 			t.Fatalf("turn %d from running totals: %d/%d tokens, want that turn's own %d/%d",
 				i, u.InputTokens, u.OutputTokens, perTurn[i].InputTokens, perTurn[i].OutputTokens)
 		}
-		if u.Cost == nil || math.Abs(*u.Cost-0.25) > 1e-9 || u.Currency != "USD" || u.CostSource != "agent" {
+		if u.Cost == nil || *u.Cost != apitype.AmountOf(0.25) || u.Currency != "USD" || u.CostSource != "agent" {
 			t.Fatalf("turn %d cost %+v, want 0.25 USD from the agent", i, u)
 		}
 	}
@@ -69,15 +69,16 @@ func TestUsagePerTurn(t *testing.T) {
 		t.Fatalf("usage cost{restored} = %v, want 0.25", got)
 	}
 	ss := h.d.Sessions()
-	if len(ss) != 1 || ss[0].Usage == nil || ss[0].Usage.Unknown || ss[0].Usage.Cost == nil || math.Abs(*ss[0].Usage.Cost-0.25) > 1e-9 {
+	if len(ss) != 1 || ss[0].Usage == nil || ss[0].Usage.Unknown || ss[0].Usage.Cost == nil || *ss[0].Usage.Cost != apitype.AmountOf(0.25) {
 		t.Fatalf("sessions listing usage %+v, want the new process's one turn", ss)
 	}
 
 	prices := &config.Prices{Input: 3, Output: 15, Currency: "USD"}
 	priced, _ := usageRun(t, nil, func(b *config.Binding) { b.Prices = prices })
 	for i, u := range priced {
-		want := (float64(u.InputTokens)*3 + float64(u.OutputTokens)*15) / 1e6
-		if u.Cost == nil || math.Abs(*u.Cost-want) > 1e-12 || u.CostSource != "prices" {
+		// Per million tokens: tokens times price is micro-units, exactly.
+		want := apitype.Amount(u.InputTokens*3 + u.OutputTokens*15)
+		if u.Cost == nil || *u.Cost != want || u.CostSource != "prices" {
 			t.Fatalf("turn %d priced %+v, want %v from the price table", i, u, want)
 		}
 	}

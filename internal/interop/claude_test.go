@@ -198,7 +198,7 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 	if u2 == nil || u2.Unknown || u2.InputTokens != 12*int64(len(warm)) || u2.OutputTokens != 7*int64(len(warm)) || u2.Cost == nil || u2.CostSource != "agent" {
 		t.Fatalf("warm turn usage %+v after %d model calls: want 12 and 7 tokens a call and the agent's cost", u2, len(warm))
 	}
-	t.Logf("warm turn usage: %d in, %d out, cost %g %s (agent), %d model calls", u2.InputTokens, u2.OutputTokens, *u2.Cost, u2.Currency, len(warm))
+	t.Logf("warm turn usage: %d in, %d out, cost %s %s (agent), %d model calls", u2.InputTokens, u2.OutputTokens, *u2.Cost, u2.Currency, len(warm))
 	w := warm[0]
 	for i, m := range w.Messages {
 		t.Logf("warm call message %d: %s %.120q", i, m.Role, m.text())

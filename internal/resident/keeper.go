@@ -150,6 +150,12 @@ func New(o Options) (*Keeper, error) {
 	k.keyOpts = keyOpts
 	sweepLeftovers(k.st, k.log)
 	k.cgroups = openCgroups(o.Config, k.log)
+	// Said at startup, before anyone mentions an agent that cannot start.
+	for _, c := range k.BindingCommands() {
+		if !c.Startable {
+			k.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
+		}
+	}
 	pctx, stop := context.WithCancel(context.Background())
 	k.stopProbing = stop
 	k.probeOptions(pctx)

@@ -43,10 +43,10 @@ type Process struct {
 
 	// What the process's turns used, for per-turn deltas and the sessions
 	// listing; guarded by mu.
-	seen     acp.Usage     // the agent's last running token totals (usage_totals)
-	seenCost float64       // the session cost the agent last reported
-	used     apitype.Usage // the sum of its turns
-	reported bool          // some turn reported usage
+	seen     acp.Usage      // the agent's last running token totals (usage_totals)
+	seenCost apitype.Amount // the session cost the agent last reported
+	used     apitype.Usage  // the sum of its turns
+	reported bool           // some turn reported usage
 }
 
 // TakeUnsaved reports whether the native id still has to be saved, and

@@ -30,11 +30,14 @@ func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 	}
 	switch {
 	case res.Cost != nil:
-		c := res.Cost.Amount - s.seenCost
+		// The running total is made exact first, so the turns' deltas sum
+		// to exactly what the agent reported.
+		cum := apitype.AmountOf(res.Cost.Amount)
+		c := cum - s.seenCost
 		if c < 0 {
-			c = res.Cost.Amount // the agent started counting again
+			c = cum // the agent started counting again
 		}
-		s.seenCost = res.Cost.Amount
+		s.seenCost = cum
 		u.Cost, u.Currency, u.CostSource = &c, res.Cost.Currency, "agent"
 	case res.Usage != nil && b.Prices != nil:
 		c := b.Prices.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)

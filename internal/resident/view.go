@@ -2,6 +2,7 @@ package resident
 
 import (
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/child"
 )
 
@@ -22,3 +23,22 @@ func (d *Keeper) Describe(ses *apitype.Session) {
 		ses.RestoredBy, ses.Usage, ses.Options = p.restoredBy, p.usedSoFar(), p.currentOptions()
 	}
 }
+
+// BindingCommands checks each binding's command as a start would resolve
+// it (PATH, existence, execute permission), without starting anything.
+func (d *Keeper) BindingCommands() []apitype.BindingCommand {
+	out := make([]apitype.BindingCommand, 0, len(d.cfg.Bindings))
+	for _, b := range d.cfg.Bindings {
+		c := apitype.BindingCommand{Binding: b.ID, Command: b.Command}
+		if path, err := acp.Resolve(b.Command); err != nil {
+			c.Problem = err.Error()
+		} else {
+			c.Path, c.Startable = path, true
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// AgentCgroups is the cgroup subtree the agents run in, nil without one.
+func (d *Keeper) AgentCgroups() *child.Cgroups { return d.cgroups }

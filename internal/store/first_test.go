@@ -127,8 +127,8 @@ func TestMigrationV5FirstArrivals(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if v := versionOf(t, s.db); v != 5 {
-		t.Fatalf("version %d after open, want 5", v)
+	if v := versionOf(t, s.db); v != SchemaVersion {
+		t.Fatalf("version %d after open, want %d", v, SchemaVersion)
 	}
 	got, v := candidates(t, s, "ch", "", 0)
 	if candIDs(got) != "[m1@1 m3@2 m2@3]" {

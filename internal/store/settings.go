@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -86,7 +86,7 @@ type Spend struct {
 	Day   time.Time // the budget day: its date is what counts
 	Scope string    // "binding" or "channel"
 	ID    string    // the binding or channel id
-	Cost  float64
+	Cost  apitype.Amount
 }
 
 // SpendKey names one budget: its scope and the binding or channel id.
@@ -106,8 +106,8 @@ func (s *Store) AddSpend(spend []Spend) error {
 }
 
 // SpentOn returns every budget's total for day.
-func (s *Store) SpentOn(day time.Time) (map[SpendKey]float64, error) {
-	out := map[SpendKey]float64{}
+func (s *Store) SpentOn(day time.Time) (map[SpendKey]apitype.Amount, error) {
+	out := map[SpendKey]apitype.Amount{}
 	prefix := joinKey(day.Format(dayLayout))
 	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketSpend).Cursor()
@@ -119,7 +119,7 @@ func (s *Store) SpentOn(day time.Time) (map[SpendKey]float64, error) {
 			if len(v) != 8 {
 				return fmt.Errorf("spend of %s %s: %d bytes, want 8", parts[1], parts[2], len(v))
 			}
-			out[SpendKey{Scope: parts[1], ID: parts[2]}] = math.Float64frombits(binary.BigEndian.Uint64(v))
+			out[SpendKey{Scope: parts[1], ID: parts[2]}] = apitype.Amount(binary.BigEndian.Uint64(v))
 		}
 		return nil
 	})
@@ -144,9 +144,9 @@ func addSpend(tx *bolt.Tx, spend []Spend) error {
 		k := joinKey(sp.Day.Format(dayLayout), sp.Scope, sp.ID)
 		total := sp.Cost
 		if v := b.Get(k); len(v) == 8 {
-			total += math.Float64frombits(binary.BigEndian.Uint64(v))
+			total += apitype.Amount(binary.BigEndian.Uint64(v))
 		}
-		if err := b.Put(k, u64(math.Float64bits(total))); err != nil {
+		if err := b.Put(k, u64(uint64(total))); err != nil {
 			return err
 		}
 	}

@@ -1,12 +1,14 @@
 package store
 
 import (
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -25,14 +27,14 @@ func TestSpendAddsPersistsAndPrunes(t *testing.T) {
 	s := openTest(t, Options{})
 	d1 := day("2026-12-03")
 	before := s.Commits()
-	if err := s.AddSpend([]Spend{{Day: d1, Scope: "binding", ID: "b", Cost: 0.25}, {Day: d1, Scope: "channel", ID: "ch", Cost: 0.25}}); err != nil {
+	if err := s.AddSpend([]Spend{{Day: d1, Scope: "binding", ID: "b", Cost: apitype.AmountOf(0.25)}, {Day: d1, Scope: "channel", ID: "ch", Cost: apitype.AmountOf(0.25)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddSpend([]Spend{{Day: d1, Scope: "binding", ID: "b", Cost: 0.5}}); err != nil {
+	if err := s.AddSpend([]Spend{{Day: d1, Scope: "binding", ID: "b", Cost: apitype.AmountOf(0.5)}}); err != nil {
 		t.Fatal(err)
 	}
 	k := session.Key{Channel: "ch", Binding: "b"}
-	if err := s.FinishTurn(k, Finish{Spend: []Spend{{Day: d1, Scope: "channel", ID: "ch", Cost: 1}}}); err != nil {
+	if err := s.FinishTurn(k, Finish{Spend: []Spend{{Day: d1, Scope: "channel", ID: "ch", Cost: apitype.AmountOf(1)}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.Commits() - before; n != 3 {
@@ -40,25 +42,25 @@ func TestSpendAddsPersistsAndPrunes(t *testing.T) {
 	}
 	s = reopen(t, s, Options{})
 	got, err := s.SpentOn(d1)
-	if err != nil || len(got) != 2 || got[SpendKey{"binding", "b"}] != 0.75 || got[SpendKey{"channel", "ch"}] != 1.25 {
+	if err != nil || len(got) != 2 || got[SpendKey{"binding", "b"}].String() != "0.75" || got[SpendKey{"channel", "ch"}].String() != "1.25" {
 		t.Fatalf("spent on %s: %v %v", d1.Format(time.DateOnly), got, err)
 	}
 	if got, _ := s.SpentOn(day("2026-12-04")); len(got) != 0 {
 		t.Fatalf("spending leaked into the next day: %v", got)
 	}
-	if err := s.AddSpend([]Spend{{Day: d1.AddDate(0, 0, SpendDays), Scope: "binding", ID: "b", Cost: 1}}); err != nil {
+	if err := s.AddSpend([]Spend{{Day: d1.AddDate(0, 0, SpendDays), Scope: "binding", ID: "b", Cost: apitype.AmountOf(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.SpentOn(d1); len(got) != 2 {
 		t.Fatalf("a day exactly SpendDays old was dropped: %v", got)
 	}
-	if err := s.AddSpend([]Spend{{Day: d1.AddDate(0, 0, SpendDays+1), Scope: "binding", ID: "b", Cost: 1}}); err != nil {
+	if err := s.AddSpend([]Spend{{Day: d1.AddDate(0, 0, SpendDays+1), Scope: "binding", ID: "b", Cost: apitype.AmountOf(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.SpentOn(d1); len(got) != 0 {
 		t.Fatalf("a day older than SpendDays was kept: %v", got)
 	}
-	if err := s.AddSpend([]Spend{{Day: d1, Cost: 1}}); err == nil {
+	if err := s.AddSpend([]Spend{{Day: d1, Cost: apitype.AmountOf(1)}}); err == nil {
 		t.Fatal("spending without a scope was accepted")
 	}
 }
@@ -117,7 +119,7 @@ func TestMigrationV4Settings(t *testing.T) {
 	if err := s.SetKeyOptions(k, map[string]string{"model": "sonnet"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddSpend([]Spend{{Day: day("2026-12-03"), Scope: "binding", ID: "b", Cost: 2}}); err != nil {
+	if err := s.AddSpend([]Spend{{Day: day("2026-12-03"), Scope: "binding", ID: "b", Cost: apitype.AmountOf(2)}}); err != nil {
 		t.Fatal(err)
 	}
 	if v := versionOf(t, s.db); v != SchemaVersion {
@@ -125,5 +127,42 @@ func TestMigrationV4Settings(t *testing.T) {
 	}
 	if n, _ := s.NativeID(k); n != "n1" {
 		t.Fatalf("native id %q after the migration", n)
+	}
+}
+
+// TestMigrationV6ExactSpend: a version-5 file's float totals become exact
+// amounts, 1.2000000000000002 (three turns of 0.4) reading back as 1.2.
+func TestMigrationV6ExactSpend(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "residentd.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := day("2026-12-03")
+	drift := 0.4 + 0.4 + 0.4
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := migrate(tx, migrations[:5]); err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketSpend)
+		if err := b.Put(joinKey(d1.Format(dayLayout), "binding", "b"), u64(math.Float64bits(drift))); err != nil {
+			return err
+		}
+		return b.Put(joinKey(d1.Format(dayLayout), "channel", "ch"), u64(math.Float64bits(0.25)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	got, err := s.SpentOn(d1)
+	if err != nil || got[SpendKey{"binding", "b"}].String() != "1.2" || got[SpendKey{"channel", "ch"}].String() != "0.25" {
+		t.Fatalf("spending after the migration: %v %v (the float was %v)", got, err, drift)
 	}
 }

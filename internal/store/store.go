@@ -1,7 +1,7 @@
 // Package store owns residentd's bbolt file: conversations, native session
 // ids, watermarks, channel messages, roster, activity and started agents.
 //
-// Schema version: 5. The layout of the file:
+// Schema version: 6. The layout of the file:
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
@@ -41,7 +41,7 @@
 //	options                      (since version 4)
 //	  <key>                      -> map[string]string (JSON): the key's own session options
 //	spend                        (since version 4)
-//	  <day><scope><id>           -> float64 bits big-endian: what the budget's day has cost
+//	  <day><scope><id>           -> int64 big-endian micro-units (apitype.Amount; float64 bits before version 6): what the budget's day has cost
 //
 // <day> is the budget day as 2006-01-02; <scope> is "binding" or "channel".
 // Composite keys (<key>, <session><channel><thread>, <thread>, <day><scope><id>) are
@@ -76,7 +76,7 @@ import (
 )
 
 // SchemaVersion is the layout this package reads and writes.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // Defaults for Options fields left zero.
 const (
@@ -397,6 +397,7 @@ var migrations = []migration{
 	{version: 3, name: "arrival order, seq watermarks, compact turns", apply: migrateArrivals},
 	{version: 4, name: "key session options, budget spending", apply: migrateSettings},
 	{version: 5, name: "first arrival of every message", apply: migrateFirstArrivals},
+	{version: 6, name: "exact budget spending", apply: migrateExactSpend},
 }
 
 // migrateChannelProjects adds the channel -> project mapping, which lived
