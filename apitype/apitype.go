@@ -30,13 +30,19 @@ type Agent struct {
 // Event kinds of a run's NDJSON stream, in the order they can arrive.
 const (
 	EventQueued             = "queued"              // the run waits: Reason and Position; sent again as it moves up
+	EventRestoring          = "restoring"           // the run's new process is reopening the key's saved session: Method (resume, load), or "new" after the ways failed or timed out
 	EventStarted            = "started"             // the run has its process: Shape, Native, Pid
 	EventUpdate             = "update"              // one update from the agent: Update
 	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
 	EventPermissionDecision = "permission_decision" // a permission request was answered: Decision
 	EventBudget             = "budget"              // the turn's cost took a daily budget to its warning share or past it: Budget
-	EventDone               = "done"                // the run succeeded; always the last event
-	EventError              = "error"               // the run failed; always the last event
+	// EventInterrupted: the daemon stopped (clean or killed) while attempt
+	// Attempt was in flight; the run goes on as attempt Attempt+1 (queued,
+	// started, ...) when its binding retries interrupted runs, else it
+	// ends with error code interrupted.
+	EventInterrupted = "interrupted"
+	EventDone        = "done"  // the run succeeded; always the last event
+	EventError       = "error" // the run failed; always the last event
 	// EventKeepalive is a stream line, not an event of the run: it carries
 	// no Seq and is never replayed. It goes out while a run waits or its
 	// agent is quiet, so a client can tell a live stream from a dead one.
@@ -48,6 +54,12 @@ const (
 	QueueKeyBusy = "key_busy" // another run holds the (channel, binding) session; runs on one key go in order
 	QueueNoSlot  = "no_slot"  // every agent slot is taken by a running turn
 )
+
+// Answered is one mention a turn answered.
+type Answered struct {
+	RunID     string `json:"run_id"`
+	MessageID string `json:"message_id,omitempty"`
+}
 
 // Event is one line of a run's stream. Seq numbers a run's events from 1,
 // so a client that lost its connection re-attaches with
@@ -61,6 +73,12 @@ type Event struct {
 	// queued
 	Reason   string `json:"reason,omitempty"`
 	Position int    `json:"position,omitempty"` // 1 is next in line
+
+	// started (the attempt it begins, from 1), interrupted (the attempt
+	// that was in flight)
+	Attempt int `json:"attempt,omitempty"`
+	// restoring
+	Method string `json:"method,omitempty"`
 
 	// started, done
 	Shape  string `json:"shape,omitempty"`
@@ -81,6 +99,12 @@ type Event struct {
 	// IdleGapS is the time since the key's previous turn ended, in seconds;
 	// absent for the key's first turn in this daemon's run.
 	IdleGapS *float64 `json:"idle_gap_seconds,omitempty"`
+	// Answers lists every mention a coalesced turn answered (its own
+	// first), so the app can thread the reply to each.
+	Answers []Answered `json:"answers,omitempty"`
+	// AnsweredBy, in the done or error of a mention that was coalesced
+	// into another run's turn: that run, whose done has the reply.
+	AnsweredBy string `json:"answered_by,omitempty"`
 
 	// error
 	Code    string `json:"code,omitempty"`
@@ -97,23 +121,47 @@ const (
 // Update is one session/update the agent sent during the turn. Kind says
 // which of the typed fields is set; Raw is the agent's update as it sent it.
 type Update struct {
-	Kind     string          `json:"kind"`
-	Text     string          `json:"text,omitempty"` // message and thought chunks; a tool call's title
-	ToolCall *ToolCall       `json:"tool_call,omitempty"`
-	Plan     *Plan           `json:"plan,omitempty"`
-	Context  *ContextUsage   `json:"context_usage,omitempty"`
+	Kind     string        `json:"kind"`
+	Text     string        `json:"text,omitempty"` // message and thought chunks; a tool call's title
+	ToolCall *ToolCall     `json:"tool_call,omitempty"`
+	Plan     *Plan         `json:"plan,omitempty"`
+	Context  *ContextUsage `json:"context_usage,omitempty"`
+	// Notice: what the agent wants a person to see apart from its reply.
+	Notice *Notice `json:"notice,omitempty"`
+	// Compaction: the agent compacting its history, and its summary.
+	Compaction *Compaction `json:"compaction,omitempty"`
+	// Subagent is the session id of the agent's subagent that sent this
+	// update (the run is its parent's); empty for the session's own.
+	Subagent string          `json:"subagent_session,omitempty"`
 	Raw      json.RawMessage `json:"raw,omitempty"`
+}
+
+// Notice is an agent's notice: a warning, an error or news a person should
+// see apart from the reply (a rate limit, a hook that blocked a tool).
+type Notice struct {
+	Severity    string `json:"severity"` // info, warning, error (as the agent says)
+	Title       string `json:"title"`
+	Description string `json:"description,omitempty"`
+}
+
+// Compaction is one step of the agent compacting its history.
+type Compaction struct {
+	ID      string `json:"id,omitempty"`
+	Status  string `json:"status"`            // in_progress, completed, failed, cancelled
+	Summary string `json:"summary,omitempty"` // what the compacted history was, as the agent summarised it
 }
 
 // Update kinds.
 const (
 	UpdateMessage    = "agent_message_chunk"
 	UpdateThought    = "agent_thought_chunk"
-	UpdateToolCall   = "tool_call"        // ToolCall: a new tool call
-	UpdateToolUpdate = "tool_call_update" // ToolCall: the fields that changed
-	UpdatePlan       = "plan"             // Plan: the agent's whole current plan
-	UpdateUsage      = "usage_update"     // Context: the session's context window use
-	UpdateOther      = "other"            // anything else; see Raw
+	UpdateToolCall   = "tool_call"         // ToolCall: a new tool call
+	UpdateToolUpdate = "tool_call_update"  // ToolCall: the fields that changed
+	UpdatePlan       = "plan"              // Plan: the agent's whole current plan
+	UpdateUsage      = "usage_update"      // Context: the session's context window use
+	UpdateNotice     = "notice"            // Notice: severity, title, description
+	UpdateCompaction = "compaction_update" // Compaction: the agent compacting its history, with its summary
+	UpdateOther      = "other"             // anything else; see Raw
 )
 
 // ToolCall is a tool call the agent made, or the part of it that changed.
@@ -201,11 +249,15 @@ const (
 	RunSucceeded = "succeeded" // ended with done
 	RunFailed    = "failed"    // ended with error
 	RunCancelled = "cancelled" // ended with error code cancelled or shutting_down
+	// RunInterrupted: ended with error code interrupted, in flight when the
+	// daemon stopped and not retried (the binding's retry_interrupted is off).
+	RunInterrupted = "interrupted"
 )
 
 // Run is one run in GET /v1/runs and GET /v1/runs/{id}.
 type Run struct {
 	ID            string     `json:"run_id"`
+	Kind          string     `json:"kind"` // see the RunKind* constants
 	State         string     `json:"state"`
 	Channel       string     `json:"channel_id"`
 	Binding       string     `json:"binding_id"`
@@ -217,11 +269,45 @@ type Run struct {
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	EndedAt       *time.Time `json:"ended_at,omitempty"`
 	LastSeq       int64      `json:"last_seq"`
+	// Attempt is the number of attempts started: 0 before the first
+	// starts, 2 or more after an interrupted attempt was retried.
+	Attempt int `json:"attempt,omitempty"`
 	// Pending lists the permission requests waiting for an answer.
 	Pending []PermissionRequest `json:"pending_permissions,omitempty"`
 	// Result is the run's final done or error event once it ended.
 	Result *Event `json:"result,omitempty"`
 }
+
+// ShapeAgent is the shape of an agent run: output of the key's process
+// that no prompt asked for.
+const ShapeAgent = "agent"
+
+// Run kinds.
+const (
+	RunKindTurn  = "turn"  // a mention's turn (POST /v1/turns)
+	RunKindAgent = "agent" // what an agent said with no prompt in flight: background work ending, a turn it started itself
+)
+
+// FeedEvent is one line of GET /v1/events: a run started or ended. Seq
+// numbers the daemon's announcements from 1 (in this daemon's run), so a
+// client re-attaches with ?after=SEQ.
+type FeedEvent struct {
+	Event     string    `json:"event"` // run_started, run_ended, keepalive
+	Seq       int64     `json:"seq,omitempty"`
+	At        time.Time `json:"at,omitzero"`
+	RunID     string    `json:"run_id,omitempty"`
+	Kind      string    `json:"kind,omitempty"` // see the RunKind* constants
+	Channel   string    `json:"channel_id,omitempty"`
+	Binding   string    `json:"binding_id,omitempty"`
+	MessageID string    `json:"message_id,omitempty"`
+	State     string    `json:"state,omitempty"` // the run's state: at its end succeeded, failed or cancelled
+}
+
+// Feed event kinds.
+const (
+	FeedRunStarted = "run_started"
+	FeedRunEnded   = "run_ended"
+)
 
 // Runs is GET /v1/runs.
 type Runs struct {
@@ -342,9 +428,28 @@ type Health struct {
 	// OptionErrors are the bindings whose session options their agent
 	// does not list, found at startup or at the last session start.
 	OptionErrors []OptionError `json:"option_errors,omitempty"`
+	// PolicyAdvisories are the bindings whose agent cannot be told their
+	// permission policy (or refused the control that tells it): the agent
+	// runs some tools without asking, which the policy then does not cover.
+	PolicyAdvisories []PolicyAdvisory `json:"policy_advisories,omitempty"`
 	// BindingCommands says for every binding whether its command is found
 	// and executable, checked on each request without starting anything.
 	BindingCommands []BindingCommand `json:"binding_commands"`
+}
+
+// PolicyAdvisory is a binding whose permission policy is advisory, in
+// Health.
+type PolicyAdvisory struct {
+	Binding string `json:"binding_id"`
+	// Agent is who the agent said it is at initialize: name and version.
+	Agent  string `json:"agent"`
+	Policy string `json:"policy"`
+	// Advisory is "policy advisory for this agent: it runs some tools
+	// without asking".
+	Advisory string `json:"advisory"`
+	// Unasked says what the agent runs without asking, where known, or
+	// why the policy's control failed.
+	Unasked string `json:"unasked,omitempty"`
 }
 
 // BindingCommand is whether a binding's agent can be started, in Health.
@@ -393,6 +498,10 @@ type Session struct {
 	// RestoredBy is how the process reopened the key's saved session:
 	// "resume" or "load"; empty for a new session.
 	RestoredBy string `json:"restored_by,omitempty"`
+	// Working is set while the agent works with no turn in flight
+	// (background work it reported, output between prompts): the process
+	// is then neither reaped idle nor evicted, up to background_limit.
+	Working bool `json:"working,omitempty"`
 	// RestoreStopped is set when the binding's restores stopped (see
 	// Health.RestoreStopped): its next processes start cold.
 	RestoreStopped bool `json:"restore_stopped,omitempty"`
@@ -582,6 +691,7 @@ const (
 	CodeBudgetExceeded    = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
 	CodeInvalidOption     = "invalid_option"   // a session option id or value the binding's agent does not list
 	CodeStoreDamaged      = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
+	CodeInterrupted       = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

@@ -376,6 +376,9 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, o := range h.OptionErrors {
 		fmt.Fprintf(stdout, "binding %s: session options: %s\n", o.Binding, o.Error)
 	}
+	for _, p := range h.PolicyAdvisories {
+		fmt.Fprintf(stdout, "binding %s: permission %s, %s: %s (%s)\n", p.Binding, p.Policy, p.Agent, p.Advisory, p.Unasked)
+	}
 	startable := 0
 	for _, b := range h.BindingCommands {
 		if b.Startable {
@@ -404,7 +407,11 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		if by == "" {
 			by = "-"
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, s.State,
+		state := s.State
+		if s.Working && state == "idle" {
+			state = "working" // background work: not reaped nor evicted
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, state,
 			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"], by,
 			(time.Duration(s.IdleS) * time.Second).Round(time.Second), s.Pid, humanBytes(s.RSSBytes), s.Native)
 	}

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +48,9 @@ const (
 	FaultResumeFail           = "resume-fail"
 	FaultRestoreFail          = "restore-fail" // both session/resume and session/load fail
 	FaultExitRestore          = "exit-restore" // exit during session/resume or session/load
+	FaultResumeHang           = "resume-hang"  // never answer session/resume
+	FaultBurst                = "burst"        // stream --burst tiny chunks (100,000) before the reply
+	FaultLongReplay           = "long-replay"  // session/load replays --replay messages (5,000) before the kept turns
 )
 
 var knownFaults = map[string]bool{
@@ -56,6 +60,7 @@ var knownFaults = map[string]bool{
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
+	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -71,9 +76,34 @@ var (
 	readDirective  = lazyRegexp(`\[\[read:([^\]]+)\]\]`)
 	writeDirective = lazyRegexp(`\[\[write:([^\]]+)\]\]`)
 	permDirective  = lazyRegexp(`\[\[permission:([a-z_]+)\]\]`)
+	// toolDirective makes the agent run a tool of its own, unasked or not
+	// as its session mode says (see modes.go).
+	toolDirective = lazyRegexp(`\[\[tool:([a-z_]+)(?::([^\]]+))?\]\]`)
+	// switchModeDirective makes the agent move its session to another mode
+	// by itself, as claude-agent-acp does on leaving plan mode.
+	switchModeDirective = lazyRegexp(`\[\[switch-mode:([a-z]+)\]\]`)
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// holdDirective makes the turn wait, after a first reply chunk, until
+	// the file it names exists: a turn a test can stop mid-prompt and
+	// that passes on its next attempt.
+	holdDirective = lazyRegexp(`\[\[hold:([^\]]+)\]\]`)
+	// noticeDirective sends a notice of the given severity.
+	noticeDirective = lazyRegexp(`\[\[notice:([a-z]+)\]\]`)
+	// compactionDirective reports a compaction with compaction_update (in
+	// progress, then completed with a summary, the completion sent twice as
+	// agents repeat it) while the context in use keeps growing.
+	compactionDirective = lazyRegexp(`\[\[compaction-update\]\]`)
+	// laterDirective sends more output that long after the prompt
+	// returned, as an agent that goes on by itself.
+	laterDirective = lazyRegexp(`\[\[later:([0-9a-z.]+)\]\]`)
+	// backgroundDirective reports background work (a subagent session,
+	// running) that ends that long after the prompt returned: the
+	// subagent's output, its end, and the agent's own follow-up.
+	backgroundDirective = lazyRegexp(`\[\[background:([0-9a-z.]+)\]\]`)
+	// callsDirective makes the turn N model calls, each reported on its own.
+	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -88,11 +118,14 @@ type options struct {
 	noClose   bool
 	noResume  bool
 	noOptions bool
-	image     bool    // advertise promptCapabilities.image
-	embedded  bool    // advertise promptCapabilities.embeddedContext
+	image     bool // advertise promptCapabilities.image
+	embedded  bool // advertise promptCapabilities.embeddedContext
+	noModes   bool
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
+	burst     int // chunks of the burst fault
+	replay    int // messages of the long-replay fault
 	slow      time.Duration
 	framing   string
 	hold      bool
@@ -118,9 +151,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noOptions, "no-options", false, "list no session config options (model, mode, verbose)")
 	fs.BoolVar(&o.image, "image", false, "advertise promptCapabilities.image: take image blocks in a prompt")
 	fs.BoolVar(&o.embedded, "embedded-context", false, "advertise promptCapabilities.embeddedContext: take embedded resource blocks in a prompt")
+	fs.BoolVar(&o.noModes, "no-modes", false, "list no session modes (auto, manual)")
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
+	fs.IntVar(&o.burst, "burst", 100000, "chunks the burst fault streams")
+	fs.IntVar(&o.replay, "replay", 5000, "messages the long-replay fault replays on session/load")
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
@@ -243,6 +279,7 @@ type session struct {
 	turns      []turn            // the newest --history turns, oldest first
 	count      int               // turns taken, kept or not
 	options    map[string]string // config option id -> current value; each process starts at the defaults
+	mode       string            // session mode (modes.go); each process starts at modeAuto
 	used       int               // context tokens in use, as usage_update reports them; [[compact]] drops it
 
 	io     sync.Mutex
@@ -251,12 +288,15 @@ type session struct {
 }
 
 type builtin struct {
-	opts   options
-	conn   *acp.AgentSideConnection
-	out    *lockedWriter
-	stderr io.Writer
-	exit   chan int
-	stall  func() // stops reading stdin for good (stall-stdin)
+	opts options
+	// steering: session -> the mentions steered into its running turn;
+	// a session is in it while a turn runs. Guarded by mu.
+	steering map[string][]string
+	conn     *acp.AgentSideConnection
+	out      *lockedWriter
+	stderr   io.Writer
+	exit     chan int
+	stall    func() // stops reading stdin for good (stall-stdin)
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -288,6 +328,9 @@ func (b *builtin) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.
 		AgentCapabilities: b.capabilities(),
 		AgentInfo:         &acp.Implementation{Name: "residentd-builtin", Version: "1"},
 		AuthMethods:       []acp.AuthMethod{},
+		// As claude-agent-acp: text sent with _session/steering joins the
+		// running turn.
+		Meta: map[string]any{"steering": map[string]any{"supported": true}},
 	}, nil
 }
 
@@ -309,7 +352,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		return acp.NewSessionResponse{}, fmt.Errorf("builtin: session id: %w", err)
 	}
 	mcp, _ := json.Marshal(p.McpServers)
-	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions()}
+	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions(), mode: modeAuto}
 	b.record(map[string]any{"method": acp.AgentMethodSessionNew, "session": s.ID, "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)})
 	if err := b.create(s); err != nil {
 		return acp.NewSessionResponse{}, err
@@ -322,7 +365,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 		_ = b.send(ctx, s.ID, acp.SessionUpdate{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{
 			SessionUpdate: "available_commands_update", AvailableCommands: []acp.AvailableCommand{{Name: "review", Description: "review the change"}}}})
 	}
-	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: b.configOptions(s)}, nil
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
@@ -333,6 +376,19 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 	b.mu.Lock()
 	turns := append([]turn(nil), s.turns...)
 	b.mu.Unlock()
+	if b.opts.fault == FaultLongReplay {
+		// A long history, as a real agent replays one: user and agent
+		// messages in turn, before the kept turns.
+		for i := range b.opts.replay {
+			u := acp.UpdateUserMessageText(fmt.Sprintf("replayed message %d", i))
+			if i%2 == 1 {
+				u = acp.UpdateAgentMessageText(fmt.Sprintf("replayed message %d", i))
+			}
+			if err := b.send(ctx, s.ID, u); err != nil {
+				return acp.LoadSessionResponse{}, err
+			}
+		}
+	}
 	for _, t := range turns {
 		if err := b.send(ctx, s.ID, acp.UpdateUserMessageText(t.User)); err != nil {
 			return acp.LoadSessionResponse{}, err
@@ -341,7 +397,7 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 			return acp.LoadSessionResponse{}, err
 		}
 	}
-	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s)}, nil
+	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 func (b *builtin) Cancel(ctx context.Context, p acp.CancelNotification) error {
@@ -381,6 +437,23 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		fault = m[len(m)-1][1]
 	}
 	reply := Summary(text, b.opts.framing, n)
+	b.mu.Lock()
+	if b.steering == nil {
+		b.steering = map[string][]string{}
+	}
+	b.steering[id] = nil
+	b.mu.Unlock()
+	// steered ends the turn's steering and adds what joined it to the reply.
+	steered := func() {
+		b.mu.Lock()
+		joined, ok := b.steering[id]
+		delete(b.steering, id)
+		b.mu.Unlock()
+		if ok && len(joined) > 0 {
+			reply += fmt.Sprintf(" steered=%d", len(joined))
+		}
+	}
+	defer steered() // on every early return
 
 	switch fault {
 	case FaultExitTurn:
@@ -407,6 +480,14 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		}
 	case FaultUnknownSessionUpdate:
 		_ = b.send(ctx, "nat-unknown", acp.UpdateAgentMessageText("for nobody"))
+	case FaultBurst:
+		// A long reply streamed finely: each chunk a few bytes, as fast as
+		// the pipe takes them. Part of the reply, not of what is kept.
+		for i := range b.opts.burst {
+			if err := b.send(ctx, id, acp.UpdateAgentMessageText(BurstChunk(i))); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
 	case FaultFailTurn:
 		// As a model call that was paid for before the agent failed: the
 		// usage update (with its cost) goes out, then the error.
@@ -415,6 +496,15 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	}
 
 	b.directives(ctx, id, text)
+	if m := holdDirective().FindStringSubmatch(text); m != nil {
+		if err := b.send(ctx, id, acp.UpdateAgentThoughtText("holding until "+m[1]+" exists")); err != nil {
+			return acp.PromptResponse{}, err
+		}
+		if !waitFile(ctx, m[1]) {
+			return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+		}
+	}
+	steered()
 	if strings.Contains(text, truncationMarker) {
 		if h := b.fetchHistory(ctx, id, text, mcp); h != "" {
 			reply += " " + h
@@ -431,6 +521,7 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	if err := b.commit(s, turn{N: n, User: text, Reply: reply}); err != nil {
 		return acp.PromptResponse{}, err
 	}
+	b.afterwards(id, text)
 	stop := acp.StopReasonEndTurn
 	if fault == FaultRefusal {
 		stop = acp.StopReasonRefusal
@@ -445,31 +536,132 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	return resp, nil
 }
 
+// afterwards starts what the prompt's [[later:D]] and [[background:D]]
+// directives ask for once the prompt has returned.
+func (b *builtin) afterwards(id, text string) {
+	ctx := context.Background()
+	if m := laterDirective().FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			time.AfterFunc(d, func() {
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("later output, "))
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("after the prompt returned"))
+			})
+		}
+	}
+	if m := backgroundDirective().FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			sub := id + "-bg"
+			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "title": "builtin background work", "state": map[string]any{"state": "running"}})
+			time.AfterFunc(d, func() {
+				_ = b.send(ctx, sub, acp.UpdateAgentMessageText("background work output"))
+				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "state": map[string]any{"state": "idle", "stopReason": "end_turn"}})
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("background work done"))
+			})
+		}
+	}
+}
+
+// BurstChunk is the i-th chunk the burst fault streams.
+func BurstChunk(i int) string { return fmt.Sprintf("<%d>", i) }
+
 // account counts a turn's tokens (a quarter of its bytes) and cost and
 // sends the usage_update: context in use (every turn so far, until a
 // [[compact]] directive summarises it down to this turn's reply, as agents
 // compact) and, with --cost, the process's running cost. It returns the
-// turn's tokens and the process's totals.
+// turn's tokens and the process's totals. A turn with [[calls:N]] makes N
+// model calls of that size: one usage_update each, with the call's tokens
+// in _meta.usage, and it returns the last call's tokens only (as an agent
+// that reports the last call in its prompt response).
 func (b *builtin) account(ctx context.Context, s *session, text, reply string) (in, out, spentIn, spentOut int) {
+	calls, perCall := 1, false
+	if m := callsDirective().FindStringSubmatch(text); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n >= 1 {
+			calls, perCall = n, true
+		}
+	}
 	in, out = len(text)/4, len(reply)/4
-	b.mu.Lock()
-	b.spent[0] += in
-	b.spent[1] += out
-	b.cost += b.opts.cost
-	spentIn, spentOut, cost := b.spent[0], b.spent[1], b.cost
-	if compactDirective().MatchString(text) {
-		s.used = out
-	} else {
-		s.used += in + out
+	for range calls {
+		b.mu.Lock()
+		b.spent[0] += in
+		b.spent[1] += out
+		b.cost += b.opts.cost
+		spentIn, spentOut = b.spent[0], b.spent[1]
+		cost := b.cost
+		if compactDirective().MatchString(text) {
+			s.used = out
+		} else {
+			s.used += in + out
+		}
+		used := s.used
+		b.mu.Unlock()
+		meta := map[string]any{"inputTokens": in, "outputTokens": out}
+		if perCall {
+			meta = map[string]any{"usage": acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}}
+		}
+		uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: meta}
+		if b.opts.cost > 0 {
+			uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
+		}
+		_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	}
-	used := s.used
-	b.mu.Unlock()
-	uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: map[string]any{"inputTokens": in, "outputTokens": out}}
-	if b.opts.cost > 0 {
-		uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
-	}
-	_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	return in, out, spentIn, spentOut
+}
+
+// SteeringMethod is the extension request that adds text to a session's
+// running turn.
+const SteeringMethod = "_session/steering"
+
+// steeringParams is what SteeringMethod carries, as session/prompt does.
+type steeringParams struct {
+	SessionID string             `json:"sessionId"`
+	Prompt    []acp.ContentBlock `json:"prompt"`
+}
+
+// HandleExtensionMethod answers _session/steering: the text joins the
+// session's running turn (its reply says steered=N), or is refused when no
+// turn runs, so the client sends it as a turn of its own.
+func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	if method != SteeringMethod {
+		return nil, acp.NewMethodNotFound(method)
+	}
+	var p steeringParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &acp.RequestError{Code: -32602, Message: "builtin: steering params: " + err.Error()}
+	}
+	var parts []string
+	for _, c := range p.Prompt {
+		if c.Text != nil {
+			parts = append(parts, c.Text.Text)
+		}
+	}
+	text := strings.Join(parts, "\n")
+	b.mu.Lock()
+	joined, running := b.steering[p.SessionID]
+	if running {
+		b.steering[p.SessionID] = append(joined, text)
+	}
+	b.mu.Unlock()
+	if !running {
+		return nil, &acp.RequestError{Code: -32002, Message: fmt.Sprintf("builtin: no turn is running in session %q", p.SessionID)}
+	}
+	b.record(map[string]any{"method": SteeringMethod, "session": p.SessionID, "prompt": text})
+	return map[string]any{}, nil
+}
+
+// waitFile waits until path exists (true) or ctx ends (false).
+func waitFile(ctx context.Context, path string) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // directives runs the test-only client calls found in the prompt.
@@ -481,6 +673,16 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 	for _, m := range writeDirective().FindAllStringSubmatch(text, -1) {
 		_, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: acp.SessionId(id), Path: m[1], Content: "written by builtin\n"})
 		b.thought(ctx, id, "write "+m[1], "", err)
+	}
+	for _, m := range noticeDirective().FindAllStringSubmatch(text, -1) {
+		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "notice", "severity": m[1], "title": "builtin " + m[1] + " notice", "description": "asked for by a directive"})
+	}
+	if compactionDirective().MatchString(text) {
+		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "in_progress"})
+		done := map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "completed",
+			"summary": []map[string]string{{"type": "text", "text": "builtin summary of the session so far"}}}
+		_ = b.sendRaw(ctx, id, done)
+		_ = b.sendRaw(ctx, id, done)
 	}
 	for _, m := range permDirective().FindAllStringSubmatch(text, -1) {
 		kind := acp.ToolKind(m[1])
@@ -500,6 +702,12 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 			outcome = "selected " + string(resp.Outcome.Selected.OptionId)
 		}
 		b.thought(ctx, id, "permission "+m[1], outcome, err)
+	}
+	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
+		b.runTool(ctx, id, i+1, m[1], m[2])
+	}
+	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
+		b.switchMode(ctx, id, m[1])
 	}
 }
 
@@ -528,12 +736,19 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 	return g.r.Read(p)
 }
 
-func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) error {
-	return b.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: acp.SessionId(id), Update: u})
+// sendRaw sends an update the SDK has no type for, as its JSON.
+func (b *builtin) sendRaw(ctx context.Context, id string, update map[string]any) error {
+	line, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": acp.ClientMethodSessionUpdate,
+		"params": map[string]any{"sessionId": id, "update": update}})
+	if err != nil {
+		return err
+	}
+	_, err = b.out.Write(append(line, '\n'))
+	return err
 }
 
-func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
-	return acp.SetSessionModeResponse{}, nil
+func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) error {
+	return b.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: acp.SessionId(id), Update: u})
 }
 
 func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
@@ -543,11 +758,15 @@ func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (
 // ResumeSession reopens a saved session as LoadSession does, without
 // replaying its history to the client.
 func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	if b.opts.fault == FaultResumeHang {
+		b.record(map[string]any{"method": acp.AgentMethodSessionResume, "session": string(p.SessionId), "hang": true})
+		blockForever() // other requests (a session/load) are still served
+	}
 	s, err := b.reopen(acp.AgentMethodSessionResume, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noResume, FaultResumeFail)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, err
 	}
-	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s)}, nil
+	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
 // reopen is session/load and session/resume up to the replay: the record,
@@ -573,6 +792,9 @@ func (b *builtin) reopen(method, id, cwd string, servers []acp.McpServer, off bo
 	s.Cwd, s.MCPServers = cwd, mcp
 	if s.options == nil {
 		s.options = defaultOptions()
+	}
+	if s.mode == "" {
+		s.mode = modeAuto
 	}
 	b.mu.Unlock()
 	return s, nil

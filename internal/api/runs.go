@@ -181,6 +181,62 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 	}
 }
 
+// runFeed streams the daemon's run announcements after ?after=SEQ (0: from
+// the oldest kept; a client that wants only what comes next passes the
+// last seq it knows), then the live ones until the client goes away, with
+// keepalives while it is quiet.
+func (s *Server) runFeed(w http.ResponseWriter, r *http.Request) {
+	var after int64
+	if v := r.URL.Query().Get("after"); v != "" {
+		var err error
+		after, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || after < 0 {
+			fail(w, fmt.Errorf("%w: after %q must be a sequence number (0 or more): the seq of the last announcement you have", errBadRequest, v))
+			return
+		}
+	}
+	f := s.turns.RunFeed()
+	b := f.Read(after)
+	if b.Gone {
+		writeError(w, http.StatusGone, apitype.CodeEventsGone, fmt.Sprintf("announcements after seq %d fell out of the feed (it keeps the newest %d); list the runs with GET /v1/runs and follow the feed from seq %d", after, run.DefaultFeed, f.Last()))
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	keep := time.NewTimer(s.keepalive)
+	defer keep.Stop()
+	for {
+		if b.Gone {
+			return // fell behind the feed's bound: re-attaching says so (410)
+		}
+		for _, l := range b.Lines {
+			if _, err := w.Write(l); err != nil {
+				return
+			}
+		}
+		if len(b.Lines) > 0 {
+			after = b.Last
+			keep.Reset(s.keepalive)
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		select {
+		case <-b.Changed:
+		case <-keep.C:
+			line, _ := json.Marshal(apitype.FeedEvent{Event: apitype.EventKeepalive, At: time.Now()})
+			if _, err := w.Write(append(line, '\n')); err != nil {
+				return
+			}
+			keep.Reset(s.keepalive)
+		case <-r.Context().Done():
+			return
+		}
+		b = f.Read(after)
+	}
+}
+
 func errText(err error, ev apitype.Event) string {
 	if err != nil {
 		return err.Error()

@@ -47,6 +47,8 @@ type Turns interface {
 	Submit(req apitype.TurnRequest) (*run.Run, error)
 	Run(runID string) (*run.Run, error)
 	Runs() []apitype.Run
+	// Feed announces every run's start and end (GET /v1/events).
+	RunFeed() *run.Feed
 	Cancel(runID string) error
 	Answer(runID, requestID, optionID string) error
 	Budgets() (apitype.Budgets, error)
@@ -176,6 +178,7 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("GET /v1/runs", s.runs)
 	mux.HandleFunc("GET /v1/runs/{run}", s.run)
 	mux.HandleFunc("GET /v1/runs/{run}/events", s.events)
+	mux.HandleFunc("GET /v1/events", s.runFeed)
 	mux.HandleFunc("POST /v1/runs/{run}/cancel", s.cancel)
 	mux.HandleFunc("POST /v1/runs/{run}/permissions/{request}", s.answer)
 	mux.HandleFunc("GET /v1/sessions", s.sessions)
@@ -336,7 +339,7 @@ func statusOf(code string) int {
 		return 499
 	case apitype.CodeAgentStartFailed, apitype.CodeAgentCrashed, apitype.CodeAgentFailed:
 		return http.StatusBadGateway
-	case apitype.CodeAgentBackoff, apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeShuttingDown, apitype.CodeToolsDisabled:
+	case apitype.CodeAgentBackoff, apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeShuttingDown, apitype.CodeInterrupted, apitype.CodeToolsDisabled:
 		return http.StatusServiceUnavailable
 	case apitype.CodeTimeout:
 		return http.StatusGatewayTimeout

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,6 +192,37 @@ func BenchmarkWarmTurnCommit(b *testing.B) {
 		}})
 		if err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBurst100k: a turn whose agent streams 100,000 tiny chunks in a
+// burst, over the socket. Reported: the time from the last chunk the
+// client read to the done event, and the test process's peak resident set
+// (the daemon and the client; the agent is a process of its own).
+func BenchmarkBurst100k(b *testing.B) {
+	c, _ := benchClient(b)
+	ctx := context.Background()
+	var tail time.Duration
+	for i := 0; i < b.N; i++ {
+		var last time.Time
+		ev, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-" + strconv.Itoa(i), Binding: "b-builtin", Text: "@agent [[fault:burst]]"}, func(ev apitype.Event) {
+			if ev.Update != nil {
+				last = time.Now()
+			}
+		})
+		if err != nil || ev.Event != apitype.EventDone {
+			b.Fatalf("burst turn: %+v, %v", ev, err)
+		}
+		tail += time.Since(last)
+	}
+	b.ReportMetric(float64(tail.Microseconds())/1000/float64(b.N), "ms-last-update-to-done")
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "VmHWM:") {
+				kb, _ := strconv.Atoi(strings.Fields(l)[1])
+				b.ReportMetric(float64(kb)/1024, "MiB-peak-rss")
+			}
 		}
 	}
 }

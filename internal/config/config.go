@@ -104,7 +104,26 @@ type Binding struct {
 	UsageTotals bool `json:"usage_totals,omitempty"`
 	// Prices price a turn the agent reports tokens for but no cost.
 	Prices *Prices `json:"prices,omitempty"`
+
+	// RetryInterrupted runs a turn that was in flight when the daemon
+	// stopped (clean or killed) again, as a new attempt of the same run,
+	// when the daemon next starts; on by default.
+	RetryInterrupted *bool `json:"retry_interrupted,omitempty"`
+
+	// Bursts says what mentions that arrive while the key's turn runs do:
+	// "queue" (the default: each runs as its own turn, in order) or
+	// "coalesce" (those waiting when the key frees run as one turn that
+	// lists each of them) or "steer" (each joins the running turn, where
+	// the agent takes steering; otherwise it queues).
+	Bursts string `json:"bursts,omitempty"`
 }
+
+// Burst modes of a binding.
+const (
+	BurstsQueue    = "queue"
+	BurstsCoalesce = "coalesce"
+	BurstsSteer    = "steer"
+)
 
 // Prices are per million tokens, in Currency (default USD).
 type Prices struct {
@@ -131,6 +150,9 @@ const (
 
 // RestoreOn reports whether restore is enabled.
 func (b Binding) RestoreOn() bool { return b.Restore == nil || *b.Restore }
+
+// RetryOn reports whether an interrupted run is retried after a restart.
+func (b Binding) RetryOn() bool { return b.RetryInterrupted == nil || *b.RetryInterrupted }
 
 // ToolsOn reports whether channel tools are passed to the agent.
 func (b Binding) ToolsOn() bool { return b.Tools == nil || *b.Tools }
@@ -184,6 +206,14 @@ type Config struct {
 	// stops trying to restore its sessions for the rest of its run; its new
 	// processes then start cold at once; default 3.
 	RestoreFailures int `json:"restore_failures,omitempty"`
+	// RestoreTimeout bounds each way of a restore (session/resume, then
+	// session/load): past it the next way is tried, then a new session;
+	// default 60s.
+	RestoreTimeout Duration `json:"restore_timeout,omitempty"`
+	// BackgroundLimit bounds how long an agent process working with no
+	// turn in flight (background work it reported, output between prompts)
+	// is kept from the idle reaper and from capacity eviction; default 2h.
+	BackgroundLimit Duration `json:"background_limit,omitempty"`
 
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
@@ -369,6 +399,12 @@ func (c *Config) SetDefaults() {
 			p.Currency = "USD"
 		}
 	}
+	if c.BackgroundLimit <= 0 {
+		c.BackgroundLimit = Duration(2 * time.Hour)
+	}
+	if c.RestoreTimeout <= 0 {
+		c.RestoreTimeout = Duration(60 * time.Second)
+	}
 	if c.RestoreFailures <= 0 {
 		c.RestoreFailures = 3
 	}
@@ -434,6 +470,9 @@ func (c *Config) SetDefaults() {
 		if b.RestoreMethod == "" {
 			b.RestoreMethod = RestoreAuto
 		}
+		if b.Bursts == "" {
+			b.Bursts = BurstsQueue
+		}
 		if b.BriefEvery <= 0 {
 			b.BriefEvery = 10
 		}
@@ -483,6 +522,11 @@ func (c *Config) Validate() error {
 		case "", RestoreAuto, RestoreResume, RestoreLoad:
 		default:
 			return fmt.Errorf("%w: binding %q: restore_method %q: use auto, resume or load", ErrInvalid, b.ID, b.RestoreMethod)
+		}
+		switch b.Bursts {
+		case "", BurstsQueue, BurstsCoalesce, BurstsSteer:
+		default:
+			return fmt.Errorf("%w: binding %q: bursts %q: use queue, coalesce or steer", ErrInvalid, b.ID, b.Bursts)
 		}
 		for id, v := range b.SessionOptions {
 			if id == "" || v == "" {

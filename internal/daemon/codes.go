@@ -41,6 +41,8 @@ func Code(err error) string {
 		return apitype.CodeAlreadyAnswered
 	case errors.Is(err, ErrRunEnded):
 		return apitype.CodeRunEnded
+	case errors.Is(err, ErrInterrupted):
+		return apitype.CodeInterrupted
 	case errors.Is(err, store.ErrDamaged):
 		return apitype.CodeStoreDamaged
 	case errors.Is(err, store.ErrNotFound):
@@ -67,7 +69,7 @@ func Code(err error) string {
 		return apitype.CodeAgentStartFailed
 	case errors.Is(err, acp.ErrExited):
 		return apitype.CodeAgentCrashed
-	case errors.Is(err, ErrAgentFailed), errors.Is(err, acp.ErrProtocol):
+	case errors.Is(err, ErrAgentFailed), errors.Is(err, acp.ErrProtocol), errors.Is(err, acp.ErrLimit):
 		return apitype.CodeAgentFailed
 	}
 	return apitype.CodeInternal

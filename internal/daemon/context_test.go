@@ -166,3 +166,29 @@ func TestBriefAfterCompaction(t *testing.T) {
 		t.Fatalf("compactions = %v, want 1", n)
 	}
 }
+
+// TestBriefAfterCompactionUpdate: an agent that reports its compaction
+// with compaction_update (repeating the completion, while its context in
+// use keeps growing) gets the full brief again exactly once, in the next
+// warm turn; a drop in use is no longer taken for a compaction.
+func TestBriefAfterCompactionUpdate(t *testing.T) {
+	var rec string
+	h := newHarness(t, recordTo(&rec))
+	texts := []string{"@agent one", "@agent compacting [[compaction-update]]", "@agent three", "@agent four [[compact]]", "@agent five"}
+	for i, text := range texts {
+		reply(t, h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), text))
+	}
+	got := prompts(t, rec)
+	brief := delivery.DefaultBrief
+	// cold, warm (compacts), warm: full brief again, warm (use drops: no
+	// compaction from an agent that announces them), warm.
+	wantFull := []bool{true, false, true, false, false}
+	for i, p := range got {
+		if strings.Contains(p, brief) != wantFull[i] {
+			t.Fatalf("prompt %d: full brief %v, want %v:\n%.300s", i+1, strings.Contains(p, brief), wantFull[i], p)
+		}
+	}
+	if n := testutil.ToFloat64(h.m.Compactions.WithLabelValues("b-builtin")); n != 1 {
+		t.Fatalf("compactions = %v, want 1", n)
+	}
+}

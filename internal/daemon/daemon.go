@@ -44,6 +44,9 @@ var (
 	ErrRunEnded       = errors.New("run already ended")
 	ErrAgentFailed    = errors.New("agent failed the turn")
 	ErrShuttingDown   = errors.New("daemon is shutting down")
+	// ErrInterrupted: the daemon stopped while the run's attempt was in
+	// flight, and its binding does not retry interrupted runs.
+	ErrInterrupted = errors.New("interrupted by a restart")
 	// ErrBackoff: the binding's agents keep failing to start or crashing, so
 	// its next spawn waits; other bindings are unaffected.
 	ErrBackoff = resident.ErrBackoff
@@ -78,6 +81,9 @@ type Options struct {
 	// is refused for BackoffBase, doubling per failure up to BackoffCap
 	// (defaults 1s and 1m).
 	BackoffBase, BackoffCap time.Duration
+	// AgentQuiet is how long an agent run waits for more output before it
+	// ends (default 2s); tests shorten it.
+	AgentQuiet time.Duration
 }
 
 // Daemon runs turns. Create it with New; stop it with Close.
@@ -97,12 +103,14 @@ type Daemon struct {
 	lastMu  sync.Mutex
 	lastEnd map[session.Key]time.Time // when each key's last turn ended, this run
 
-	mu      sync.Mutex                         // guards cancels, asking, framing, warned and closing
-	cancels map[string]context.CancelCauseFunc // run id -> cancel, while it runs
-	asking  map[string]*asker                  // native session -> the run its permission requests go to
-	framing map[string]string                  // binding -> framing of its last cold turn
-	warned  map[string]bool                    // what warnOnce logged already
-	closing bool
+	mu       sync.Mutex                         // guards cancels, asking, framing, warned, bursts, steering and closing
+	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
+	asking   map[string]*asker                  // native session -> the run its permission requests go to
+	framing  map[string]string                  // binding -> framing of its last cold turn
+	warned   map[string]bool                    // what warnOnce logged already
+	bursts   map[session.Key][]*burst           // runs of coalescing bindings waiting for their key
+	steering map[session.Key]*steerTarget       // running turns of steering bindings
+	closing  bool
 }
 
 // New returns a running daemon; Close stops it. Its keeper first stops the
@@ -121,7 +129,9 @@ func New(o Options) (*Daemon, error) {
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
 		}, o.Now),
-		lastEnd: map[session.Key]time.Time{},
+		lastEnd:  map[session.Key]time.Time{},
+		bursts:   map[session.Key][]*burst{},
+		steering: map[session.Key]*steerTarget{},
 	}
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
@@ -134,6 +144,7 @@ func New(o Options) (*Daemon, error) {
 	d.keeper, err = resident.New(resident.Options{
 		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
 		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
+		Runs: d.runs, AgentQuiet: o.AgentQuiet,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
@@ -158,6 +169,10 @@ func New(o Options) (*Daemon, error) {
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
+	if err := d.resume(); err != nil {
+		d.Close(0)
+		return nil, fmt.Errorf("daemon: resume the recorded runs: %w", err)
+	}
 	return d, nil
 }
 

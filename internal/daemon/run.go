@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -55,6 +56,9 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	}
 	if req.RunID == "" {
 		req.RunID = newRunID()
+	} else if r, ok, err := d.known(req); err != nil || ok {
+		// The same mention sent again (a blind retry) is the run it started.
+		return r, err
 	}
 	if err := d.checkBudget(b.ID, req.Channel); err != nil {
 		d.m.ObserveTurn(lease.Unstarted, lease.OutcomeRefused, 0)
@@ -77,31 +81,57 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 		cancel(nil)
 		return nil, ErrShuttingDown
 	}
-	r, err := d.runs.New(req.RunID, key, req.MessageID)
+	r, err := d.runs.NewFor(req.RunID, key, req.MessageID, fingerprint(req))
 	if err != nil {
 		d.mu.Unlock()
 		cancel(nil)
+		if errors.Is(err, run.ErrInUse) {
+			// Submitted twice at once: the second gets the first's run.
+			if r, ok, kerr := d.known(req); kerr != nil || ok {
+				return r, kerr
+			}
+		}
 		return nil, err
 	}
 	d.cancels[req.RunID] = cancel
 	d.turns.Add(1)
 	d.mu.Unlock()
-	go func() {
-		defer d.turns.Done()
-		defer cancel(nil)
-		done, err := d.execute(ctx, r, b, req)
-		// No longer cancellable before the last event is out: a client that
-		// saw done and cancels gets run_ended.
+	// Accepted once recorded: a restart runs it.
+	reqJSON, err := json.Marshal(req)
+	c := &record{d: d, rec: store.RunRecord{ID: r.ID, Request: reqJSON, Created: r.Created}}
+	if err == nil {
+		err = d.st.PutRun(c.rec)
+	}
+	if err != nil {
 		d.mu.Lock()
 		delete(d.cancels, req.RunID)
 		d.mu.Unlock()
-		if err != nil {
-			r.Finish(apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error()}, err)
-			return
-		}
-		r.Finish(done, nil)
-	}()
+		d.runs.Drop(r.ID)
+		d.turns.Done()
+		cancel(nil)
+		return nil, fmt.Errorf("record run %q: %w", req.RunID, err)
+	}
+	crashAt("accepted")
+	d.goRun(ctx, cancel, r, b, req, c)
 	return r, nil
+}
+
+// goRun executes r in a goroutine the daemon owns (counted in d.turns by
+// the caller) and records its end.
+func (d *Daemon) goRun(ctx context.Context, cancel context.CancelCauseFunc, r *run.Run, b config.Binding, req apitype.TurnRequest, c *record) {
+	c.cancel = cancel
+	go func() {
+		defer d.turns.Done()
+		defer cancel(nil)
+		done, err := d.execute(ctx, r, b, req, c)
+		// No longer cancellable before the last event is out: a client that
+		// saw done and cancels gets run_ended.
+		d.mu.Lock()
+		delete(d.cancels, r.ID)
+		d.mu.Unlock()
+		// Recorded before a follower can see the end.
+		r.Finish(c.finish(r, done, err), err)
+	}()
 }
 
 // Turn answers one mention and waits for it: Submit, then every event of
@@ -175,6 +205,9 @@ func (d *Daemon) Run(runID string) (*run.Run, error) {
 	return r, nil
 }
 
+// Feed announces every run's start and end.
+func (d *Daemon) RunFeed() *run.Feed { return d.runs.Feed() }
+
 // Runs lists the queued, running and recently ended runs, oldest first.
 func (d *Daemon) Runs() []apitype.Run { return d.runs.List() }
 
@@ -188,17 +221,36 @@ func (d *Daemon) Answer(runID, requestID, optionID string) error {
 }
 
 // execute runs the turn for r: the key, a slot, its process, the prompt.
-func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest) (apitype.Event, error) {
+func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, c *record) (apitype.Event, error) {
 	log := d.log.With(zap.String("key", r.Key.String()), zap.String("run", r.ID))
 	start := d.now()
-	co, err := d.pool.Acquire(ctx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
+	if b.Bursts == config.BurstsSteer {
+		if by, ok := d.steer(ctx, r, req); ok {
+			done, err := awaitAnswer(by)
+			d.m.ObserveTurn(lease.Unstarted, Outcome(err), d.now().Sub(start))
+			return done, err
+		}
+	}
+	// A restore tells the waiting run which way it reopens the session.
+	actx := resident.WithRestoreNote(ctx, func(method string) {
+		r.Emit(apitype.Event{Event: apitype.EventRestoring, Method: method})
+	})
+	co, err := d.pool.Acquire(actx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
 		if w.Slot {
 			reason = apitype.QueueNoSlot
+		} else if b.Bursts == config.BurstsCoalesce {
+			d.joinBurst(r.Key, &burst{r: r, req: req, cancel: c.cancel})
 		}
 		r.Emit(apitype.Event{Event: apitype.EventQueued, Reason: reason, Position: w.Position})
 	}, OnStart: r.Starting})
+	if by, ok := coalescedBy(ctx); ok && err != nil {
+		done, err := awaitAnswer(by)
+		d.m.ObserveTurn(lease.Unstarted, Outcome(err), d.now().Sub(start))
+		return done, err
+	}
 	if err != nil {
+		d.takeBurst(r.Key, r, config.Binding{})
 		if errors.Is(err, pool.ErrClosed) {
 			err = ErrShuttingDown
 		}
@@ -208,9 +260,15 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		if !errors.Is(err, ErrShuttingDown) {
 			log.Info("turn failed before it started", zap.String("outcome", string(Outcome(err))), zap.Error(err))
 		}
+		// It holds no key: it ends now, as it always did, and its record
+		// follows (a restart in between runs it, never started, again).
+		ev := apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: d.now()}
+		r.Finish(ev, err)
+		c.finish(r, ev, err)
 		return apitype.Event{}, err
 	}
 	d.m.ObserveQueueWait(co.Waited)
+	c.taken = d.takeBurst(r.Key, r, b)
 	keep := b.Resident || b.SavedSession != ""
 	prep, err := d.prepare(ctx, r, b, req, co, start, log)
 	if err != nil {
@@ -222,11 +280,12 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 			keep = false
 		}
 		co.Lease.Discard()
+		c.finish(r, apitype.Event{}, err)
 		d.pool.Release(co, keep)
 		return apitype.Event{}, err
 	}
 	gap, hasGap := d.idleGap(co.Key, start)
-	done, err := d.answer(ctx, r, b, req, co, prep, start, gap, hasGap, log)
+	done, err := d.answer(ctx, r, b, req, co, prep, start, gap, hasGap, c, log)
 	d.turnEnded(co.Key)
 	if err != nil {
 		d.keeper.SaveNative(co.Key, co.Session, log)
@@ -236,6 +295,9 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	for n := co.Lease.Discard(); n > 0; n-- {
 		d.m.Watermark(false)
 	}
+	// Recorded while the key is still held, so the next run on it starts
+	// after this one has its end.
+	c.finish(r, done, err)
 	d.pool.Release(co, keep)
 	return done, err
 }
@@ -264,11 +326,14 @@ func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req 
 
 // answer runs the turn on its checked-out process: compose, prompt, and on
 // success store the exchange and commit the watermarks.
-func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident.Process], prep resident.Prepared, start time.Time, gap time.Duration, hasGap bool, log *zap.Logger) (apitype.Event, error) {
+func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, co *pool.Checkout[*resident.Process], prep resident.Prepared, start time.Time, gap time.Duration, hasGap bool, c *record, log *zap.Logger) (apitype.Event, error) {
 	key, l := co.Key, co.Lease
 	shape := l.Shape.String()
-	r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: shape, Native: l.Native, Pid: prep.Pid})
+	r.Emit(apitype.Event{Event: apitype.EventStarted, Attempt: r.Attempt() + 1, Shape: shape, Native: l.Native, Pid: prep.Pid})
 	req.RunID = r.ID
+	if len(c.taken) > 0 {
+		req.Text = d.coalescedText(req, c.taken)
+	}
 
 	out, rep, err := d.compose(key, b, req, l, prep)
 	text, user := out.Text, out.Stored
@@ -277,6 +342,12 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		return apitype.Event{}, err
 	}
 	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
+	// Durable before the agent sees it: a restart from here on ends this
+	// attempt interrupted rather than prompting it again.
+	if err := c.start(r); err != nil {
+		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
+		return apitype.Event{}, err
+	}
 
 	tctx, tcancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
 	defer tcancel()
@@ -284,6 +355,12 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	defer unask()
 	first := true
 	turnStart := d.now()
+	unsteer := func() []*burst { return nil }
+	if b.Bursts == config.BurstsSteer && co.Session.CanSteer() {
+		unsteer = d.steerable(r, co.Session)
+	}
+	// Output the agent sent before this prompt is its own run, ended now.
+	co.Session.EndAgentRun("prompt")
 	res, err := co.Session.Prompt(tctx, text, out.Attachments, func(u acp.Update) {
 		if first {
 			first = false
@@ -294,8 +371,14 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 			return
 		}
 		up := u.Update
+		if n := up.Notice; n != nil {
+			d.m.Notice(b.ID, n.Severity)
+			log.Info("agent notice", zap.String("severity", n.Severity), zap.String("title", n.Title), zap.String("description", n.Description))
+		}
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
+	crashAt("answered")
+	c.taken = append(c.taken, unsteer()...)
 	if err == nil && !successful(res.StopReason) {
 		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, res.StopReason)
 		if res.StopReason == string(sdk.StopReasonCancelled) {
@@ -329,33 +412,43 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)
 	}
 	now := d.now()
-	wm := apitype.WatermarkNone
-	// The exchange and the watermarks go in one transaction.
+	wm := apitype.WatermarkCommitted
+	if l.Staged() == 0 {
+		wm = apitype.WatermarkNone
+	}
+	done := apitype.Event{Event: apitype.EventDone, At: now, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS, Answers: answers(r, c.taken)}
+	// The exchange, the watermarks and the run's end go in one transaction.
+	ended := c.ended(r)
+	ended.Ended = now
+	ended.Events = append(ended.Events, r.Final(done))
+	cut, keep := d.retention()
 	save := settle.SaveNative
-	n, cerr := l.Commit(store.TurnCommit{Store: d.st, Key: key, Finish: store.Finish{SaveNative: save, Spend: spend, Turns: []session.Turn{
+	n, cerr := l.Commit(store.TurnCommit{Store: d.st, Key: key, Finish: store.Finish{SaveNative: save, Spend: spend, Run: &ended, RunsBefore: cut, RunsKeep: keep, Turns: []session.Turn{
 		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
 	}}})
 	if cerr != nil && save {
 		co.Session.KeepUnsaved()
 	}
+	c.committed = cerr == nil
+	crashAt("committed")
 	for i := 0; i < n; i++ {
 		d.m.Watermark(true)
 	}
 	switch {
 	case cerr != nil:
-		wm = apitype.WatermarkFailed
+		done.Watermark = apitype.WatermarkFailed
 		log.Error("storing the turn failed: its exchange is not in the conversation and its watermarks did not move", zap.Error(cerr))
 		// The cost was spent all the same: the budgets keep it on their own.
 		if serr := d.st.AddSpend(spend); serr != nil {
 			log.Error("storing the turn's cost toward its budgets failed; it counts until the daemon restarts", zap.Error(serr))
 		}
-	case n > 0:
-		wm = apitype.WatermarkCommitted
+	case n == 0:
+		done.Watermark = apitype.WatermarkNone
 	}
 	d.m.ObserveTurn(shape, lease.OutcomeOK, now.Sub(start))
 	log.Info("turn done", zap.String("shape", shape), zap.String("native", l.Native), zap.String("stop", res.StopReason), zap.Duration("duration", now.Sub(start)))
-	return apitype.Event{Event: apitype.EventDone, Shape: shape, Native: l.Native, StopReason: res.StopReason, Text: res.Text, Watermark: wm, Context: rep, Usage: usage, IdleGapS: gapS}, nil
+	return done, nil
 }
 
 // asker routes a native session's permission requests to its running run.

@@ -11,7 +11,7 @@ func (d *Daemon) Status() apitype.Health {
 	return apitype.Health{
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
 		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.keeper.RestoreStops(),
-		OptionErrors: d.keeper.OptionErrors(), BindingCommands: d.keeper.BindingCommands(),
+		OptionErrors: d.keeper.OptionErrors(), BindingCommands: d.keeper.BindingCommands(), PolicyAdvisories: d.keeper.PolicyAdvisories(),
 	}
 }
 

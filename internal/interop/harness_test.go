@@ -28,8 +28,10 @@ import (
 // skipEnv, set to 1, skips these tests where the real agents are not installed.
 const skipEnv = "RESIDENTD_SKIP_REAL_AGENTS"
 
-// testTimeout bounds every interop test.
-const testTimeout = 60 * time.Second
+// testTimeout bounds every interop test: two claude-agent-acp versions
+// start cold and restore in them, which on a loaded two-core machine takes
+// 20 to 30 s each.
+const testTimeout = 2 * time.Minute
 
 // repoRoot is the directory holding go.mod, found upwards from the test's
 // working directory (the package directory under go test).

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -30,7 +32,7 @@ var (
 	ExitKinds       = child.ExitKinds
 	ReadyMethods    = []string{"new", "resume", "load"}
 	RestoreMethods  = []string{"resume", "load"}
-	RestoreResults  = []string{"ok", "failed"}
+	RestoreResults  = []string{"ok", "failed", "timeout"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
 	BriefPlacements = labels(delivery.Placements)
@@ -106,7 +108,12 @@ type Metrics struct {
 	MessagesIngested  *prometheus.CounterVec // result
 	BuildInfo         *prometheus.GaugeVec   // version, goversion
 	OptionsSet        *prometheus.CounterVec // binding
+	ToolCalls         *prometheus.CounterVec // binding, kind, asked
+	PolicyModesSet    *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
+	Notices           *prometheus.CounterVec // binding, severity
+	AgentRuns         prometheus.Counter
+	StrayUpdates      *prometheus.CounterVec // binding
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
 
@@ -185,7 +192,7 @@ func New(version string, g Gauges) *Metrics {
 	}, []string{"kind"})
 	m.SessionRestores = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_session_restores_total",
-		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result.",
+		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result (ok, failed, or timeout: no answer within restore_timeout).",
 	}, []string{"method", "result"})
 	m.RestoreStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "residentd_restore_stopped",
@@ -248,9 +255,29 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_session_options_set_total",
 		Help: "Session config options set on agents (session/set_config_option) when a session starts or the key's options change, by binding.",
 	}, []string{"binding"})
+	m.ToolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_tool_calls_total",
+		Help: "Tool calls agents reported (session/update tool_call), by binding, ACP kind and whether the agent asked for them (asked=true: a permission request for the call came).",
+	}, []string{"binding", "kind", "asked"})
+	m.PolicyModesSet = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_policy_modes_set_total",
+		Help: "Session modes set on agents (session/set_mode) to carry a binding's permission policy, by binding.",
+	}, []string{"binding"})
 	m.Compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_agent_compactions_total",
 		Help: "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.",
+	}, []string{"binding"})
+	m.Notices = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_notices_total",
+		Help: "Notices agents sent (ACP notice session updates), by binding and severity.",
+	}, []string{"binding", "severity"})
+	m.AgentRuns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "residentd_agent_runs_total",
+		Help: "Agent runs: output of an agent with no prompt in flight (a turn it started, background work ending), gathered into a run of kind agent.",
+	})
+	m.StrayUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_stray_updates_total",
+		Help: "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.",
 	}, []string{"binding"})
 	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_budget_crossings_total",
@@ -271,7 +298,7 @@ func New(version string, g Gauges) *Metrics {
 		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.Compactions, m.BudgetCrossings, m.BudgetRefusals,
+		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.Notices, m.AgentRuns, m.StrayUpdates, m.BudgetCrossings, m.BudgetRefusals,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -319,7 +346,15 @@ func initVec(v *prometheus.CounterVec, values []string) {
 func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.FramingChanges, ids)
 	initVec(m.OptionsSet, ids)
+	initVec(m.PolicyModesSet, ids)
+	for _, id := range ids {
+		for _, k := range ToolKinds {
+			m.ToolCalls.WithLabelValues(id, k, "true")
+			m.ToolCalls.WithLabelValues(id, k, "false")
+		}
+	}
 	initVec(m.Compactions, ids)
+	initVec(m.StrayUpdates, ids)
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
 		m.IdleGap.WithLabelValues(id)
@@ -372,6 +407,12 @@ func (m *Metrics) ObserveSpawn(d time.Duration) { m.AgentSpawn.Observe(d.Seconds
 // ObserveSessionReady records session/new or session/load latency.
 func (m *Metrics) ObserveSessionReady(method string, d time.Duration) {
 	m.SessionReady.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// RestoreTimedOut counts a restore by method that did not answer within
+// restore_timeout.
+func (m *Metrics) RestoreTimedOut(method string) {
+	m.SessionRestores.WithLabelValues(method, "timeout").Inc()
 }
 
 // Restore counts one attempt to reload a saved session.
@@ -465,11 +506,40 @@ func (m *Metrics) Ingested(added, edited, dup, rejected int) {
 	addN(m.MessagesIngested.WithLabelValues("rejected"), rejected)
 }
 
+// ToolKinds are ACP's tool kinds, the kind label of
+// residentd_agent_tool_calls_total (an agent's own kind counts as other).
+var ToolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"}
+
+// ToolCall counts one tool call an agent of binding reported, of ACP kind
+// kind, asked for or not.
+func (m *Metrics) ToolCall(binding, kind string, asked bool) {
+	if !slices.Contains(ToolKinds, kind) {
+		kind = "other"
+	}
+	m.ToolCalls.WithLabelValues(binding, kind, strconv.FormatBool(asked)).Inc()
+}
+
+// PolicyModeSet counts one session mode set to carry binding's policy.
+func (m *Metrics) PolicyModeSet(binding string) { m.PolicyModesSet.WithLabelValues(binding).Inc() }
+
 // OptionSet counts one session option set on an agent of binding.
 func (m *Metrics) OptionSet(binding string) { m.OptionsSet.WithLabelValues(binding).Inc() }
 
 // Compacted counts a turn during which binding's agent compacted its history.
 func (m *Metrics) Compacted(binding string) { m.Compactions.WithLabelValues(binding).Inc() }
+
+// AgentRun counts an agent run.
+func (m *Metrics) AgentRun() { m.AgentRuns.Inc() }
+
+// Stray counts n updates for a session binding's agent never opened.
+func (m *Metrics) Stray(binding string, n int) {
+	m.StrayUpdates.WithLabelValues(binding).Add(float64(n))
+}
+
+// Notice counts a notice binding's agent sent.
+func (m *Metrics) Notice(binding, severity string) {
+	m.Notices.WithLabelValues(binding, severity).Inc()
+}
 
 // BudgetCrossed counts a turn that took a budget of scope to level.
 func (m *Metrics) BudgetCrossed(scope, level string) {

@@ -64,10 +64,17 @@ const (
 )
 
 // Decide says what the policy does with a tool call of ACP kind kind (""
-// when the agent named none).
-func (p Policy) Decide(kind string) Decision {
+// when the agent named none) whose locations are all inside the agent's
+// working directory.
+func (p Policy) Decide(kind string) Decision { return p.DecideAt(kind, true) }
+
+// DecideAt is Decide for a tool call whose locations are all inside the
+// working directory, or not (inside false): the read-only policies allow
+// reads only inside it; one outside is rejected (read-only) or put to a
+// person (read-only+ask).
+func (p Policy) DecideAt(kind string, inside bool) Decision {
 	switch {
-	case p == Allow, (p == ReadOnly || p == ReadOnlyAsk) && readKinds[kind]:
+	case p == Allow, (p == ReadOnly || p == ReadOnlyAsk) && readKinds[kind] && inside:
 		return Grant
 	case p == Ask, p == ReadOnlyAsk:
 		return AskPerson

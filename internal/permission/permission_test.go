@@ -53,6 +53,16 @@ func TestDecide(t *testing.T) {
 				t.Errorf("%s.Decide(%q) = %v, want %v", tt.p, k, got, tt.want(k))
 			}
 		}
+		// Outside the working directory a read is no read-only grant.
+		for _, k := range kinds {
+			want := tt.want(k)
+			if want == Grant && tt.p != Allow {
+				want = map[Policy]Decision{ReadOnly: Reject, ReadOnlyAsk: AskPerson}[tt.p]
+			}
+			if got := tt.p.DecideAt(k, false); got != want {
+				t.Errorf("%s.DecideAt(%q, outside) = %v, want %v", tt.p, k, got, want)
+			}
+		}
 		if tt.p.Asks() != (tt.p == Ask || tt.p == ReadOnlyAsk) {
 			t.Errorf("%s.Asks() = %v", tt.p, tt.p.Asks())
 		}

@@ -4,13 +4,13 @@
 // what the key asks, backs off a binding whose agents keep failing, stops
 // the agents an earlier daemon left behind, and counts what each process's
 // turns used. It keeps what it knows of each binding's agents (crash loop,
-// restore streak, listed options, option errors) in one record per binding.
+// restore streak, listed options, option errors, how it is told its
+// permission policy) in one record per binding.
 // A turn asks it two things: Prepare the process for this turn, and record
 // how the turn Settled.
 package resident
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -23,6 +23,7 @@ import (
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -62,6 +63,11 @@ type Options struct {
 	// is refused for BackoffBase, doubling per failure up to BackoffCap
 	// (defaults 1s and 1m).
 	BackoffBase, BackoffCap time.Duration
+	// Runs gets the agent runs: what an agent says with no prompt in
+	// flight. AgentQuiet is how long one waits for more output before it
+	// ends (default DefaultAgentQuiet).
+	Runs       *run.Registry
+	AgentQuiet time.Duration
 }
 
 // Keeper keeps the agent processes. Create it with New; stop it with Close
@@ -76,22 +82,23 @@ type Keeper struct {
 	now func() time.Time
 
 	backoffBase, backoffCap time.Duration
+	runs                    *run.Registry
+	agentQuiet              time.Duration
 
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
 
 	procs sync.Map // agent pid -> *Process, while it lives
 
-	mu      sync.Mutex                        // guards health, keyOpts and warned
-	health  map[string]*health                // binding id -> what its agents did lately
-	keyOpts map[session.Key]map[string]string // the keys' own session options (the store's copy)
-	warned  map[string]bool                   // what warnOnce logged already
+	mu       sync.Mutex                        // guards health, keyLoops, keyOpts and warned
+	health   map[string]*health                // binding id -> what its agents did lately
+	keyLoops map[session.Key]*keyLoop          // keys whose processes crash mid-turn
+	keyOpts  map[session.Key]map[string]string // the keys' own session options (the store's copy)
+	warned   map[string]bool                   // what warnOnce logged already
 
 	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
-	watchers    sync.WaitGroup // agent exit hooks still running
-	probes      sync.WaitGroup // startup option checks
-	stopProbing context.CancelFunc
-	closeOnce   sync.Once
+	watchers  sync.WaitGroup // agent exit hooks still running
+	closeOnce sync.Once
 }
 
 // health is what the keeper knows of one binding's agents, across their
@@ -102,8 +109,10 @@ type health struct {
 	restore     streak    // failed restores in a row
 	restoreStop bool      // restore_failures reached: no more tries this run
 	listed      []acp.Option
-	listedAny   bool   // the agent listed config options (listed may be empty)
-	option      streak // session options the agent refused or does not list
+	listedAny   bool       // the agent listed config options (listed may be empty)
+	option      streak     // session options the agent refused or does not list
+	policy      policyNote // how the agent is told the binding's permission policy
+	policySeen  bool       // policy is set: an agent of the binding said who it is
 }
 
 // streak is a run of failures in a row and the last one's error.
@@ -123,8 +132,9 @@ func (s *streak) fail(err error) int {
 func (s *streak) ok() { *s = streak{} }
 
 // New returns a keeper. It first stops the agents an earlier daemon on the
-// same store left behind (see sweepLeftovers), then starts checking the
-// bindings' session options in the background.
+// same store left behind (see sweepLeftovers). A binding's session options
+// are checked when its first session opens: no process is started for
+// them beside the pool's.
 func New(o Options) (*Keeper, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -135,7 +145,11 @@ func New(o Options) (*Keeper, error) {
 	k := &Keeper{
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
-		health: map[string]*health{}, warned: map[string]bool{},
+		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
+		runs: o.Runs, agentQuiet: o.AgentQuiet,
+	}
+	if k.agentQuiet <= 0 {
+		k.agentQuiet = DefaultAgentQuiet
 	}
 	if k.backoffBase <= 0 {
 		k.backoffBase = time.Second
@@ -156,20 +170,15 @@ func New(o Options) (*Keeper, error) {
 			k.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
 		}
 	}
-	pctx, stop := context.WithCancel(context.Background())
-	k.stopProbing = stop
-	k.probeOptions(pctx)
 	return k, nil
 }
 
-// Close stops the startup checks, waits for every exit hook and removes the
+// Close waits for every exit hook and removes the
 // agents' cgroup. Call it after the pool has stopped the processes.
 // Idempotent.
 func (k *Keeper) Close() {
 	k.closeOnce.Do(func() {
-		k.stopProbing()
 		k.watchers.Wait()
-		k.probes.Wait()
 		if k.cgroups != nil {
 			if err := k.cgroups.Close(); err != nil {
 				k.log.Warn("remove the agents' cgroup", zap.Error(err))

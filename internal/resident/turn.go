@@ -23,9 +23,15 @@ type Prepared struct {
 }
 
 // Prepare readies process p for a turn of key k: its session options are
-// brought to what the key wants (bounded by ctx).
+// brought to what the key wants, and its mode to what the binding's
+// permission policy needs (bounded by ctx).
 func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
 	if err := d.setOptions(ctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
+		return Prepared{}, err
+	}
+	// After the options: the policy's mode wins over a session option that
+	// moved the same thing.
+	if err := d.applyPolicy(ctx, p, b, log); err != nil {
 		return Prepared{}, err
 	}
 	n, due := p.Brief()
@@ -53,10 +59,13 @@ type Settle struct {
 }
 
 // Settled records how a turn on process p ended: the brief count, the
-// usage delta, a compaction (the next warm turn carries the full brief),
+// tool calls the agent reported (asked or not), the usage delta, a compaction (the next warm turn carries the full brief),
 // and the binding's crash loop (a crash counts, a success ends it).
 func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) Settle {
 	p.BriefSent(s.BriefCount, s.BriefSent)
+	for _, c := range s.Result.ToolCalls {
+		d.m.ToolCall(b.ID, c.Kind, c.Asked)
+	}
 	u := p.turnUsage(b, s.Result)
 	if s.Result.Compacted {
 		p.compacted()
@@ -66,9 +75,9 @@ func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Lo
 	out := Settle{Usage: u}
 	switch s.Outcome {
 	case lease.OutcomeCrash:
-		d.spawnFailed(b.ID, s.Err)
+		d.keyCrashed(p.key, s.Err) // this key's process; the binding's others are fine
 	case lease.OutcomeOK:
-		d.spawnOK(b.ID)
+		d.spawnOK(b.ID, p.key)
 		out.SaveNative = p.TakeUnsaved()
 	}
 	return out

@@ -1,7 +1,8 @@
 // Package run owns a turn as clients see it: a run with an id and a state,
 // the bounded log of its events with sequence numbers that any client can
 // follow and re-attach to, and the permission requests waiting for a
-// person's answer. Runs live in memory only; they do not survive a restart.
+// person's answer. The daemon records runs in the state file (Persisted,
+// Registry.Restore) so that they survive a restart.
 package run
 
 import (
@@ -66,9 +67,14 @@ var (
 // for concurrent use.
 type Run struct {
 	ID        string
+	Kind      string // apitype.RunKindTurn or RunKindAgent
 	Key       session.Key
 	MessageID string
 	Created   time.Time
+	// Fingerprint names the mention the run answers (set by its creator):
+	// a resubmission of the run's id with the same fingerprint is the same
+	// mention sent again.
+	Fingerprint string
 
 	limits Limits
 	now    func() time.Time
@@ -81,9 +87,11 @@ type Run struct {
 	qPos     int
 	started  time.Time
 	ended    time.Time
+	attempt  int    // attempts started
 	lines    []line // buffered events, seq order
 	chunked  bool   // reply chunks were logged: the done line need not repeat the text
 	bytes    int
+	dropped  int64         // the seq of the last event the bounds dropped
 	last     int64         // the last seq handed out
 	changed  chan struct{} // closed and replaced on every change
 	result   *apitype.Event
@@ -125,6 +133,9 @@ func (r *Run) Emit(ev apitype.Event) apitype.Event {
 		r.state, r.qReason, r.qPos = apitype.RunQueued, ev.Reason, ev.Position
 	case apitype.EventStarted:
 		r.state, r.shape, r.started, r.qReason, r.qPos = apitype.RunRunning, ev.Shape, r.now(), "", 0
+		if ev.Attempt > 0 {
+			r.attempt = ev.Attempt
+		}
 	}
 	return r.appendLocked(ev)
 }
@@ -156,6 +167,8 @@ func (r *Run) Finish(ev apitype.Event, err error) {
 		r.state = apitype.RunSucceeded
 	case ev.Code == apitype.CodeCancelled || ev.Code == apitype.CodeShuttingDown:
 		r.state = apitype.RunCancelled
+	case ev.Code == apitype.CodeInterrupted:
+		r.state = apitype.RunInterrupted
 	default:
 		r.state = apitype.RunFailed
 	}
@@ -187,7 +200,10 @@ func (r *Run) Finish(ev apitype.Event, err error) {
 
 func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	r.last++
-	ev.RunID, ev.Seq, ev.At = r.ID, r.last, r.now()
+	ev.RunID, ev.Seq = r.ID, r.last
+	if ev.At.IsZero() {
+		ev.At = r.now()
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -213,6 +229,7 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	// Keep the newest within both bounds, and always the newest one.
 	for len(r.lines) > 1 && (len(r.lines) > r.limits.Events || r.bytes > r.limits.Bytes) {
 		r.bytes -= len(r.lines[0].data)
+		r.dropped = r.lines[0].seq
 		r.lines[0] = line{}
 		r.lines = r.lines[1:]
 	}
@@ -265,7 +282,7 @@ func (r *Run) Read(after int64, lean bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := Batch{Last: after, Changed: r.changed}
-	if len(r.lines) > 0 && after+1 < r.lines[0].seq {
+	if after < r.dropped {
 		b.Gone = true
 		return b
 	}
@@ -310,8 +327,9 @@ func (r *Run) Snapshot() apitype.Run {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := apitype.Run{
-		ID: r.ID, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
+		ID: r.ID, Kind: r.Kind, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
 		Shape: r.shape, QueueReason: r.qReason, QueuePosition: r.qPos, CreatedAt: r.Created, LastSeq: r.last,
+		Attempt: r.attempt,
 	}
 	if !r.started.IsZero() {
 		t := r.started
@@ -433,6 +451,7 @@ func (r *Run) Answer(requestID, optionID string) error {
 type Registry struct {
 	limits Limits
 	now    func() time.Time
+	feed   *Feed
 
 	mu    sync.Mutex // guards runs and ended
 	runs  map[string]*Run
@@ -444,25 +463,45 @@ func NewRegistry(l Limits, now func() time.Time) *Registry {
 	if now == nil {
 		now = time.Now
 	}
-	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}}
+	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}, feed: NewFeed(0, now)}
 }
+
+// Feed is the announcements of the registry's runs' starts and ends.
+func (g *Registry) Feed() *Feed { return g.feed }
 
 // New registers a run, starting: it is queued only once it waits for its
 // session's key or a slot (a queued event), and starting again once it
 // has them. An id still held by a run, running or ended
 // and retained, is refused with ErrInUse.
 func (g *Registry) New(id string, k session.Key, messageID string) (*Run, error) {
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, "")
+}
+
+// NewFor is New with the run's Fingerprint.
+func (g *Registry) NewFor(id string, k session.Key, messageID, fingerprint string) (*Run, error) {
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, fingerprint)
+}
+
+// NewKind is New for a run of kind (apitype.RunKindTurn, RunKindAgent).
+// The feed announces it.
+func (g *Registry) NewKind(kind, id string, k session.Key, messageID string) (*Run, error) {
+	return g.newRun(kind, id, k, messageID, "")
+}
+
+func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint string) (*Run, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.pruneLocked()
 	if _, ok := g.runs[id]; ok {
+		g.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q; use a new run_id", ErrInUse, id)
 	}
 	r := &Run{
-		ID: id, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g,
+		ID: id, Kind: kind, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
 		state: apitype.RunStarting, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
 	}
 	g.runs[id] = r
+	g.mu.Unlock()
+	g.feed.announce(r.announcement(apitype.FeedRunStarted))
 	return r, nil
 }
 
@@ -515,6 +554,7 @@ func (g *Registry) Bytes() int {
 }
 
 func (g *Registry) ended(r *Run) {
+	g.feed.announce(r.announcement(apitype.FeedRunEnded))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.order = append(g.order, r)
@@ -536,4 +576,130 @@ func (r *Run) endedAt() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ended
+}
+
+// Attempt returns the number of attempts started.
+func (r *Run) Attempt() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempt
+}
+
+// MaxPersisted bounds the events Persisted returns, besides the result.
+const MaxPersisted = 64
+
+// Persisted returns the run's events as the state file keeps them: every
+// logged event but the agent's updates (the done event carries the whole
+// reply), at most the newest MaxPersisted and the result, each in the form
+// a client that reads the whole stream gets, without its newline.
+func (r *Run) Persisted() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out [][]byte
+	for i := range r.lines {
+		l := &r.lines[i]
+		if bytes.HasPrefix(l.data, []byte(`{"event":"update"`)) {
+			continue
+		}
+		data := l.data
+		if l.ev != nil {
+			if l.full == nil {
+				l.full = fullLine(*l.ev)
+			}
+			data = l.full
+		}
+		out = append(out, bytes.TrimSuffix(data, []byte("\n")))
+	}
+	if n := len(out); n > MaxPersisted+1 && r.result != nil {
+		out = append(out[n-MaxPersisted-1:n-1:n-1], out[n-1])
+	} else if n > MaxPersisted {
+		out = out[n-MaxPersisted:]
+	}
+	return out
+}
+
+// Final returns ev, the run's last event, as Finish will log it and
+// Persisted will return it (when no event comes between): numbered next,
+// stamped ev.At (set it), with its text. The daemon records a run's end in
+// the turn's own transaction, before Finish.
+func (r *Run) Final(ev apitype.Event) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev.RunID, ev.Seq = r.ID, r.last+1
+	if ev.Shape == "" {
+		ev.Shape = r.shape
+	}
+	return bytes.TrimSuffix(fullLine(ev), []byte("\n"))
+}
+
+// Drop forgets run id, which must not have started: the daemon could not
+// record it.
+func (g *Registry) Drop(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.runs, id)
+}
+
+// epoch is the step between the sequence numbers of a run's lives: the
+// events a restarted daemon logs for a run number from the next multiple
+// of it, so a seq a client holds from before the restart (events the state
+// file did not keep) never names a different event after it.
+const epoch = 1 << 32
+
+// Restore registers run id as a restarted daemon finds it in the state
+// file: its persisted events (lines, as Persisted returned them), ended
+// with its result when the last is a done or error event. A run that goes
+// on logs its next events from the next epoch. It returns ErrInUse when
+// the id is registered already.
+func (g *Registry) Restore(id string, k session.Key, messageID, fingerprint string, created time.Time, attempt int, lines [][]byte) (*Run, error) {
+	g.mu.Lock()
+	if _, ok := g.runs[id]; ok {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrInUse, id)
+	}
+	r := &Run{
+		ID: id, Key: k, MessageID: messageID, Created: created, limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
+		state: apitype.RunQueued, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
+		attempt: attempt,
+	}
+	var last *apitype.Event
+	for _, data := range lines {
+		var ev apitype.Event
+		if err := json.Unmarshal(data, &ev); err != nil || ev.Seq <= r.last {
+			continue // a damaged or out-of-order line: the rest still reads
+		}
+		l := line{seq: ev.Seq, data: append(bytes.Clone(data), '\n')}
+		r.lines = append(r.lines, l)
+		r.bytes += len(l.data)
+		r.last = ev.Seq
+		switch ev.Event {
+		case apitype.EventStarted:
+			r.shape, r.started = ev.Shape, ev.At
+		case apitype.EventDone, apitype.EventError:
+			e := ev
+			last = &e
+		}
+	}
+	if last != nil {
+		res := *last
+		r.result, r.ended = &res, res.At
+		switch {
+		case res.Event == apitype.EventDone:
+			r.state = apitype.RunSucceeded
+		case res.Code == apitype.CodeCancelled || res.Code == apitype.CodeShuttingDown:
+			r.state = apitype.RunCancelled
+		case res.Code == apitype.CodeInterrupted:
+			r.state = apitype.RunInterrupted
+		default:
+			r.state = apitype.RunFailed
+		}
+	} else {
+		r.last = (r.last/epoch + 1) * epoch
+	}
+	g.runs[id] = r
+	g.mu.Unlock()
+	if last != nil {
+		g.ended(r)
+	}
+	return r, nil
 }

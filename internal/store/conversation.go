@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -69,6 +70,12 @@ type Finish struct {
 	SaveNative bool                                  // Native is new: save it as the key's native id too
 	Staged     map[channel.WatermarkKey]channel.Seen // watermarks to move for Native
 	Spend      []Spend                               // what the turn cost, for the budgets it counts toward
+	// Run, when set, is the turn's run record as it ended: it rides the
+	// turn's transaction, with the ended runs pruned to RunsBefore and
+	// RunsKeep.
+	Run        *RunRecord
+	RunsBefore time.Time
+	RunsKeep   int
 }
 
 // FinishTurn stores what a successful turn leaves behind in one
@@ -93,7 +100,12 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 	if f.SaveNative && f.Native == "" {
 		return fmt.Errorf("store: finish turn of %q: no native session id to save", k)
 	}
-	if len(f.Turns) == 0 && len(f.Staged) == 0 && !f.SaveNative && len(f.Spend) == 0 {
+	if f.Run != nil {
+		if err := f.Run.check(); err != nil {
+			return fmt.Errorf("store: finish turn of %q: %w", k, err)
+		}
+	}
+	if len(f.Turns) == 0 && len(f.Staged) == 0 && !f.SaveNative && len(f.Spend) == 0 && f.Run == nil {
 		return nil
 	}
 	err := s.update(func(tx *bolt.Tx) error {
@@ -115,6 +127,14 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 		if len(f.Spend) > 0 {
 			if err := addSpend(tx, f.Spend); err != nil {
 				return fmt.Errorf("add spending: %w", err)
+			}
+		}
+		if f.Run != nil {
+			if err := putRun(tx, *f.Run); err != nil {
+				return fmt.Errorf("record run %q: %w", f.Run.ID, err)
+			}
+			if _, err := pruneRuns(tx, f.RunsBefore, f.RunsKeep); err != nil {
+				return fmt.Errorf("prune runs: %w", err)
 			}
 		}
 		return nil

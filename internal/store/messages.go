@@ -796,3 +796,27 @@ func rewriteUserTurns(turns *bolt.Bucket, edit func(*session.Turn) bool) error {
 	}
 	return nil
 }
+
+// Message reads message id of channel ch.
+func (s *Store) Message(ch, id string) (channel.Message, bool, error) {
+	var m channel.Message
+	found := false
+	err := s.view(func(tx *bolt.Tx) error {
+		cb := openChannel(tx, ch)
+		if cb == nil {
+			return nil
+		}
+		mk, _, ok := cb.lookup(id)
+		if !ok {
+			return nil
+		}
+		var err error
+		m, err = cb.message(mk)
+		found = err == nil
+		return err
+	})
+	if err != nil {
+		return channel.Message{}, false, fmt.Errorf("store: read message %q in channel %q: %w", id, ch, err)
+	}
+	return m, found, nil
+}

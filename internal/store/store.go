@@ -1,7 +1,7 @@
 // Package store owns residentd's bbolt file: conversations, native session
 // ids, watermarks, channel messages, roster, activity and started agents.
 //
-// Schema version: 6. The layout of the file:
+// Schema version: 7. The layout of the file:
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
@@ -42,6 +42,10 @@
 //	  <key>                      -> map[string]string (JSON): the key's own session options
 //	spend                        (since version 4)
 //	  <day><scope><id>           -> int64 big-endian micro-units (apitype.Amount; float64 bits before version 6): what the budget's day has cost
+//	runs                         (since version 7)
+//	  <run id>                   -> RunRecord (JSON): accepted, running or ended
+//	runs_ended                   (since version 7)
+//	  <ended_at><run id>         -> empty: the ended runs, oldest first, for pruning
 //
 // <day> is the budget day as 2006-01-02; <scope> is "binding" or "channel".
 // Composite keys (<key>, <session><channel><thread>, <thread>, <day><scope><id>) are
@@ -76,7 +80,7 @@ import (
 )
 
 // SchemaVersion is the layout this package reads and writes.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // Defaults for Options fields left zero.
 const (
@@ -398,6 +402,7 @@ var migrations = []migration{
 	{version: 4, name: "key session options, budget spending", apply: migrateSettings},
 	{version: 5, name: "first arrival of every message", apply: migrateFirstArrivals},
 	{version: 6, name: "exact budget spending", apply: migrateExactSpend},
+	{version: 7, name: "run records", apply: migrateRuns},
 }
 
 // migrateChannelProjects adds the channel -> project mapping, which lived

@@ -1,0 +1,74 @@
+package acp
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	sdk "github.com/coder/acp-go-sdk"
+)
+
+// Info is who the agent says it is in initialize's agentInfo.
+type Info struct {
+	Name    string
+	Version string
+}
+
+// Info returns the agentInfo of the agent's initialize answer (empty
+// when it sent none).
+func (a *Agent) Info() Info { return a.info }
+
+// modes are a session's modes (ACP session modes: the agent's own
+// operating modes, which for coding agents are permission modes).
+type modes struct {
+	listed    bool
+	current   string
+	available []string
+}
+
+// setModes keeps what the agent listed; nil (it listed none) leaves what
+// r knew.
+func (r *route) setModes(m *sdk.SessionModeState) {
+	if m == nil {
+		return
+	}
+	ids := make([]string, len(m.AvailableModes))
+	for i, x := range m.AvailableModes {
+		ids[i] = string(x.Id)
+	}
+	r.mu.Lock()
+	r.modes = modes{listed: true, current: string(m.CurrentModeId), available: ids}
+	r.mu.Unlock()
+}
+
+// Modes returns session native's current mode, the modes the agent
+// offers for it, and whether it listed modes at all.
+func (a *Agent) Modes(native string) (current string, available []string, listed bool) {
+	a.mu.Lock()
+	r := a.routes[native]
+	a.mu.Unlock()
+	if r == nil {
+		return "", nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.modes.current, slices.Clone(r.modes.available), r.modes.listed
+}
+
+// SetMode runs session/set_mode on session native.
+func (a *Agent) SetMode(ctx context.Context, native, mode string) error {
+	op := fmt.Sprintf("set session %q mode to %q", native, mode)
+	a.mu.Lock()
+	r := a.routes[native]
+	a.mu.Unlock()
+	if r == nil {
+		return fmt.Errorf("acp: %s: session was not created or loaded on this agent (pid %d)", op, a.pid)
+	}
+	if _, err := a.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: sdk.SessionId(native), ModeId: sdk.SessionModeId(mode)}); err != nil {
+		return a.callErr(ctx, op, err)
+	}
+	r.mu.Lock()
+	r.modes.current = mode
+	r.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	acp "github.com/coder/acp-go-sdk"
+)
+
+// The built-in agent's session modes, as coding agents list permission
+// modes: in auto (the default) it runs its own tools ([[tool:KIND]]) without
+// asking, as claude-agent-acp runs the commands it judges safe; in manual
+// it asks the client before each one. A client that wants every tool call
+// to reach it sets manual.
+const (
+	modeAuto   = "auto"
+	modeManual = "manual"
+)
+
+// modes lists s's modes; none with --no-modes.
+func (b *builtin) modes(s *session) *acp.SessionModeState {
+	if b.opts.noModes {
+		return nil
+	}
+	b.mu.Lock()
+	cur := s.mode
+	b.mu.Unlock()
+	autoDesc, manualDesc := "runs its tools without asking", "asks before every tool call"
+	return &acp.SessionModeState{CurrentModeId: acp.SessionModeId(cur), AvailableModes: []acp.SessionMode{
+		{Id: modeAuto, Name: "Auto", Description: &autoDesc},
+		{Id: modeManual, Name: "Manual", Description: &manualDesc},
+	}}
+}
+
+func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	if b.opts.noModes {
+		return acp.SetSessionModeResponse{}, &acp.RequestError{Code: -32602, Message: "builtin: this agent lists no session modes (--no-modes)"}
+	}
+	m := string(p.ModeId)
+	if m != modeAuto && m != modeManual {
+		return acp.SetSessionModeResponse{}, &acp.RequestError{Code: -32602, Message: fmt.Sprintf("builtin: unknown mode %q: auto or manual", m)}
+	}
+	b.mu.Lock()
+	s, ok := b.sessions[string(p.SessionId)]
+	if ok {
+		s.mode = m
+	}
+	b.mu.Unlock()
+	if !ok {
+		return acp.SetSessionModeResponse{}, &acp.RequestError{Code: -32602, Message: fmt.Sprintf("builtin: unknown session %q", p.SessionId)}
+	}
+	return acp.SetSessionModeResponse{}, nil
+}
+
+// runTool runs the n-th [[tool:KIND(:PATH)]] directive of a turn: it
+// reports the tool call, asks first in manual mode, and runs it when not
+// refused. Running a read (with PATH) reads the file itself, not through
+// the client, as real agents' own tools do; running any other kind leaves
+// the file builtin-tool-KIND-N in the session's cwd, so a test sees the
+// effect. The thought says "tool KIND ran" or "tool KIND refused".
+func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path string) {
+	b.mu.Lock()
+	s := b.sessions[id]
+	mode, cwd := s.mode, s.Cwd
+	b.mu.Unlock()
+	callID := acp.ToolCallId(fmt.Sprintf("tool-%d", n))
+	title := "builtin " + kind + " tool"
+	var locs []acp.ToolCallLocation
+	if path != "" {
+		locs = []acp.ToolCallLocation{{Path: path}}
+	}
+	_ = b.send(ctx, id, acp.SessionUpdate{ToolCall: &acp.SessionUpdateToolCall{
+		SessionUpdate: "tool_call", ToolCallId: callID, Title: title, Kind: acp.ToolKind(kind), Status: acp.ToolCallStatusPending, Locations: locs}})
+	done := func(status acp.ToolCallStatus, thought, result string, err error) {
+		_ = b.send(ctx, id, acp.SessionUpdate{ToolCallUpdate: &acp.SessionToolCallUpdate{
+			SessionUpdate: "tool_call_update", ToolCallId: callID, Status: &status}})
+		b.thought(ctx, id, thought, result, err)
+	}
+	if mode == modeManual {
+		k := acp.ToolKind(kind)
+		resp, err := b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
+			SessionId: acp.SessionId(id),
+			ToolCall:  acp.ToolCallUpdate{ToolCallId: callID, Title: &title, Kind: &k, Locations: locs},
+			Options: []acp.PermissionOption{
+				{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
+				{OptionId: "reject", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
+			},
+		})
+		if err != nil || resp.Outcome.Selected == nil || resp.Outcome.Selected.OptionId != "allow" {
+			done(acp.ToolCallStatusFailed, "tool "+kind+" refused", "", err)
+			return
+		}
+	}
+	if kind == string(acp.ToolKindRead) && path != "" {
+		data, err := os.ReadFile(path)
+		done(acp.ToolCallStatusCompleted, "tool "+kind+" ran", string(data), err)
+		return
+	}
+	err := os.WriteFile(filepath.Join(cwd, fmt.Sprintf("builtin-tool-%s-%d", kind, n)), []byte(mode+"\n"), 0o644)
+	done(acp.ToolCallStatusCompleted, "tool "+kind+" ran", "", err)
+}
+
+// switchMode moves session id to mode by the agent's own choice and tells
+// the client (current_mode_update).
+func (b *builtin) switchMode(ctx context.Context, id, mode string) {
+	if mode != modeAuto && mode != modeManual {
+		b.thought(ctx, id, "switch-mode "+mode, "", fmt.Errorf("unknown mode: auto or manual"))
+		return
+	}
+	b.mu.Lock()
+	b.sessions[id].mode = mode
+	b.mu.Unlock()
+	_ = b.send(ctx, id, acp.SessionUpdate{CurrentModeUpdate: &acp.SessionCurrentModeUpdate{SessionUpdate: "current_mode_update", CurrentModeId: acp.SessionModeId(mode)}})
+	b.thought(ctx, id, "switch-mode "+mode, "", nil)
+}

@@ -1,0 +1,120 @@
+// Permission policies as the agents themselves are told them: the session
+// mode and _meta internal/policy gives for each agent, set on every
+// session, and the bindings whose agent cannot be told (advisories).
+
+package resident
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/policy"
+)
+
+// policyNote is how a binding's agent was last told its policy.
+type policyNote struct {
+	agent policy.Agent
+	c     policy.Controls
+	err   string // the control failed (the agent does not list the mode)
+}
+
+// sessionMeta is the acp.Spec hook that gives binding b's agent, once it
+// said who it is, the _meta that carries b's policy, and notes how.
+func (d *Keeper) sessionMeta(b config.Binding) func(acp.Info) map[string]any {
+	return func(info acp.Info) map[string]any {
+		a := policy.Agent(info)
+		c := policy.For(a, b.Permission)
+		d.notePolicy(b, a, c, "", false)
+		return c.Meta
+	}
+}
+
+// notePolicy keeps how b's agent is told its policy, and logs it when it
+// changed: the first process of the binding (at the startup check), a new
+// agent version, or a control that failed. A failure of the same agent's
+// control stays until the control worked (worked) on a later session.
+func (d *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls, failed string, worked bool) {
+	d.mu.Lock()
+	h := d.of(b.ID)
+	old, seen := h.policy, h.policySeen
+	if seen && old.agent == a && failed == "" && !worked {
+		failed = old.err
+	}
+	h.policy, h.policySeen = policyNote{agent: a, c: c, err: failed}, true
+	d.mu.Unlock()
+	if seen && old.agent == a && old.err == failed {
+		return
+	}
+	log := d.log.Named("policy").With(zap.String("binding", b.ID), zap.String("agent", a.String()), zap.String("permission", string(b.Permission)))
+	switch {
+	case failed != "":
+		log.Error(policy.Advisory, zap.String("control_failed", failed))
+	case !c.Enforced:
+		log.Warn(policy.Advisory, zap.String("unasked", c.Unasked))
+	default:
+		log.Info("permission policy carried by the agent's own controls", zap.String("by", c.By))
+	}
+}
+
+// applyPolicy puts s's session in the mode b's policy needs: once per
+// session (created, loaded or resumed), and again whenever the agent lists
+// another mode as current (it may move itself, e.g. on leaving plan mode).
+// A mode the agent does not list fails the turn with ErrInvalidOption: the
+// policy would not hold.
+func (d *Keeper) applyPolicy(ctx context.Context, s *Process, b config.Binding, log *zap.Logger) error {
+	a := policy.Agent(s.a.Info())
+	c := policy.For(a, b.Permission)
+	if c.Mode == "" {
+		return nil
+	}
+	cur, available, listed := s.a.Modes(s.native)
+	if err := c.CheckMode(available, listed); err != nil {
+		d.notePolicy(b, a, c, err.Error(), false)
+		return fmt.Errorf("%w: binding %q's permission %q with %s: %v", ErrInvalidOption, b.ID, b.Permission, a, err)
+	}
+	s.mu.Lock()
+	set := s.policyMode
+	s.mu.Unlock()
+	if set == c.Mode && cur == c.Mode {
+		return nil
+	}
+	if err := s.a.SetMode(ctx, s.native, c.Mode); err != nil {
+		d.notePolicy(b, a, c, err.Error(), false)
+		return fmt.Errorf("set session mode %q for binding %q's permission %q: %w", c.Mode, b.ID, b.Permission, err)
+	}
+	s.mu.Lock()
+	s.policyMode = c.Mode
+	s.mu.Unlock()
+	d.notePolicy(b, a, c, "", true)
+	d.m.PolicyModeSet(b.ID)
+	log.Info("session mode set for the permission policy", zap.String("native", s.native), zap.String("mode", c.Mode), zap.String("was", cur))
+	return nil
+}
+
+// PolicyAdvisories lists the bindings whose agent, as last started, cannot
+// be told their policy or refused the control that tells it.
+func (d *Keeper) PolicyAdvisories() []apitype.PolicyAdvisory {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []apitype.PolicyAdvisory
+	for id, h := range d.health {
+		n := h.policy
+		if !h.policySeen || n.c.Enforced && n.err == "" {
+			continue
+		}
+		b, _ := d.cfg.Binding(id)
+		unasked := n.c.Unasked
+		if n.err != "" {
+			unasked = "its control failed: " + n.err
+		}
+		out = append(out, apitype.PolicyAdvisory{Binding: id, Agent: n.agent.String(), Policy: string(b.Permission), Advisory: policy.Advisory, Unasked: unasked})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Binding < out[j].Binding })
+	return out
+}
