@@ -218,6 +218,7 @@ const (
 	DecidedByPerson  = "person"  // a client answered the permission_request
 	DecidedByTimeout = "timeout" // nobody answered within the binding's permission_timeout: rejected
 	DecidedByCancel  = "cancel"  // the run was cancelled while the request waited
+	DecidedByLimit   = "limit"   // the run already had runs.pending_permissions requests waiting: rejected at once, never put to a person
 )
 
 // PermissionDecision says how a permission request was answered.
@@ -659,6 +660,12 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// MaxIDBytes is the longest id the API takes, in bytes of UTF-8: channel,
+// binding, message, thread root, run, permission request, option and
+// project ids. An id is valid UTF-8 without control characters; anything
+// else is refused with CodeInvalidID naming the field.
+const MaxIDBytes = 256
+
 // Error codes. The HTTP status that carries each is in docs/API.md.
 const (
 	CodeBadRequest        = "bad_request"
@@ -691,6 +698,8 @@ const (
 	CodeBudgetExceeded    = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
 	CodeInvalidOption     = "invalid_option"   // a session option id or value the binding's agent does not list
 	CodeStoreDamaged      = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
+	CodeNestingTooDeep    = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
+	CodeInvalidID         = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
 	CodeInterrupted       = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
 
 	// Agent tool endpoints.

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,6 +77,9 @@ var (
 	readDirective  = lazyRegexp(`\[\[read:([^\]]+)\]\]`)
 	writeDirective = lazyRegexp(`\[\[write:([^\]]+)\]\]`)
 	permDirective  = lazyRegexp(`\[\[permission:([a-z_]+)\]\]`)
+	// floodDirective makes the agent ask N permissions at once, without
+	// waiting for any answer first; the thought counts the outcomes.
+	floodDirective = lazyRegexp(`\[\[permission-flood:([0-9]+)\]\]`)
 	// toolDirective makes the agent run a tool of its own, unasked or not
 	// as its session mode says (see modes.go).
 	toolDirective = lazyRegexp(`\[\[tool:([a-z_]+)(?::([^\]]+))?\]\]`)
@@ -161,6 +165,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the flag set printed the help
+		}
 		return 2
 	}
 	if o.hold {
@@ -685,23 +692,44 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		_ = b.sendRaw(ctx, id, done)
 	}
 	for _, m := range permDirective().FindAllStringSubmatch(text, -1) {
-		kind := acp.ToolKind(m[1])
-		title := "builtin " + m[1] + " tool"
-		resp, err := b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
-			SessionId: acp.SessionId(id),
-			ToolCall:  acp.ToolCallUpdate{ToolCallId: "call-1", Title: &title, Kind: &kind},
-			Options: []acp.PermissionOption{
-				{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
-				{OptionId: "allow-always", Name: "Always allow", Kind: acp.PermissionOptionKindAllowAlways},
-				{OptionId: "reject", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
-				{OptionId: "reject-always", Name: "Never allow", Kind: acp.PermissionOptionKindRejectAlways},
-			},
-		})
+		resp, err := b.askPermission(ctx, id, "call-1", "builtin "+m[1]+" tool", acp.ToolKind(m[1]))
 		outcome := "cancelled"
 		if resp.Outcome.Selected != nil {
 			outcome = "selected " + string(resp.Outcome.Selected.OptionId)
 		}
 		b.thought(ctx, id, "permission "+m[1], outcome, err)
+	}
+	for _, m := range floodDirective().FindAllStringSubmatch(text, -1) {
+		n, _ := strconv.Atoi(m[1])
+		n = min(n, maxFlood)
+		var (
+			mu     sync.Mutex
+			counts = map[string]int{}
+			wg     sync.WaitGroup
+		)
+		for i := range n {
+			wg.Go(func() {
+				call := "flood-" + strconv.Itoa(i+1)
+				resp, err := b.askPermission(ctx, id, call, "builtin flood tool "+strconv.Itoa(i+1), acp.ToolKindExecute)
+				outcome := "cancelled"
+				switch {
+				case err != nil:
+					outcome = "error"
+				case resp.Outcome.Selected != nil:
+					outcome = string(resp.Outcome.Selected.OptionId)
+				}
+				mu.Lock()
+				counts[outcome]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		outcomes := make([]string, 0, len(counts))
+		for o, c := range counts {
+			outcomes = append(outcomes, o+"="+strconv.Itoa(c))
+		}
+		sort.Strings(outcomes)
+		b.thought(ctx, id, "permission-flood "+strconv.Itoa(n), strings.Join(outcomes, " "), nil)
 	}
 	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
 		b.runTool(ctx, id, i+1, m[1], m[2])
@@ -709,6 +737,24 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
 		b.switchMode(ctx, id, m[1])
 	}
+}
+
+// maxFlood bounds [[permission-flood:N]].
+const maxFlood = 10000
+
+// askPermission sends session/request_permission for one tool call with
+// the four options every test directive offers.
+func (b *builtin) askPermission(ctx context.Context, sid, call, title string, kind acp.ToolKind) (acp.RequestPermissionResponse, error) {
+	return b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
+		SessionId: acp.SessionId(sid),
+		ToolCall:  acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(call), Title: &title, Kind: &kind},
+		Options: []acp.PermissionOption{
+			{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
+			{OptionId: "allow-always", Name: "Always allow", Kind: acp.PermissionOptionKindAllowAlways},
+			{OptionId: "reject", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
+			{OptionId: "reject-always", Name: "Never allow", Kind: acp.PermissionOptionKindRejectAlways},
+		},
+	})
 }
 
 func (b *builtin) thought(ctx context.Context, id, what, result string, err error) {

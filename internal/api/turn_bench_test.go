@@ -142,6 +142,56 @@ func BenchmarkWarmTurnDirectACP(b *testing.B) {
 	}
 }
 
+// BenchmarkWarmTurnSocketVsDirect interleaves, in one run, a warm turn
+// through the daemon's socket and the same warm turn (the mention line the
+// daemon sends) straight to a second built-in agent process over ACP, so
+// both see the same machine load. It reports each one's time per turn and
+// their ratio.
+//
+//	go test -run '^$' -bench WarmTurnSocketVsDirect -benchtime 300x ./internal/api/
+func BenchmarkWarmTurnSocketVsDirect(b *testing.B) {
+	c, _ := benchClient(b)
+	ctx := context.Background()
+	req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
+	if _, err := c.Turn(ctx, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := acp.Start(ctx, acp.Spec{Command: exe, Args: []string{"agent"},
+		Env: []string{"RESIDENTD_TEST_AGENT=1"}, Dir: b.TempDir(), Grace: 2 * time.Second}, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close() })
+	native, err := a.NewSession(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := delivery.Mention{MessageID: "q", Text: benchText}.JSON()
+	if _, err := a.Prompt(ctx, native, config.BuiltinFraming+"\n\n"+text, nil); err != nil {
+		b.Fatal(err)
+	}
+	var socket, direct time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		ev, err := c.Turn(ctx, req, nil)
+		if err != nil || ev.Shape != "warm" {
+			b.Fatalf("turn: shape %q err %v", ev.Shape, err)
+		}
+		t1 := time.Now()
+		if _, err := a.Prompt(ctx, native, text, nil); err != nil {
+			b.Fatal(err)
+		}
+		socket, direct = socket+t1.Sub(t0), direct+time.Since(t1)
+	}
+	b.ReportMetric(float64(socket.Microseconds())/float64(b.N), "socket-µs/turn")
+	b.ReportMetric(float64(direct.Microseconds())/float64(b.N), "direct-µs/turn")
+	b.ReportMetric(float64(socket)/float64(direct), "socket/direct")
+}
+
 // BenchmarkRunMachinery is what the run machinery adds to one warm turn:
 // a registered run, its started event, the four update chunks and the done
 // event of a built-in warm turn numbered, encoded once and buffered, read by

@@ -283,4 +283,5 @@ type Known struct {
 	ID     string
 	Seq    uint64
 	Thread string
+	Author string // who posted it, when the channel holds it
 }

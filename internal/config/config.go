@@ -345,6 +345,10 @@ type Runs struct {
 	Retention Duration `json:"retention,omitempty"` // how long an ended run stays readable; default 15m
 	Ended     int      `json:"ended,omitempty"`     // ended runs kept at most; default 256
 	Keepalive Duration `json:"keepalive,omitempty"` // keepalive line interval on a quiet stream; default 15s
+	// PendingPermissions bounds the permission requests one run keeps
+	// waiting for a person; the agent's requests beyond it are rejected at
+	// once. Default 16.
+	PendingPermissions int `json:"pending_permissions,omitempty"`
 }
 
 // Context holds the channel-context numbers of the spec.
@@ -449,6 +453,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Runs.Keepalive <= 0 {
 		c.Runs.Keepalive = Duration(15 * time.Second)
+	}
+	if c.Runs.PendingPermissions <= 0 {
+		c.Runs.PendingPermissions = run.DefaultPending
 	}
 	for i := range c.Bindings {
 		b := &c.Bindings[i]

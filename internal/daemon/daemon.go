@@ -128,6 +128,7 @@ func New(o Options) (*Daemon, error) {
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
+			Pending: o.Config.Runs.PendingPermissions,
 		}, o.Now),
 		lastEnd:  map[session.Key]time.Time{},
 		bursts:   map[session.Key][]*burst{},
@@ -240,6 +241,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	}
 	out, err := l.Compose(d.st, key, thread, lease.Input{
 		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
+		SeenFacts: prep.Facts,
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,

@@ -29,12 +29,8 @@ func recorded(t *testing.T, tweak ...func(*config.Config)) (*harness, func() []s
 
 // blockLines returns the channel lines of a prompt's newest user turn.
 func blockLines(prompt string) []string {
-	turn := prompt
-	if i := strings.LastIndex(prompt, delivery.Intro); i >= 0 {
-		turn = prompt[i:]
-	}
 	var out []string
-	for _, l := range strings.Split(turn, "\n") {
+	for _, l := range strings.Split(delivery.NewestTurn(prompt), "\n") {
 		if strings.HasPrefix(l, "- [") {
 			out = append(out, l)
 		}

@@ -33,9 +33,10 @@ type Process struct {
 	between *between // its output between prompts
 	native  string
 
-	mu       sync.Mutex // guards briefN, briefDue, unsaved, appliedOpts, origOpts, policyMode and the usage below
+	mu       sync.Mutex // guards briefN, briefDue, facts, unsaved, appliedOpts, origOpts, policyMode and the usage below
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
+	facts    string     // the key's facts JSON the process was last given (brief in framing)
 	unsaved  bool       // native is new and not yet the key's saved session id
 	// appliedOpts are the session options residentd set on this process's
 	// session, by id; origOpts what the agent had for them before.
@@ -70,19 +71,20 @@ func (s *Process) KeepUnsaved() {
 	s.mu.Unlock()
 }
 
-// Brief is the process's warm turns since the full brief, and whether it
-// is due anyway (the agent compacted its history).
-func (s *Process) Brief() (n int, due bool) {
+// Brief is the process's warm turns since the full brief, whether it is
+// due anyway (the agent compacted its history), and the key's facts the
+// process was last given.
+func (s *Process) Brief() (n int, due bool, facts string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.briefN, s.briefDue
+	return s.briefN, s.briefDue, s.facts
 }
 
-// BriefSent records the count after a turn's compose; a full brief pays
-// what a compaction made due.
-func (s *Process) BriefSent(n int, full bool) {
+// BriefSent records the count and the facts after a turn; a full brief
+// pays what a compaction made due.
+func (s *Process) BriefSent(n int, full bool, facts string) {
 	s.mu.Lock()
-	s.briefN = n
+	s.briefN, s.facts = n, facts
 	if full {
 		s.briefDue = false
 	}

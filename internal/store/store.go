@@ -179,6 +179,12 @@ type Store struct {
 	leading bool       // a caller is running write transactions for the group
 	pending []*write   // writes waiting for the next transaction
 
+	// forget holds the agent records to drop in the next write transaction,
+	// by pid, with the generation each was asked in (see ForgetAgent).
+	fmu     sync.Mutex
+	forget  map[int]uint64
+	forgetN uint64
+
 	commits atomic.Int64 // write transactions committed
 	writes  atomic.Int64 // writes committed (several can share a transaction)
 	damage  atomic.Int64 // transactions that panicked (ErrDamaged)
@@ -258,7 +264,12 @@ func (s *Store) commitGroup(group []*write) {
 	}()
 	for len(group) > 0 {
 		failed := -1
+		var forgot map[int]uint64
 		err := s.db.Update(func(tx *bolt.Tx) error {
+			var err error
+			if forgot, err = s.applyForget(tx); err != nil {
+				return err
+			}
 			for i, w := range group {
 				if err := w.run(s, tx); err != nil {
 					failed = i
@@ -275,6 +286,7 @@ func (s *Store) commitGroup(group []*write) {
 		if err == nil {
 			s.commits.Add(1)
 			s.writes.Add(int64(len(group)))
+			s.forgotten(forgot)
 		}
 		for _, w := range group {
 			w.finish(err)
@@ -359,6 +371,12 @@ func Open(path string, opts Options) (*Store, error) {
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.forgetPending() {
+			// The agent records still to drop go before the file closes.
+			if err := s.update(func(*bolt.Tx) error { return nil }); err != nil {
+				s.closeErr = fmt.Errorf("store: close %q: drop forgotten agent records: %w", s.path, err)
+			}
+		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("store: close %q: %w", s.path, err)
 		}
