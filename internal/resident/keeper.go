@@ -89,11 +89,12 @@ type Keeper struct {
 
 	procs sync.Map // agent pid -> *Process, while it lives
 
-	mu       sync.Mutex                        // guards health, keyLoops, keyOpts and warned
+	mu       sync.Mutex                        // guards health, keyLoops, keyOpts, seen and warned
 	health   map[string]*health                // binding id -> what its agents did lately
 	keyLoops map[session.Key]*keyLoop          // keys whose processes crash mid-turn
 	keyOpts  map[session.Key]map[string]string // the keys' own session options (the store's copy)
 	warned   map[string]bool                   // what warnOnce logged already
+	seen     map[string]store.AgentSeen        // binding id -> its agent as last started (the store's copy)
 
 	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
@@ -162,6 +163,10 @@ func New(o Options) (*Keeper, error) {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
 	k.keyOpts = keyOpts
+	if k.seen, err = k.st.AgentsSeen(); err != nil {
+		return nil, fmt.Errorf("resident: %w", err)
+	}
+	k.reportPolicies()
 	sweepLeftovers(k.st, k.log)
 	k.cgroups = openCgroups(o.Config, k.log)
 	// Said at startup, before anyone mentions an agent that cannot start.

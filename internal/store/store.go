@@ -5,6 +5,7 @@
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
+//	  agent-seen/<binding id>    -> AgentSeen (JSON): the binding's agent as it last started (no migration: absent until then)
 //	conversations
 //	  <key>                      bucket per resident key (Key)
 //	    native                   -> native ACP session id
