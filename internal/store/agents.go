@@ -32,6 +32,10 @@ func (s *Store) RecordAgent(r AgentRecord) error {
 	if r.Pid <= 0 {
 		return fmt.Errorf("store: record agent: pid must be positive, got %d", r.Pid)
 	}
+	// A recycled pid: the old process's pending forget must not drop r.
+	s.gmu.Lock()
+	delete(s.forget, r.Pid)
+	s.gmu.Unlock()
 	v, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("store: record agent pid %d: %w", r.Pid, err)
@@ -45,28 +49,50 @@ func (s *Store) RecordAgent(r AgentRecord) error {
 	return nil
 }
 
-// ForgetAgent drops the record of pid; a missing one is not an error.
+// ForgetAgent drops the record of pid; a missing one is not an error. The
+// record goes in the next write transaction (a turn's, usually) or at
+// Close, not in a commit of its own: Agents no longer lists it at once,
+// and a record a crash leaves behind is one the startup sweep finds gone
+// or reused (its start time tells), as after any crash.
 func (s *Store) ForgetAgent(pid int) error {
 	if pid <= 0 {
 		return nil
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketAgents).Delete(pidKey(pid))
-	})
-	if err != nil {
-		return fmt.Errorf("store: forget agent pid %d: %w", pid, err)
+	s.gmu.Lock()
+	if s.forget == nil {
+		s.forget = map[int]bool{}
 	}
+	s.forget[pid] = true
+	s.gmu.Unlock()
 	return nil
+}
+
+// forgetWrite drops the agent records of pids.
+func forgetWrite(pids map[int]bool) *write {
+	return &write{done: make(chan struct{}), lead: make(chan struct{}), fn: func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAgents)
+		for pid := range pids {
+			if err := b.Delete(pidKey(pid)); err != nil {
+				return fmt.Errorf("forget agent pid %d: %w", pid, err)
+			}
+		}
+		return nil
+	}}
 }
 
 // Agents lists the recorded agent processes by pid.
 func (s *Store) Agents() ([]AgentRecord, error) {
 	var out []AgentRecord
 	err := s.view(func(tx *bolt.Tx) error {
+		s.gmu.Lock()
+		defer s.gmu.Unlock()
 		return tx.Bucket(bucketAgents).ForEach(func(k, v []byte) error {
 			var r AgentRecord
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("agent %x: %w", k, err)
+			}
+			if s.forget[r.Pid] {
+				return nil // forgotten; the next write drops it
 			}
 			out = append(out, r)
 			return nil

@@ -173,9 +173,10 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	gmu     sync.Mutex // guards leading and pending
-	leading bool       // a caller is running write transactions for the group
-	pending []*write   // writes waiting for the next transaction
+	gmu     sync.Mutex   // guards leading and pending
+	leading bool         // a caller is running write transactions for the group
+	pending []*write     // writes waiting for the next transaction
+	forget  map[int]bool // agent records to drop in the next transaction (ForgetAgent)
 
 	commits atomic.Int64 // write transactions committed
 	writes  atomic.Int64 // writes committed (several can share a transaction)
@@ -217,6 +218,10 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	s.leading = true
 	group := s.pending
 	s.pending = nil
+	if len(s.forget) > 0 {
+		group = append([]*write{forgetWrite(s.forget)}, group...)
+		s.forget = nil
+	}
 	s.gmu.Unlock()
 
 	s.commitGroup(group)
@@ -352,8 +357,19 @@ func Open(path string, opts Options) (*Store, error) {
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		var ferr error
+		s.gmu.Lock()
+		n := len(s.forget)
+		s.gmu.Unlock()
+		if n > 0 && !s.db.IsReadOnly() {
+			// The agent records no later write took along.
+			ferr = s.update(func(*bolt.Tx) error { return nil })
+		}
 		if err := s.db.Close(); err != nil {
-			s.closeErr = fmt.Errorf("store: close %q: %w", s.path, err)
+			ferr = errors.Join(ferr, err)
+		}
+		if ferr != nil {
+			s.closeErr = fmt.Errorf("store: close %q: %w", s.path, ferr)
 		}
 	})
 	return s.closeErr
