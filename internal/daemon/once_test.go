@@ -361,6 +361,31 @@ func TestTurnIsOneCommit(t *testing.T) {
 	}
 }
 
+// A cold turn that evicts another key's process makes the cold turn's
+// commits and no more: the evicted agent's record is forgotten in a write
+// the turn makes anyway.
+func TestColdTurnThatEvictsCommits(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.MaxLive = 1 })
+	h.post(channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent first"},
+		channel.Message{ID: "q2", Channel: "ch2", Author: "carla", Body: "@agent second"})
+	reply(t, h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q1", Text: "@agent first"}))
+	before := h.st.Commits()
+	r := h.turn(apitype.TurnRequest{Channel: "ch2", Binding: "b-builtin", MessageID: "q2", Text: "@agent second"})
+	if reply(t, r); r.done.Shape != "cold" {
+		t.Fatalf("second key's turn: shape %s", r.done.Shape)
+	}
+	if ev := h.evictions(); len(ev) != 1 || !strings.HasPrefix(ev[0], "ch/b-builtin ") {
+		t.Fatalf("evictions: %v", ev)
+	}
+	// Accepted and started, the new agent's record, the turn.
+	if n := h.st.Commits() - before; n != 3 {
+		t.Fatalf("a cold turn that evicts: %d commits, want 3", n)
+	}
+	if ag, err := h.st.Agents(); err != nil || len(ag) != 1 || ag[0].Key.Channel != "ch2" {
+		t.Fatalf("agent records: %+v, %v", ag, err)
+	}
+}
+
 // A mention in a thread whose root is itself a reply works.
 func TestNestedThreadTurn(t *testing.T) {
 	h, _ := recorded(t)
