@@ -30,6 +30,7 @@ type Agent struct {
 // Event kinds of a run's NDJSON stream, in the order they can arrive.
 const (
 	EventQueued             = "queued"              // the run waits: Reason and Position; sent again as it moves up
+	EventRestoring          = "restoring"           // the run's new process is reopening the key's saved session: Method (resume, load), or "new" after the ways failed or timed out
 	EventStarted            = "started"             // the run has its process: Shape, Native, Pid
 	EventUpdate             = "update"              // one update from the agent: Update
 	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
@@ -76,6 +77,8 @@ type Event struct {
 	// started (the attempt it begins, from 1), interrupted (the attempt
 	// that was in flight)
 	Attempt int `json:"attempt,omitempty"`
+	// restoring
+	Method string `json:"method,omitempty"`
 
 	// started, done
 	Shape  string `json:"shape,omitempty"`
@@ -118,23 +121,47 @@ const (
 // Update is one session/update the agent sent during the turn. Kind says
 // which of the typed fields is set; Raw is the agent's update as it sent it.
 type Update struct {
-	Kind     string          `json:"kind"`
-	Text     string          `json:"text,omitempty"` // message and thought chunks; a tool call's title
-	ToolCall *ToolCall       `json:"tool_call,omitempty"`
-	Plan     *Plan           `json:"plan,omitempty"`
-	Context  *ContextUsage   `json:"context_usage,omitempty"`
+	Kind     string        `json:"kind"`
+	Text     string        `json:"text,omitempty"` // message and thought chunks; a tool call's title
+	ToolCall *ToolCall     `json:"tool_call,omitempty"`
+	Plan     *Plan         `json:"plan,omitempty"`
+	Context  *ContextUsage `json:"context_usage,omitempty"`
+	// Notice: what the agent wants a person to see apart from its reply.
+	Notice *Notice `json:"notice,omitempty"`
+	// Compaction: the agent compacting its history, and its summary.
+	Compaction *Compaction `json:"compaction,omitempty"`
+	// Subagent is the session id of the agent's subagent that sent this
+	// update (the run is its parent's); empty for the session's own.
+	Subagent string          `json:"subagent_session,omitempty"`
 	Raw      json.RawMessage `json:"raw,omitempty"`
+}
+
+// Notice is an agent's notice: a warning, an error or news a person should
+// see apart from the reply (a rate limit, a hook that blocked a tool).
+type Notice struct {
+	Severity    string `json:"severity"` // info, warning, error (as the agent says)
+	Title       string `json:"title"`
+	Description string `json:"description,omitempty"`
+}
+
+// Compaction is one step of the agent compacting its history.
+type Compaction struct {
+	ID      string `json:"id,omitempty"`
+	Status  string `json:"status"`            // in_progress, completed, failed, cancelled
+	Summary string `json:"summary,omitempty"` // what the compacted history was, as the agent summarised it
 }
 
 // Update kinds.
 const (
 	UpdateMessage    = "agent_message_chunk"
 	UpdateThought    = "agent_thought_chunk"
-	UpdateToolCall   = "tool_call"        // ToolCall: a new tool call
-	UpdateToolUpdate = "tool_call_update" // ToolCall: the fields that changed
-	UpdatePlan       = "plan"             // Plan: the agent's whole current plan
-	UpdateUsage      = "usage_update"     // Context: the session's context window use
-	UpdateOther      = "other"            // anything else; see Raw
+	UpdateToolCall   = "tool_call"         // ToolCall: a new tool call
+	UpdateToolUpdate = "tool_call_update"  // ToolCall: the fields that changed
+	UpdatePlan       = "plan"              // Plan: the agent's whole current plan
+	UpdateUsage      = "usage_update"      // Context: the session's context window use
+	UpdateNotice     = "notice"            // Notice: severity, title, description
+	UpdateCompaction = "compaction_update" // Compaction: the agent compacting its history, with its summary
+	UpdateOther      = "other"             // anything else; see Raw
 )
 
 // ToolCall is a tool call the agent made, or the part of it that changed.
@@ -191,6 +218,7 @@ const (
 	DecidedByPerson  = "person"  // a client answered the permission_request
 	DecidedByTimeout = "timeout" // nobody answered within the binding's permission_timeout: rejected
 	DecidedByCancel  = "cancel"  // the run was cancelled while the request waited
+	DecidedByLimit   = "limit"   // the run already had runs.pending_permissions requests waiting: rejected at once, never put to a person
 )
 
 // PermissionDecision says how a permission request was answered.
@@ -230,6 +258,7 @@ const (
 // Run is one run in GET /v1/runs and GET /v1/runs/{id}.
 type Run struct {
 	ID            string     `json:"run_id"`
+	Kind          string     `json:"kind"` // see the RunKind* constants
 	State         string     `json:"state"`
 	Channel       string     `json:"channel_id"`
 	Binding       string     `json:"binding_id"`
@@ -249,6 +278,37 @@ type Run struct {
 	// Result is the run's final done or error event once it ended.
 	Result *Event `json:"result,omitempty"`
 }
+
+// ShapeAgent is the shape of an agent run: output of the key's process
+// that no prompt asked for.
+const ShapeAgent = "agent"
+
+// Run kinds.
+const (
+	RunKindTurn  = "turn"  // a mention's turn (POST /v1/turns)
+	RunKindAgent = "agent" // what an agent said with no prompt in flight: background work ending, a turn it started itself
+)
+
+// FeedEvent is one line of GET /v1/events: a run started or ended. Seq
+// numbers the daemon's announcements from 1 (in this daemon's run), so a
+// client re-attaches with ?after=SEQ.
+type FeedEvent struct {
+	Event     string    `json:"event"` // run_started, run_ended, keepalive
+	Seq       int64     `json:"seq,omitempty"`
+	At        time.Time `json:"at,omitzero"`
+	RunID     string    `json:"run_id,omitempty"`
+	Kind      string    `json:"kind,omitempty"` // see the RunKind* constants
+	Channel   string    `json:"channel_id,omitempty"`
+	Binding   string    `json:"binding_id,omitempty"`
+	MessageID string    `json:"message_id,omitempty"`
+	State     string    `json:"state,omitempty"` // the run's state: at its end succeeded, failed or cancelled
+}
+
+// Feed event kinds.
+const (
+	FeedRunStarted = "run_started"
+	FeedRunEnded   = "run_ended"
+)
 
 // Runs is GET /v1/runs.
 type Runs struct {
@@ -439,6 +499,10 @@ type Session struct {
 	// RestoredBy is how the process reopened the key's saved session:
 	// "resume" or "load"; empty for a new session.
 	RestoredBy string `json:"restored_by,omitempty"`
+	// Working is set while the agent works with no turn in flight
+	// (background work it reported, output between prompts): the process
+	// is then neither reaped idle nor evicted, up to background_limit.
+	Working bool `json:"working,omitempty"`
 	// RestoreStopped is set when the binding's restores stopped (see
 	// Health.RestoreStopped): its next processes start cold.
 	RestoreStopped bool `json:"restore_stopped,omitempty"`
@@ -582,6 +646,12 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// MaxIDBytes is the longest id the API takes, in bytes of UTF-8: channel,
+// binding, message, thread root, run, permission request, option and
+// project ids. An id is valid UTF-8 without control characters; anything
+// else is refused with CodeInvalidID naming the field.
+const MaxIDBytes = 256
+
 // Error codes. The HTTP status that carries each is in docs/API.md.
 const (
 	CodeBadRequest       = "bad_request"
@@ -613,6 +683,8 @@ const (
 	CodeBudgetExceeded   = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
 	CodeInvalidOption    = "invalid_option"   // a session option id or value the binding's agent does not list
 	CodeStoreDamaged     = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
+	CodeNestingTooDeep   = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
+	CodeInvalidID        = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
 	CodeInterrupted      = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
 
 	// Agent tool endpoints.

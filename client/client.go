@@ -243,19 +243,54 @@ func (c *Client) Submit(ctx context.Context, req apitype.TurnRequest) (apitype.R
 	return out, err
 }
 
+// ErrNothingAfter is what Follow returns, wrapped in a *NothingAfterError,
+// when the run ended without an event after the sequence number asked for.
+var ErrNothingAfter = errors.New("no events after the given sequence number")
+
+// NothingAfterError says that a followed run ended with nothing after the
+// sequence number asked for: Run is the run as it ended (its LastSeq and
+// Result).
+type NothingAfterError struct {
+	After int64
+	Run   apitype.Run
+}
+
+func (e *NothingAfterError) Error() string {
+	return fmt.Sprintf("run %q ended (%s) at seq %d; nothing after seq %d", e.Run.ID, e.Run.State, e.Run.LastSeq, e.After)
+}
+
+func (e *NothingAfterError) Unwrap() error { return ErrNothingAfter }
+
 // Follow re-attaches to run runID: on gets the events after sequence
 // number after (0: all the run still holds), then the live ones, and Follow
 // returns the final event as Turn does. When the events asked for fell out
 // of the run's buffer the error has code apitype.CodeEventsGone; Run still
-// has the final result.
+// has the final result. When after is at or beyond the run's last event,
+// Follow waits for events numbered above it and, if the run ends first,
+// returns the run's final event with a *NothingAfterError
+// (errors.Is(err, ErrNothingAfter)).
 func (c *Client) Follow(ctx context.Context, runID string, after int64, on func(apitype.Event)) (apitype.Event, error) {
 	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/events?lean=true&after="+strconv.FormatInt(after, 10), nil, nil)
 	if err != nil {
 		return apitype.Event{}, err
 	}
 	defer closeBody(resp)
-	return c.readStream(ctx, resp.Body, on)
+	ev, err := c.readStream(ctx, resp.Body, on)
+	if errors.Is(err, errEmptyStream) {
+		run, rerr := c.Run(ctx, runID)
+		if rerr != nil {
+			return apitype.Event{}, fmt.Errorf("client: run %q ended with nothing after seq %d; reading its result: %w", runID, after, rerr)
+		}
+		if run.Result != nil {
+			ev = *run.Result
+		}
+		return ev, &NothingAfterError{After: after, Run: run}
+	}
+	return ev, err
 }
+
+// errEmptyStream is a stream that ended cleanly without a single event.
+var errEmptyStream = errors.New("client: the stream ended without an event")
 
 // Run returns one run: its state and, once it ended, its result.
 func (c *Client) Run(ctx context.Context, runID string) (apitype.Run, error) {
@@ -288,6 +323,19 @@ func (c *Client) Version(ctx context.Context) (apitype.Version, error) {
 // done event leaves out the reply text its chunks already carried; the
 // returned one has it, joined from the chunks when the stream held every
 // event from the first, else read from the run's result.
+// updatePrefix opens every update event line the daemon writes (the event
+// name is an Event's first field).
+var updatePrefix = []byte(`{"event":"update",`)
+
+// leanUpdate is what readStream needs of an update nobody else sees.
+type leanUpdate struct {
+	Seq    int64 `json:"seq"`
+	Update struct {
+		Kind string `json:"kind"`
+		Text string `json:"text"`
+	} `json:"update"`
+}
+
 func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -295,6 +343,21 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 	var seq int64 // the last seq read; whole while every one followed the one before
 	whole := true
 	for sc.Scan() {
+		if on == nil && bytes.HasPrefix(sc.Bytes(), updatePrefix) {
+			// Nobody sees the update itself: only its seq and text count.
+			var u leanUpdate
+			if err := json.Unmarshal(sc.Bytes(), &u); err != nil {
+				return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
+			}
+			if u.Seq != seq+1 {
+				whole = false
+			}
+			seq = u.Seq
+			if u.Update.Kind == apitype.UpdateMessage {
+				text.WriteString(u.Update.Text)
+			}
+			continue
+		}
 		var ev apitype.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
@@ -334,6 +397,9 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 	}
 	if err := sc.Err(); err != nil {
 		return apitype.Event{}, fmt.Errorf("client: turn stream: %w", err)
+	}
+	if seq == 0 {
+		return apitype.Event{}, errEmptyStream
 	}
 	return apitype.Event{}, errors.New("client: turn stream ended without a done or error event")
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 )
 
 func TestHelpVersionAndErrors(t *testing.T) {
@@ -23,6 +26,12 @@ func TestHelpVersionAndErrors(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
+	// The hidden agent command (the built-in agent) takes --help too.
+	if code := run([]string{"agent", "--help"}, strings.NewReader(""), &out, &errOut); code != exitOK || !strings.Contains(errOut.String(), "-history") {
+		t.Errorf("agent --help: exit %d, stderr %q", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
 	if code := run([]string{"--version"}, nil, &out, &errOut); code != exitOK || out.String() != "residentd "+version+"\n" {
 		t.Errorf("--version: exit %d, %q", code, out.String())
 	}
@@ -43,6 +52,8 @@ func TestHelpVersionAndErrors(t *testing.T) {
 		{[]string{"mention", "--channel", "ch"}, exitUsage, "usage: residentd mention --channel ID", ""},
 		{[]string{"serve", "extra"}, exitUsage, `serve takes no arguments, got "extra"`, ""},
 		{[]string{"answer", "run-1"}, exitUsage, "RUN_ID REQUEST_ID OPTION_ID", ""},
+		{[]string{"attach"}, exitUsage, "usage: residentd attach [flags] RUN_ID", ""},
+		{[]string{"cancel"}, exitUsage, "usage: residentd cancel [flags] RUN_ID", ""},
 		{[]string{"mention", "--ask", "maybe", "--channel", "ch", "hi"}, exitUsage, `--ask "maybe"`, ""},
 	}
 	for _, c := range cases {
@@ -59,6 +70,17 @@ func TestHelpVersionAndErrors(t *testing.T) {
 		if n := strings.Count(msg, "residentd:"); n != 1 || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%q: the error should be one line with one prefix: %q", c.args, msg)
 		}
+		if n := strings.Count(strings.ToLower(msg), "usage:"); n > 1 {
+			t.Errorf("%q: usage said %d times: %q", c.args, n, msg)
+		}
+	}
+
+	// version prints the binary's version and exits 0 when only the daemon
+	// is not there, saying so.
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"version", "--socket", missing}, nil, &out, &errOut); code != exitOK || !strings.HasPrefix(out.String(), "residentd "+version+"\n") || !strings.Contains(out.String(), "daemon: not reachable on "+missing) || errOut.Len() != 0 {
+		t.Errorf("version without a daemon: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
 }
 
@@ -236,5 +258,97 @@ func TestStatusSaysWhichBindingsCanStart(t *testing.T) {
 	}
 	if out := status(); !strings.Contains(out, "bindings: 3 of 6 can start their agent") || strings.Contains(out, "b-noexec cannot start") {
 		t.Fatalf("after chmod +x, status printed:\n%s", out)
+	}
+}
+
+// attach and mention with --ask auto and standard input that is not a
+// terminal (/dev/null is a character device, not a terminal) do not
+// prompt: they say how to answer. A replayed request that a person
+// answered is shown as asked and decided, not as waiting to be rejected;
+// and attach from beyond the run's last event says there was nothing
+// after it.
+func TestAttachReplaysDecisions(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	dir := sockDir(t)
+	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(cfg, []byte(`{"bindings":[{"id":"b-ask","handle":"@asker","command":"`+exe+`","args":["agent"],"permission":"ask","supervised":true,"resident":true}]}`), 0o600)
+	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
+	waitHealthy(t, d, sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	type result struct {
+		code     int
+		out, err string
+	}
+	mentioned := make(chan result, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		code := run([]string{"mention", "--socket", sock, "--binding", "b-ask", "--channel", "ch", "--run", "run-ask", "--ask", "auto", "[[permission:edit]] fix it"}, devnull, &out, &errOut)
+		mentioned <- result{code, out.String(), errOut.String()}
+	}()
+	c := &client.Client{Socket: sock}
+	defer c.Close()
+	var req apitype.PermissionRequest
+	for req.ID == "" {
+		r, err := c.Run(ctx, "run-ask")
+		switch {
+		case client.IsCode(err, apitype.CodeUnknownRun):
+		case err != nil:
+			t.Fatal(err)
+		case r.Result != nil:
+			t.Fatalf("the run ended before it asked: %+v", r.Result)
+		case len(r.Pending) > 0:
+			req = r.Pending[0]
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the agent never asked")
+		case <-time.After(5 * time.Millisecond): // polling the API as a UI would
+		}
+	}
+	if err := c.Answer(ctx, "run-ask", req.ID, "allow"); err != nil {
+		t.Fatal(err)
+	}
+	m := <-mentioned
+	t.Logf("mention:\n%s%s", m.out, m.err)
+	if m.code != exitOK || !strings.Contains(m.out, "the agent asks to") || !strings.Contains(m.out, "answer with: residentd answer run-ask "+req.ID) || strings.Contains(m.out, "answer 1-") {
+		t.Fatalf("mention --ask auto with /dev/null: exit %d; want the hint and no prompt:\n%s%s", m.code, m.out, m.err)
+	}
+
+	var out, errOut bytes.Buffer
+	if code := run([]string{"attach", "--socket", sock, "run-ask"}, devnull, &out, &errOut); code != exitOK {
+		t.Fatalf("attach: exit %d: %s", code, errOut.String())
+	}
+	got := out.String()
+	t.Logf("attach:\n%s", got)
+	for _, want := range []string{"the agent asked to builtin edit tool (edit)", "[permission builtin edit tool: allow_once, by person]", "watermark"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("attach lacks %q", want)
+		}
+	}
+	for _, wrong := range []string{"without an answer", "answer with", "answer 1-", "no answer read"} {
+		if strings.Contains(got, wrong) {
+			t.Errorf("attach of a decided request says %q", wrong)
+		}
+	}
+
+	r, err := c.Run(ctx, "run-ask")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"attach", "--socket", sock, "--after", "99", "run-ask"}, devnull, &out, &errOut); code != exitOK || out.String() != fmt.Sprintf("nothing after seq 99: run run-ask ended (succeeded) at seq %d\n", r.LastSeq) {
+		t.Fatalf("attach --after 99: exit %d, %q %q", code, out.String(), errOut.String())
 	}
 }

@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
@@ -46,7 +49,7 @@ func cmdMention(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	text := strings.Join(fs.Args(), " ")
 	if *ch == "" || text == "" {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["mention"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["mention"])
 	}
 	asking, err := askMode(*ask, stdin)
 	if err != nil {
@@ -78,12 +81,9 @@ func askMode(mode string, stdin io.Reader) (bool, error) {
 	case "no":
 		return false, nil
 	case "auto":
+		// A terminal, not any character device: /dev/null is one too.
 		f, ok := stdin.(*os.File)
-		if !ok {
-			return false, nil
-		}
-		fi, err := f.Stat()
-		return err == nil && fi.Mode()&os.ModeCharDevice != 0, nil
+		return ok && term.IsTerminal(int(f.Fd())), nil
 	}
 	return false, fmt.Errorf("%w: --ask %q: use auto, yes or no", errUsage, mode)
 }
@@ -120,8 +120,8 @@ func (p *printer) event(ev apitype.Event) {
 			p.permission(ev.RunID, *ev.Permission)
 		}
 	case apitype.EventPermissionDecision:
-		if !p.json && ev.Decision != nil {
-			fmt.Fprintf(p.out, "[permission %s: %s, by %s]\n", ev.Decision.Tool, ev.Decision.Kind, ev.Decision.DecidedBy)
+		if d := ev.Decision; !p.json && d != nil {
+			fmt.Fprintf(p.out, "[permission %s: %s, by %s]\n", d.Tool, d.Kind, d.DecidedBy)
 		}
 	case apitype.EventBudget:
 		if b := ev.Budget; !p.json && b != nil {
@@ -130,7 +130,9 @@ func (p *printer) event(ev apitype.Event) {
 	}
 }
 
-// permission asks the person, or says how to answer from elsewhere.
+// permission asks the person, or says how to answer from elsewhere. A
+// request that is no longer pending (a replay: the decision follows in
+// the stream) is shown as asked, without a prompt or a deadline.
 func (p *printer) permission(runID string, pr apitype.PermissionRequest) {
 	out := p.out
 	if p.json {
@@ -139,13 +141,24 @@ func (p *printer) permission(runID string, pr apitype.PermissionRequest) {
 			out = os.Stderr // keep stdout JSON lines only
 		}
 	}
-	fmt.Fprintf(out, "\nthe agent asks to %s (%s)", pr.ToolCall.Title, pr.ToolCall.Kind)
+	pending := true
+	if r, err := p.c.Run(p.ctx, runID); err == nil {
+		pending = slices.ContainsFunc(r.Pending, func(q apitype.PermissionRequest) bool { return q.ID == pr.ID })
+	}
+	verb := "asks"
+	if !pending {
+		verb = "asked"
+	}
+	fmt.Fprintf(out, "\nthe agent %s to %s (%s)", verb, pr.ToolCall.Title, pr.ToolCall.Kind)
 	for _, l := range pr.ToolCall.Locations {
 		fmt.Fprintf(out, " %s", l.Path)
 	}
 	fmt.Fprintln(out)
 	for i, o := range pr.Options {
 		fmt.Fprintf(out, "  %d) %s [%s]\n", i+1, o.Name, o.Kind)
+	}
+	if !pending {
+		return
 	}
 	if p.in == nil {
 		fmt.Fprintf(out, "answer with: residentd answer %s %s OPTION_ID (rejected at %s without an answer)\n", runID, pr.ID, pr.ExpiresAt.Local().Format(time.Kitchen))
@@ -199,7 +212,7 @@ func cmdAttach(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["attach"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["attach"])
 	}
 	asking, err := askMode(*ask, stdin)
 	if err != nil {
@@ -212,6 +225,15 @@ func cmdAttach(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		p.in = bufio.NewReader(stdin)
 	}
 	done, err := c.Follow(ctx, fs.Arg(0), *after, p.event)
+	var nothing *client.NothingAfterError
+	if errors.As(err, &nothing) {
+		out := stdout
+		if *stream {
+			out = os.Stderr // keep stdout JSON lines only
+		}
+		fmt.Fprintf(out, "nothing after seq %d: run %s ended (%s) at seq %d\n", nothing.After, nothing.Run.ID, nothing.Run.State, nothing.Run.LastSeq)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -225,7 +247,7 @@ func cmdAnswer(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 3 {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["answer"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["answer"])
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
@@ -279,6 +301,13 @@ func cmdVersion(ctx context.Context, args []string, stdout io.Writer) error {
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	v, err := c.Version(ctx)
+	var derr *client.Error
+	if err != nil && !errors.As(err, &derr) {
+		// The binary's version is printed; a daemon that does not answer
+		// is news, not a failure of this command.
+		fmt.Fprintf(stdout, "daemon: not reachable on %s (%s)\n", c.SocketPath(), errors.Unwrap(err))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -324,7 +353,7 @@ func cmdDelete(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 2 {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["delete"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["delete"])
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
@@ -407,7 +436,11 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		if by == "" {
 			by = "-"
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, s.State,
+		state := s.State
+		if s.Working && state == "idle" {
+			state = "working" // background work: not reaped nor evicted
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, state,
 			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"], by,
 			(time.Duration(s.IdleS) * time.Second).Round(time.Second), s.Pid, humanBytes(s.RSSBytes), s.Native)
 	}
@@ -423,7 +456,7 @@ func cmdOptions(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *ch == "" || (*drop && fs.NArg() > 0) {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["options"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["options"])
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
@@ -505,7 +538,7 @@ func cmdFresh(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *ch == "" {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["fresh"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["fresh"])
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
@@ -523,7 +556,7 @@ func cmdCancel(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["cancel"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["cancel"])
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
@@ -556,7 +589,7 @@ func cmdLogLevel(ctx context.Context, args []string, stdout io.Writer) error {
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
 	if fs.NArg() > 1 {
-		return fmt.Errorf("%w: usage: residentd %s", errUsage, synopses["log-level"])
+		return fmt.Errorf("%w: residentd %s", errUsage, synopses["log-level"])
 	}
 	if fs.NArg() == 1 {
 		if err := c.SetLogLevel(ctx, fs.Arg(0)); err != nil {

@@ -140,3 +140,55 @@ func TestSystemdSocketActivate(t *testing.T) {
 		t.Errorf("the activated socket %s is gone after the daemon stopped (%v)", sock, err)
 	}
 }
+
+// The TCP metrics listener answers only requests addressed to a loopback
+// name and not sent by a browser: a page under a rebinding name reaches
+// the port with its own Host, and an Origin.
+func TestMetricsListenerLoopbackOnly(t *testing.T) {
+	sock := filepath.Join(sockDir(t), "s.sock")
+	p := startProc(t, serveArgs(t.TempDir(), sock, "--metrics-addr", "127.0.0.1:0"), childEnv())
+	h := waitHealthy(t, p, sock)
+	var addr string
+	for _, l := range h.Listeners {
+		if l.Name == "metrics" && l.Error == "" {
+			addr = l.Addr
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no metrics listener serving: %+v", h.Listeners)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	get := func(host string, hdr ...string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "127.8.9.10:" + port, "[::1]:" + port, "[::1]"} {
+		if status, body := get(host); status != http.StatusOK || !strings.Contains(body, "residentd_turns_total") {
+			t.Errorf("Host %q: %d %.200q, want the metrics", host, status, body)
+		}
+	}
+	for _, host := range []string{"evil.example:" + port, "127.0.0.1.nip.example:" + port, "10.0.0.1:" + port, "localhost.evil.example"} {
+		if status, body := get(host); status != http.StatusForbidden || !strings.Contains(body, "not a loopback name") {
+			t.Errorf("Host %q: %d %.200q, want 403", host, status, body)
+		}
+	}
+	for _, h := range [][]string{{"Origin", "http://127.0.0.1:" + port}, {"Origin", "null"}, {"Sec-Fetch-Site", "cross-site"}} {
+		if status, body := get("127.0.0.1:"+port, h...); status != http.StatusForbidden || !strings.Contains(body, "browsers are refused") {
+			t.Errorf("%s %q: %d %.200q, want 403", h[0], h[1], status, body)
+		}
+	}
+}

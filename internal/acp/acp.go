@@ -60,6 +60,15 @@ type Spec struct {
 	StartTimeout time.Duration // spawn + initialize (default 30s)
 	StderrTail   int           // bytes of stderr kept (default 8 KiB)
 
+	// Between gets, in order, the updates of a session with no prompt in
+	// flight (an agent's own turn, background work ending, a late
+	// message). It runs on the agent's reader: it must not block, nor
+	// call back into the Agent. Without it they are dropped.
+	Between func(native string, u Update)
+	// Stray is told of updates for a session id this agent never opened,
+	// once they are given up on.
+	Stray func(native string, n int)
+
 	// Cgroups and Limits: see child.Spec.
 	Cgroups *child.Cgroups
 	Limits  child.Limits
@@ -100,11 +109,19 @@ type Cost struct {
 type Result struct {
 	StopReason string
 	Text       string // concatenated agent_message_chunk text
-	Usage      *Usage // the PromptResponse's, as the agent reported it
-	Cost       *Cost  // the session's cost after the turn, when the agent reported one
-	// Compacted: since the last result the agent reported less than half
-	// the context in use it reported before, which is how agents show that
-	// they compacted (summarised and dropped) their history.
+	// Usage is the turn's tokens: what the prompt response reported, or,
+	// when the agent reported each model call's tokens in its usage
+	// updates (PerCall), their sum.
+	Usage   *Usage
+	PerCall bool
+	// Cost is what the turn cost: every increase of the session cost the
+	// agent reported during it (ACP's usage_update cost is the session's
+	// running total), summed, with what it reported between prompts.
+	Cost *Cost
+	// Compacted: the agent compacted (summarised and dropped) its history
+	// since the last result: it said so with a completed compaction_update,
+	// or, from an agent that sends none, the context in use it reported
+	// fell below half of the report before.
 	Compacted bool
 	// ToolCalls are the tool calls the agent reported during the prompt, in
 	// the order it first reported them.
@@ -140,7 +157,13 @@ type Agent struct {
 	mu     sync.Mutex
 	routes map[string]*route        // native session id -> its update route
 	early  map[string]*earlyUpdates // updates for ids not routed yet
-	closed bool
+	// children maps a subagent's session id to its parent's, as the
+	// parent's subagent_update announced it.
+	children map[string]string
+	working  map[string]bool // subagent sessions running, by id
+	workedAt time.Time       // when working last changed
+	closed   bool
+	limit    error // the first output limit the agent hit (ErrLimit)
 }
 
 // earlyUpdates are the updates of a session id the caller has not
@@ -148,7 +171,7 @@ type Agent struct {
 // before its session/new reply, and the SDK may hand it over before the
 // reply reaches the caller. They wait for the route, up to Spec.EarlyHold.
 type earlyUpdates struct {
-	updates []sdk.SessionUpdate
+	updates []*wireUpdate
 	dropped int // past maxEarly
 	timer   *time.Timer
 }
@@ -164,17 +187,25 @@ type route struct {
 	loading bool
 	on      func(Update)
 	text    strings.Builder
-	cost    *Cost          // the last session cost a usage_update reported during the prompt
-	calls   []ToolCallSeen // the prompt's tool calls (see Result.ToolCalls)
+	cut     bool // the reply text reached MaxReplyBytes
+
+	// What the prompt running, or the next one, has cost: cost (increases
+	// of the session's running cost, summed), the calls' tokens.
+	cost     *Cost
+	costSeen float64        // the session cost the agent last reported
+	calls    *Usage         // tokens of the model calls the agent reported one by one
+	tools    []ToolCallSeen // the prompt's tool calls (see Result.ToolCalls)
 
 	options []Option // the session's config options as the agent last listed them
 	modes   modes    // the session's modes as the agent last listed them
 	listed  bool     // the agent listed config options for the session at all
 	used    int      // context tokens in use at the last usage_update
-	// compacted: a usage_update reported less than half the context in use
-	// of the one before: the agent compacted its history. The next prompt's
-	// result reports it, once.
-	compacted bool
+	// compacted: the agent compacted its history; the next prompt's result
+	// reports it, once. announced: it sends compaction_update, so a drop
+	// in use is no longer taken for one.
+	compacted      bool
+	announced      bool
+	lastCompaction string // the id of the last compaction_update that completed
 }
 
 func (s *Spec) defaults() {
@@ -232,11 +263,13 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	}
 
 	a := &Agent{
-		spec:   spec,
-		root:   root,
-		log:    log.With(zap.String("command", spec.Command)),
-		routes: make(map[string]*route),
-		early:  make(map[string]*earlyUpdates),
+		spec:     spec,
+		root:     root,
+		log:      log.With(zap.String("command", spec.Command)),
+		routes:   make(map[string]*route),
+		early:    make(map[string]*earlyUpdates),
+		children: make(map[string]string),
+		working:  make(map[string]bool),
 	}
 	if err := a.spawn(path); err != nil {
 		return nil, err
@@ -291,25 +324,20 @@ func (a *Agent) spawn(path string) error {
 	}
 	a.proc, a.pid, a.done = p, p.Pid(), p.Done()
 	a.log = p.Log() // before anything reads it
-	// The SDK's connection reads from the moment it exists, before its own
-	// fields and our logger are set; hold its first read until they are, so
-	// an agent that writes at once cannot race the setup.
-	in := &gatedReader{r: p.Stdout(), open: make(chan struct{})}
-	a.conn = sdk.NewClientSideConnection(&client{a: a}, p.Stdin(), in)
+	// The SDK reads only what the pump passes on, which starts once the
+	// connection and the logger are set.
+	pr, pw := io.Pipe()
+	a.conn = sdk.NewClientSideConnection(&client{a: a}, &capsWriter{w: p.Stdin()}, pr)
 	a.conn.SetLogger(newSlog(a.log))
-	close(in.open)
+	// The pump ends when the agent's stdout does (the process exited or
+	// was stopped), or when the SDK's connection ended and nothing reads
+	// what it passes on.
+	go a.pump(p.Stdout(), pw)
+	go func() {
+		<-a.conn.Done()
+		_ = pr.CloseWithError(errors.New("acp: connection closed"))
+	}()
 	return nil
-}
-
-// gatedReader blocks reads until open is closed.
-type gatedReader struct {
-	r    io.Reader
-	open chan struct{}
-}
-
-func (g *gatedReader) Read(p []byte) (int, error) {
-	<-g.open
-	return g.r.Read(p)
 }
 
 // Close stops the agent: close stdin, SIGTERM the group, wait Grace, SIGKILL
@@ -533,8 +561,8 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	}
 	r.on = on
 	r.text.Reset()
-	r.cost = nil
-	r.calls = nil
+	r.cut = false
+	r.tools = nil
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -565,7 +593,11 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 		if ans.err != nil {
 			return a.partial(r), a.callErr(ctx, op, ans.err)
 		}
-		return a.result(r, ans.resp), nil
+		res, err := a.result(r, ans.resp)
+		if err != nil {
+			err = fmt.Errorf("acp: %s: %w", op, err)
+		}
+		return res, err
 	}
 
 	select {
@@ -595,7 +627,8 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 		if ans.err != nil {
 			return a.partial(r), fmt.Errorf("acp: %s: %w", op, cause)
 		}
-		return a.result(r, ans.resp), fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
+		res, _ := a.result(r, ans.resp)
+		return res, fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
 	case <-a.done:
 		return a.partial(r), fmt.Errorf("acp: %s: %w (and the agent exited: %v)", op, cause, a.exitedErr())
 	case <-t.C:
@@ -606,21 +639,17 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 }
 
 // partial is what a prompt that failed had reported by then: its text so
-// far, the session cost a usage_update gave (a failed turn was paid for
-// too) and whether the agent compacted.
+// far, what it cost (a failed turn was paid for too) and whether the agent
+// compacted.
 func (a *Agent) partial(r *route) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Text: r.text.String(), Cost: r.cost, Compacted: r.compacted, ToolCalls: r.seenCalls()}
-	r.compacted = false // reported once
-	return res
+	return r.takeLocked(Result{Text: r.text.String(), ToolCalls: r.seenCalls()})
 }
 
-func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
+func (a *Agent) result(r *route, resp sdk.PromptResponse) (Result, error) {
 	r.mu.Lock()
-	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), Cost: r.cost, Compacted: r.compacted, ToolCalls: r.seenCalls()}
-	r.compacted = false // reported once
-	r.mu.Unlock()
+	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), ToolCalls: r.seenCalls()}
 	if u := resp.Usage; u != nil {
 		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}
 		if u.CachedReadTokens != nil {
@@ -630,6 +659,23 @@ func (a *Agent) result(r *route, resp sdk.PromptResponse) Result {
 			res.Usage.CacheWriteTokens = int64(*u.CachedWriteTokens)
 		}
 	}
+	res = r.takeLocked(res)
+	cut := r.cut
+	r.mu.Unlock()
+	if cut {
+		return res, fmt.Errorf("%w: the reply is longer than %d MiB (max reply); its text is cut there", ErrLimit, MaxReplyBytes>>20)
+	}
+	return res, nil
+}
+
+// takeLocked hands what the route gathered for a result (cost, the
+// calls' tokens, a compaction) to res, once; r.mu is held.
+func (r *route) takeLocked(res Result) Result {
+	res.Cost, res.Compacted = r.cost, r.compacted
+	if r.calls != nil {
+		res.Usage, res.PerCall = r.calls, true
+	}
+	r.cost, r.calls, r.compacted = nil, nil, false
 	return res
 }
 
@@ -640,6 +686,10 @@ func (a *Agent) callErr(ctx context.Context, op string, err error) error {
 	case <-a.conn.Done():
 		// stdout closed: the process is exiting, or is useless; make sure it is reaped.
 		t := time.NewTimer(a.spec.Grace)
+		if lerr := a.limitErr(); lerr != nil {
+			_ = a.stop() // it broke a limit: no grace to finish
+			return fmt.Errorf("acp: %s: %w (the agent was stopped)", op, lerr)
+		}
 		select {
 		case <-a.done:
 		case <-t.C:
@@ -676,6 +726,9 @@ func (a *Agent) exitedErr() error {
 	}
 	if a.proc.ExitKind() == child.ExitOOM {
 		why = "oom: killed for exceeding its memory limit (limits.memory_max), " + why
+	}
+	if lerr := a.limitErr(); lerr != nil {
+		return fmt.Errorf("%w, stopped for it (pid %d, %s)", lerr, a.pid, why)
 	}
 	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.proc.StderrTail(), 512))
 }

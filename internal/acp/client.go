@@ -1,6 +1,7 @@
 package acp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,69 +30,136 @@ type client struct{ a *Agent }
 
 var _ sdk.Client = (*client)(nil)
 
+// SessionUpdate gets the updates the pump did not read itself (it reads
+// every well-formed one).
 func (c *client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) error {
-	a := c.a
-	id := string(n.SessionId)
-	a.mu.Lock()
-	r := a.routes[id]
-	if r == nil {
-		a.holdEarlyLocked(id, n.Update)
-		a.mu.Unlock()
+	u, err := fromSDK(n.Update)
+	if err != nil {
+		c.a.log.Warn("dropping a session/update that could not be typed", zap.String("session", string(n.SessionId)), zap.Error(err))
 		return nil
 	}
-	a.mu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a.deliverLocked(r, id, n.Update)
+	c.a.route(string(n.SessionId), u)
 	return nil
 }
 
-// deliverLocked hands one update to r's caller; r.mu is held.
-func (a *Agent) deliverLocked(r *route, id string, su sdk.SessionUpdate) {
-	if c := su.ConfigOptionUpdate; c != nil {
+// deliverLocked hands one update to r's caller; r.mu is held. sub is the
+// subagent session that sent it, "" for r's own: a subagent's usage,
+// options and compactions are its own, not the session's.
+func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate, sub string) {
+	kind := su.Kind
+	if sub != "" {
+		kind = ""
+	}
+	switch kind {
+	case "config_option_update":
 		// Options are the session's state, whenever the agent says they moved.
-		if list := options(c.ConfigOptions); list != nil {
+		if list := options(su.ConfigOptions); list != nil {
 			r.options, r.listed = list, true
 		}
-	}
-	if c := su.CurrentModeUpdate; c != nil {
-		r.modes.current = string(c.CurrentModeId)
+	case "usage_update":
+		r.usage(su)
+	case "current_mode_update":
+		r.modes.current = su.CurrentModeID
+	case "compaction_update":
+		// The agent says when it compacts: the drop in use is no longer
+		// taken for one. Each compaction counts once, however often its
+		// completion is repeated.
+		r.announced = true
+		if su.Status != nil && *su.Status == "completed" && (su.CompactionID == "" || su.CompactionID != r.lastCompaction) {
+			r.compacted, r.lastCompaction = true, su.CompactionID
+		}
 	}
 	if r.loading {
 		return // replayed history of session/load: the caller already has it
 	}
-	u := toUpdate(su)
+	u := su.toUpdate()
+	u.Subagent = sub
 	if tc := u.ToolCall; tc != nil && r.on != nil {
 		r.noteCall(tc.ID, tc.Kind, false)
 	}
-	if c := su.UsageUpdate; c != nil {
-		if c.Cost != nil && r.on != nil {
-			r.cost = &Cost{Amount: c.Cost.Amount, Currency: c.Cost.Currency}
-		}
-		// Context in use shrinks by half or more only when the agent
-		// compacts its history (summarises and drops it). Smaller drops
-		// happen without one: a model may drop earlier turns' thinking
-		// from its context. A compaction between prompts is reported by
-		// the next one's result.
-		if c.Used < r.used/2 {
-			r.compacted = true
-		}
-		r.used = c.Used
-	}
 	if r.on == nil {
-		a.log.Debug("dropping session/update outside a prompt", zap.String("session", id), zap.String("kind", u.Kind))
+		if a.spec.Between != nil {
+			a.spec.Between(id, u)
+			return
+		}
+		a.log.Debug("dropping session/update outside a prompt", zap.String("session", id), zap.String("kind", su.Kind))
 		return
 	}
-	if u.Kind == "agent_message_chunk" {
-		r.text.WriteString(u.Text)
+	if u.Kind == apitype.UpdateMessage && sub == "" && !r.cut {
+		if r.text.Len()+len(u.Text) > MaxReplyBytes {
+			r.cut = true
+		} else {
+			r.text.WriteString(u.Text)
+		}
 	}
 	r.on(u)
+}
+
+// usage keeps what a usage_update says the session has cost and used; r.mu
+// is held.
+func (r *route) usage(su *wireUpdate) {
+	if c := su.Cost; c != nil {
+		// ACP's cost is the session's running total: the turn's cost is
+		// its increases. A total that went back is a new count (a new
+		// process, or an agent that counts per query): all of it is new.
+		d := c.Amount - r.costSeen
+		if d < 0 {
+			d = c.Amount
+		}
+		r.costSeen = c.Amount
+		if r.cost == nil {
+			r.cost = &Cost{Currency: c.Currency}
+		}
+		r.cost.Amount += d
+		r.cost.Currency = c.Currency
+	}
+	if calls := callUsage(su.Meta); calls != nil {
+		if r.calls == nil {
+			r.calls = &Usage{}
+		}
+		r.calls.InputTokens += calls.InputTokens
+		r.calls.OutputTokens += calls.OutputTokens
+		r.calls.CacheReadTokens += calls.CacheReadTokens
+		r.calls.CacheWriteTokens += calls.CacheWriteTokens
+	}
+	// Without compaction_update, context in use shrinking by half or more
+	// is how an agent shows it compacted its history (summarised and
+	// dropped it). Smaller drops happen without one: a model may drop
+	// earlier turns' thinking from its context. A compaction between
+	// prompts is reported by the next one's result.
+	if !r.announced && su.Used < r.used/2 {
+		r.compacted = true
+	}
+	r.used = su.Used
+}
+
+// callUsage reads one model call's tokens from a usage_update's _meta
+// ({"usage": {"inputTokens": …, "outputTokens": …, "cachedReadTokens": …,
+// "cachedWriteTokens": …}}, ACP's Usage), nil when it has none.
+func callUsage(meta json.RawMessage) *Usage {
+	if len(meta) == 0 || !bytes.Contains(meta, []byte(`"usage"`)) {
+		return nil
+	}
+	var m struct {
+		Usage *sdk.Usage `json:"usage"`
+	}
+	if json.Unmarshal(meta, &m) != nil || m.Usage == nil {
+		return nil
+	}
+	u := &Usage{InputTokens: int64(m.Usage.InputTokens), OutputTokens: int64(m.Usage.OutputTokens)}
+	if v := m.Usage.CachedReadTokens; v != nil {
+		u.CacheReadTokens = int64(*v)
+	}
+	if v := m.Usage.CachedWriteTokens; v != nil {
+		u.CacheWriteTokens = int64(*v)
+	}
+	return u
 }
 
 // holdEarlyLocked keeps an update for a session id nobody registered yet,
 // until the id's session/new or session/load reply registers it or
 // Spec.EarlyHold passes; a.mu is held.
-func (a *Agent) holdEarlyLocked(id string, su sdk.SessionUpdate) {
+func (a *Agent) holdEarlyLocked(id string, su *wireUpdate) {
 	if a.closed {
 		return
 	}
@@ -121,6 +189,9 @@ func (a *Agent) dropEarly(id string, e *earlyUpdates) {
 	if mine {
 		a.log.Warn("dropping session/update for a session this agent never opened", zap.String("session", id),
 			zap.Int("updates", len(e.updates)+e.dropped), zap.Duration("held", a.spec.EarlyHold))
+		if a.spec.Stray != nil {
+			a.spec.Stray(id, len(e.updates)+e.dropped)
+		}
 	}
 }
 
@@ -139,44 +210,50 @@ func (a *Agent) releaseEarlyLocked(native string, r *route) {
 	a.mu.Unlock()
 	defer r.mu.Unlock()
 	for _, su := range e.updates {
-		a.deliverLocked(r, native, su)
+		a.deliverLocked(r, native, su, "")
 	}
 	if e.dropped > 0 {
 		a.log.Warn("dropped session/updates the agent sent before its session was known, past the hold bound", zap.String("session", native), zap.Int("dropped", e.dropped), zap.Int("bound", maxEarly))
 	}
 }
 
-// toUpdate types an SDK session update as the local API reports it. Raw
-// (the update encoded again) goes with every update but a text chunk: a
-// text chunk is its text, and it is the hot path of a reply, which would
-// otherwise be encoded and sent twice.
+// toUpdate types an SDK session update as the local API reports it.
 func toUpdate(su sdk.SessionUpdate) Update {
-	u := apitype.Update{Kind: apitype.UpdateOther}
-	typed := false
-	switch {
-	case su.AgentMessageChunk != nil:
-		u.Kind, u.Text = apitype.UpdateMessage, blockText(su.AgentMessageChunk.Content)
-		typed = su.AgentMessageChunk.Content.Text != nil && su.AgentMessageChunk.Meta == nil
-	case su.AgentThoughtChunk != nil:
-		u.Kind, u.Text = apitype.UpdateThought, blockText(su.AgentThoughtChunk.Content)
-		typed = su.AgentThoughtChunk.Content.Text != nil && su.AgentThoughtChunk.Meta == nil
-	case su.ToolCall != nil:
-		tc := su.ToolCall
-		u.Kind, u.Text = apitype.UpdateToolCall, tc.Title
-		u.ToolCall = &apitype.ToolCall{ID: string(tc.ToolCallId), Title: tc.Title, Kind: string(tc.Kind), Status: string(tc.Status), Locations: locations(tc.Locations)}
-	case su.ToolCallUpdate != nil:
-		tc := su.ToolCallUpdate
+	u, err := fromSDK(su)
+	if err != nil {
+		return Update{Update: apitype.Update{Kind: apitype.UpdateOther, Text: "an update could not be typed: " + err.Error()}}
+	}
+	return u.toUpdate()
+}
+
+// toUpdate types an update as the local API reports it. Raw (the agent's
+// own bytes) goes with every update but a plain text chunk: a text chunk
+// is its text, and it is the hot path of a reply, which would otherwise be
+// sent twice.
+func (su *wireUpdate) toUpdate() Update {
+	u := apitype.Update{Kind: apitype.UpdateOther, Raw: su.raw}
+	switch su.Kind {
+	case "agent_message_chunk", "agent_thought_chunk":
+		u.Kind = su.Kind
+		if su.Content.Text != nil {
+			u.Text = *su.Content.Text
+		}
+	case "tool_call":
+		u.Kind = apitype.UpdateToolCall
+		u.ToolCall = toolCall(sdk.ToolCallId(su.ToolCallID), su.Title, (*sdk.ToolKind)(su.ToolKind), (*sdk.ToolCallStatus)(su.Status), su.Locations)
+		u.Text = u.ToolCall.Title
+	case "tool_call_update":
 		u.Kind = apitype.UpdateToolUpdate
-		u.ToolCall = toolCall(tc.ToolCallId, tc.Title, tc.Kind, tc.Status, tc.Locations)
+		u.ToolCall = toolCall(sdk.ToolCallId(su.ToolCallID), su.Title, (*sdk.ToolKind)(su.ToolKind), (*sdk.ToolCallStatus)(su.Status), su.Locations)
 		u.Text = u.ToolCall.Title
 		if u.Text == "" {
 			u.Text = u.ToolCall.Status
 		}
-	case su.Plan != nil:
+	case "plan":
 		u.Kind = apitype.UpdatePlan
-		p := &apitype.Plan{Entries: make([]apitype.PlanEntry, 0, len(su.Plan.Entries))}
+		p := &apitype.Plan{Entries: make([]apitype.PlanEntry, 0, len(su.Entries))}
 		var b strings.Builder
-		for i, e := range su.Plan.Entries {
+		for i, e := range su.Entries {
 			if i > 0 {
 				b.WriteString("\n")
 			}
@@ -184,13 +261,31 @@ func toUpdate(su sdk.SessionUpdate) Update {
 			p.Entries = append(p.Entries, apitype.PlanEntry{Content: e.Content, Priority: string(e.Priority), Status: string(e.Status)})
 		}
 		u.Text, u.Plan = b.String(), p
-	case su.UsageUpdate != nil:
+	case "usage_update":
 		u.Kind = apitype.UpdateUsage
-		u.Text = fmt.Sprintf("used=%d size=%d", su.UsageUpdate.Used, su.UsageUpdate.Size)
-		u.Context = &apitype.ContextUsage{Used: int64(su.UsageUpdate.Used), Size: int64(su.UsageUpdate.Size)}
-	}
-	if !typed {
-		u.Raw, _ = json.Marshal(su)
+		u.Text = fmt.Sprintf("used=%d size=%d", su.Used, su.Size)
+		u.Context = &apitype.ContextUsage{Used: int64(su.Used), Size: int64(su.Size)}
+	case "notice":
+		u.Kind = apitype.UpdateNotice
+		n := &apitype.Notice{Severity: su.Severity, Description: su.Description}
+		if su.Title != nil {
+			n.Title = *su.Title
+		}
+		u.Notice, u.Text = n, n.Title
+	case "compaction_update":
+		u.Kind = apitype.UpdateCompaction
+		c := &apitype.Compaction{ID: su.CompactionID}
+		if su.Status != nil {
+			c.Status = *su.Status
+		}
+		var b strings.Builder
+		for _, part := range su.Summary {
+			if part.Text != nil {
+				b.WriteString(*part.Text)
+			}
+		}
+		c.Summary = b.String()
+		u.Compaction, u.Text = c, c.Status
 	}
 	return Update{Update: u}
 }
@@ -373,12 +468,12 @@ func (c *client) WaitForTerminalExit(ctx context.Context, p sdk.WaitForTerminalE
 // running prompt; r.mu is held. A kind given later (a tool_call_update)
 // fills one not given at first.
 func (r *route) noteCall(id, kind string, asked bool) {
-	i := slices.IndexFunc(r.calls, func(c ToolCallSeen) bool { return c.ID == id })
+	i := slices.IndexFunc(r.tools, func(c ToolCallSeen) bool { return c.ID == id })
 	if i < 0 {
-		r.calls = append(r.calls, ToolCallSeen{ID: id})
-		i = len(r.calls) - 1
+		r.tools = append(r.tools, ToolCallSeen{ID: id})
+		i = len(r.tools) - 1
 	}
-	c := &r.calls[i]
+	c := &r.tools[i]
 	if c.Kind == "" || c.Kind == "other" {
 		c.Kind = kind
 	}
@@ -403,7 +498,7 @@ func (a *Agent) noteAsked(native, id, kind string) {
 
 // seenCalls is the prompt's tool calls, kinds defaulted; r.mu is held.
 func (r *route) seenCalls() []ToolCallSeen {
-	out := slices.Clone(r.calls)
+	out := slices.Clone(r.tools)
 	for i := range out {
 		if out[i].Kind == "" {
 			out[i].Kind = "other"

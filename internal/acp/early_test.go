@@ -43,7 +43,7 @@ func TestUpdateBeforeSessionNewIsHeld(t *testing.T) {
 	// the early update has been routed by now: outside a prompt, it is
 	// dropped at debug level as any update between turns is.
 	routed := logs.FilterMessage("dropping session/update outside a prompt").FilterField(zap.String("session", native)).All()
-	if len(routed) != 1 || routed[0].ContextMap()["kind"] != "other" {
+	if len(routed) != 1 || routed[0].ContextMap()["kind"] != "available_commands_update" {
 		t.Fatalf("the early update was not routed to %s: %+v", native, logs.All())
 	}
 	if _, err := a.Prompt(context.Background(), native, "hello", nil); err != nil {

@@ -17,6 +17,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +49,9 @@ const (
 	FaultResumeFail           = "resume-fail"
 	FaultRestoreFail          = "restore-fail" // both session/resume and session/load fail
 	FaultExitRestore          = "exit-restore" // exit during session/resume or session/load
+	FaultResumeHang           = "resume-hang"  // never answer session/resume
+	FaultBurst                = "burst"        // stream --burst tiny chunks (100,000) before the reply
+	FaultLongReplay           = "long-replay"  // session/load replays --replay messages (5,000) before the kept turns
 )
 
 var knownFaults = map[string]bool{
@@ -56,6 +61,7 @@ var knownFaults = map[string]bool{
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
+	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -71,6 +77,9 @@ var (
 	readDirective  = lazyRegexp(`\[\[read:([^\]]+)\]\]`)
 	writeDirective = lazyRegexp(`\[\[write:([^\]]+)\]\]`)
 	permDirective  = lazyRegexp(`\[\[permission:([a-z_]+)\]\]`)
+	// floodDirective makes the agent ask N permissions at once, without
+	// waiting for any answer first; the thought counts the outcomes.
+	floodDirective = lazyRegexp(`\[\[permission-flood:([0-9]+)\]\]`)
 	// toolDirective makes the agent run a tool of its own, unasked or not
 	// as its session mode says (see modes.go).
 	toolDirective = lazyRegexp(`\[\[tool:([a-z_]+)(?::([^\]]+))?\]\]`)
@@ -84,6 +93,21 @@ var (
 	// the file it names exists: a turn a test can stop mid-prompt and
 	// that passes on its next attempt.
 	holdDirective = lazyRegexp(`\[\[hold:([^\]]+)\]\]`)
+	// noticeDirective sends a notice of the given severity.
+	noticeDirective = lazyRegexp(`\[\[notice:([a-z]+)\]\]`)
+	// compactionDirective reports a compaction with compaction_update (in
+	// progress, then completed with a summary, the completion sent twice as
+	// agents repeat it) while the context in use keeps growing.
+	compactionDirective = lazyRegexp(`\[\[compaction-update\]\]`)
+	// laterDirective sends more output that long after the prompt
+	// returned, as an agent that goes on by itself.
+	laterDirective = lazyRegexp(`\[\[later:([0-9a-z.]+)\]\]`)
+	// backgroundDirective reports background work (a subagent session,
+	// running) that ends that long after the prompt returned: the
+	// subagent's output, its end, and the agent's own follow-up.
+	backgroundDirective = lazyRegexp(`\[\[background:([0-9a-z.]+)\]\]`)
+	// callsDirective makes the turn N model calls, each reported on its own.
+	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -102,6 +126,8 @@ type options struct {
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
+	burst     int // chunks of the burst fault
+	replay    int // messages of the long-replay fault
 	slow      time.Duration
 	framing   string
 	hold      bool
@@ -129,10 +155,15 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
+	fs.IntVar(&o.burst, "burst", 100000, "chunks the burst fault streams")
+	fs.IntVar(&o.replay, "replay", 5000, "messages the long-replay fault replays on session/load")
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the flag set printed the help
+		}
 		return 2
 	}
 	if o.hold {
@@ -348,6 +379,19 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 	b.mu.Lock()
 	turns := append([]turn(nil), s.turns...)
 	b.mu.Unlock()
+	if b.opts.fault == FaultLongReplay {
+		// A long history, as a real agent replays one: user and agent
+		// messages in turn, before the kept turns.
+		for i := range b.opts.replay {
+			u := acp.UpdateUserMessageText(fmt.Sprintf("replayed message %d", i))
+			if i%2 == 1 {
+				u = acp.UpdateAgentMessageText(fmt.Sprintf("replayed message %d", i))
+			}
+			if err := b.send(ctx, s.ID, u); err != nil {
+				return acp.LoadSessionResponse{}, err
+			}
+		}
+	}
 	for _, t := range turns {
 		if err := b.send(ctx, s.ID, acp.UpdateUserMessageText(t.User)); err != nil {
 			return acp.LoadSessionResponse{}, err
@@ -431,6 +475,14 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		}
 	case FaultUnknownSessionUpdate:
 		_ = b.send(ctx, "nat-unknown", acp.UpdateAgentMessageText("for nobody"))
+	case FaultBurst:
+		// A long reply streamed finely: each chunk a few bytes, as fast as
+		// the pipe takes them. Part of the reply, not of what is kept.
+		for i := range b.opts.burst {
+			if err := b.send(ctx, id, acp.UpdateAgentMessageText(BurstChunk(i))); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
 	case FaultFailTurn:
 		// As a model call that was paid for before the agent failed: the
 		// usage update (with its cost) goes out, then the error.
@@ -464,6 +516,7 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	if err := b.commit(s, turn{N: n, User: text, Reply: reply}); err != nil {
 		return acp.PromptResponse{}, err
 	}
+	b.afterwards(id, text)
 	stop := acp.StopReasonEndTurn
 	if fault == FaultRefusal {
 		stop = acp.StopReasonRefusal
@@ -478,30 +531,74 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	return resp, nil
 }
 
+// afterwards starts what the prompt's [[later:D]] and [[background:D]]
+// directives ask for once the prompt has returned.
+func (b *builtin) afterwards(id, text string) {
+	ctx := context.Background()
+	if m := laterDirective().FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			time.AfterFunc(d, func() {
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("later output, "))
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("after the prompt returned"))
+			})
+		}
+	}
+	if m := backgroundDirective().FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			sub := id + "-bg"
+			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "title": "builtin background work", "state": map[string]any{"state": "running"}})
+			time.AfterFunc(d, func() {
+				_ = b.send(ctx, sub, acp.UpdateAgentMessageText("background work output"))
+				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "state": map[string]any{"state": "idle", "stopReason": "end_turn"}})
+				_ = b.send(ctx, id, acp.UpdateAgentMessageText("background work done"))
+			})
+		}
+	}
+}
+
+// BurstChunk is the i-th chunk the burst fault streams.
+func BurstChunk(i int) string { return fmt.Sprintf("<%d>", i) }
+
 // account counts a turn's tokens (a quarter of its bytes) and cost and
 // sends the usage_update: context in use (every turn so far, until a
 // [[compact]] directive summarises it down to this turn's reply, as agents
 // compact) and, with --cost, the process's running cost. It returns the
-// turn's tokens and the process's totals.
+// turn's tokens and the process's totals. A turn with [[calls:N]] makes N
+// model calls of that size: one usage_update each, with the call's tokens
+// in _meta.usage, and it returns the last call's tokens only (as an agent
+// that reports the last call in its prompt response).
 func (b *builtin) account(ctx context.Context, s *session, text, reply string) (in, out, spentIn, spentOut int) {
+	calls, perCall := 1, false
+	if m := callsDirective().FindStringSubmatch(text); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n >= 1 {
+			calls, perCall = n, true
+		}
+	}
 	in, out = len(text)/4, len(reply)/4
-	b.mu.Lock()
-	b.spent[0] += in
-	b.spent[1] += out
-	b.cost += b.opts.cost
-	spentIn, spentOut, cost := b.spent[0], b.spent[1], b.cost
-	if compactDirective().MatchString(text) {
-		s.used = out
-	} else {
-		s.used += in + out
+	for range calls {
+		b.mu.Lock()
+		b.spent[0] += in
+		b.spent[1] += out
+		b.cost += b.opts.cost
+		spentIn, spentOut = b.spent[0], b.spent[1]
+		cost := b.cost
+		if compactDirective().MatchString(text) {
+			s.used = out
+		} else {
+			s.used += in + out
+		}
+		used := s.used
+		b.mu.Unlock()
+		meta := map[string]any{"inputTokens": in, "outputTokens": out}
+		if perCall {
+			meta = map[string]any{"usage": acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}}
+		}
+		uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: meta}
+		if b.opts.cost > 0 {
+			uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
+		}
+		_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	}
-	used := s.used
-	b.mu.Unlock()
-	uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: map[string]any{"inputTokens": in, "outputTokens": out}}
-	if b.opts.cost > 0 {
-		uu.Cost = &acp.Cost{Amount: cost, Currency: "USD"}
-	}
-	_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	return in, out, spentIn, spentOut
 }
 
@@ -572,24 +669,55 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		_, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: acp.SessionId(id), Path: m[1], Content: "written by builtin\n"})
 		b.thought(ctx, id, "write "+m[1], "", err)
 	}
+	for _, m := range noticeDirective().FindAllStringSubmatch(text, -1) {
+		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "notice", "severity": m[1], "title": "builtin " + m[1] + " notice", "description": "asked for by a directive"})
+	}
+	if compactionDirective().MatchString(text) {
+		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "in_progress"})
+		done := map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "completed",
+			"summary": []map[string]string{{"type": "text", "text": "builtin summary of the session so far"}}}
+		_ = b.sendRaw(ctx, id, done)
+		_ = b.sendRaw(ctx, id, done)
+	}
 	for _, m := range permDirective().FindAllStringSubmatch(text, -1) {
-		kind := acp.ToolKind(m[1])
-		title := "builtin " + m[1] + " tool"
-		resp, err := b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
-			SessionId: acp.SessionId(id),
-			ToolCall:  acp.ToolCallUpdate{ToolCallId: "call-1", Title: &title, Kind: &kind},
-			Options: []acp.PermissionOption{
-				{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
-				{OptionId: "allow-always", Name: "Always allow", Kind: acp.PermissionOptionKindAllowAlways},
-				{OptionId: "reject", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
-				{OptionId: "reject-always", Name: "Never allow", Kind: acp.PermissionOptionKindRejectAlways},
-			},
-		})
+		resp, err := b.askPermission(ctx, id, "call-1", "builtin "+m[1]+" tool", acp.ToolKind(m[1]))
 		outcome := "cancelled"
 		if resp.Outcome.Selected != nil {
 			outcome = "selected " + string(resp.Outcome.Selected.OptionId)
 		}
 		b.thought(ctx, id, "permission "+m[1], outcome, err)
+	}
+	for _, m := range floodDirective().FindAllStringSubmatch(text, -1) {
+		n, _ := strconv.Atoi(m[1])
+		n = min(n, maxFlood)
+		var (
+			mu     sync.Mutex
+			counts = map[string]int{}
+			wg     sync.WaitGroup
+		)
+		for i := range n {
+			wg.Go(func() {
+				call := "flood-" + strconv.Itoa(i+1)
+				resp, err := b.askPermission(ctx, id, call, "builtin flood tool "+strconv.Itoa(i+1), acp.ToolKindExecute)
+				outcome := "cancelled"
+				switch {
+				case err != nil:
+					outcome = "error"
+				case resp.Outcome.Selected != nil:
+					outcome = string(resp.Outcome.Selected.OptionId)
+				}
+				mu.Lock()
+				counts[outcome]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		outcomes := make([]string, 0, len(counts))
+		for o, c := range counts {
+			outcomes = append(outcomes, o+"="+strconv.Itoa(c))
+		}
+		sort.Strings(outcomes)
+		b.thought(ctx, id, "permission-flood "+strconv.Itoa(n), strings.Join(outcomes, " "), nil)
 	}
 	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
 		b.runTool(ctx, id, i+1, m[1], m[2])
@@ -597,6 +725,24 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
 		b.switchMode(ctx, id, m[1])
 	}
+}
+
+// maxFlood bounds [[permission-flood:N]].
+const maxFlood = 10000
+
+// askPermission sends session/request_permission for one tool call with
+// the four options every test directive offers.
+func (b *builtin) askPermission(ctx context.Context, sid, call, title string, kind acp.ToolKind) (acp.RequestPermissionResponse, error) {
+	return b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
+		SessionId: acp.SessionId(sid),
+		ToolCall:  acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(call), Title: &title, Kind: &kind},
+		Options: []acp.PermissionOption{
+			{OptionId: "allow", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
+			{OptionId: "allow-always", Name: "Always allow", Kind: acp.PermissionOptionKindAllowAlways},
+			{OptionId: "reject", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
+			{OptionId: "reject-always", Name: "Never allow", Kind: acp.PermissionOptionKindRejectAlways},
+		},
+	})
 }
 
 func (b *builtin) thought(ctx context.Context, id, what, result string, err error) {
@@ -624,6 +770,17 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 	return g.r.Read(p)
 }
 
+// sendRaw sends an update the SDK has no type for, as its JSON.
+func (b *builtin) sendRaw(ctx context.Context, id string, update map[string]any) error {
+	line, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": acp.ClientMethodSessionUpdate,
+		"params": map[string]any{"sessionId": id, "update": update}})
+	if err != nil {
+		return err
+	}
+	_, err = b.out.Write(append(line, '\n'))
+	return err
+}
+
 func (b *builtin) send(ctx context.Context, id string, u acp.SessionUpdate) error {
 	return b.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: acp.SessionId(id), Update: u})
 }
@@ -635,6 +792,10 @@ func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (
 // ResumeSession reopens a saved session as LoadSession does, without
 // replaying its history to the client.
 func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	if b.opts.fault == FaultResumeHang {
+		b.record(map[string]any{"method": acp.AgentMethodSessionResume, "session": string(p.SessionId), "hang": true})
+		blockForever() // other requests (a session/load) are still served
+	}
 	s, err := b.reopen(acp.AgentMethodSessionResume, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noResume, FaultResumeFail)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, err

@@ -17,14 +17,18 @@ func Summary(prompt, framing string, turn int) string {
 	var users, assistants, context int
 	mention := "-"
 	for _, line := range strings.Split(prompt, "\n") {
-		switch {
-		case strings.HasPrefix(line, "User: "):
+		if rest, ok := strings.CutPrefix(line, "User: "); ok {
+			// A replayed turn with the brief in the framing starts with
+			// its mention line.
 			users++
+			line = rest
+		}
+		switch {
 		case strings.HasPrefix(line, "Assistant: "):
 			assistants++
 		case strings.HasPrefix(line, "- ["):
 			context++
-		case strings.HasPrefix(line, `{"channel_id"`):
+		case strings.HasPrefix(line, `{"channel_id"`), strings.HasPrefix(line, `{"message_id"`):
 			mention = mentionID(line)
 		}
 	}
@@ -32,7 +36,7 @@ func Summary(prompt, framing string, turn int) string {
 		turn, framed, users, assistants, mention, context)
 }
 
-// mentionID reads message_id from a mention payload line; "-" when the line
+// mentionID reads message_id from a mention line (either placement's); "-" when the line
 // is not a JSON object with a string message_id.
 func mentionID(line string) string {
 	var payload struct {

@@ -304,8 +304,9 @@ func TestAPIDocMatchesSchemaAndCode(t *testing.T) {
 		kind := codes(row[0])[0]
 		documented = append(documented, kind)
 		if schema, ok := updates[kind]; ok {
-			// kind and raw are on every update; text where it has one.
-			everyUpdate := []string{"kind", "raw", "text"}
+			// kind, raw and subagent_session are on every update; text
+			// where it has one.
+			everyUpdate := []string{"kind", "raw", "subagent_session", "text"}
 			sameSet(t, "fields of update "+kind, "docs/API.md", diff(union(codes(row[1])), everyUpdate), openAPIPath, diff(schema, everyUpdate))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -35,8 +36,17 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	q := r.URL.Query() // parsed once: a turn reads three of its values
+	thread := ""
+	if req.ThreadRoot != nil {
+		thread = *req.ThreadRoot
+	}
+	if err := checkIDs(field("channel_id", req.Channel), field("binding_id", req.Binding), field("message_id", req.MessageID), field("thread_root_id", thread), field("run_id", req.RunID)); err != nil {
+		fail(w, err)
+		return
+	}
 	detach := false
-	switch v := r.URL.Query().Get("stream"); v {
+	switch v := q.Get("stream"); v {
 	case "", "true":
 	case "false":
 		detach = true
@@ -44,7 +54,8 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: stream=%q: use true (the default) or false", errBadRequest, v))
 		return
 	}
-	if err := checkLean(r); err != nil {
+	lean, err := checkLean(q)
+	if err != nil {
 		fail(w, err)
 		return
 	}
@@ -57,40 +68,48 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, rn.Snapshot())
 		return
 	}
-	s.follow(w, r, rn, 0, true)
+	s.follow(w, r, rn, 0, true, lean)
 }
 
 // events re-attaches to a run: the buffered events after ?after=SEQ, then
-// the live ones until the run ends.
+// the live ones until the run ends. SEQ may be beyond the run's last
+// event: the stream then carries the events numbered above SEQ, none when
+// the run ends first, and ends with the run.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		fail(w, err)
+		return
+	}
 	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	if err := checkLean(r); err != nil {
+	q := r.URL.Query()
+	lean, err := checkLean(q)
+	if err != nil {
 		fail(w, err)
 		return
 	}
 	var after int64
-	if v := r.URL.Query().Get("after"); v != "" {
+	if v := q.Get("after"); v != "" {
 		after, err = strconv.ParseInt(v, 10, 64)
 		if err != nil || after < 0 {
 			fail(w, fmt.Errorf("%w: after %q must be a sequence number (0 or more): the seq of the last event you have", errBadRequest, v))
 			return
 		}
 	}
-	s.follow(w, r, rn, after, false)
+	s.follow(w, r, rn, after, false, lean)
 }
 
 // checkLean validates ?lean=: true asks for the lean stream (the reply
 // once: text chunks without raw, done without the text the chunks carried).
-func checkLean(r *http.Request) error {
-	switch v := r.URL.Query().Get("lean"); v {
+func checkLean(q url.Values) (bool, error) {
+	switch v := q.Get("lean"); v {
 	case "", "true", "false":
-		return nil
+		return v == "true", nil
 	default:
-		return fmt.Errorf("%w: lean=%q: use true (the reply once: text chunks without raw, done without text) or false (the default)", errBadRequest, v)
+		return false, fmt.Errorf("%w: lean=%q: use true (the reply once: text chunks without raw, done without text) or false (the default)", errBadRequest, v)
 	}
 }
 
@@ -101,8 +120,7 @@ const startHold = 5 * time.Millisecond
 // follow streams rn's events after seq after until the run ends or the
 // client goes away, with a keepalive line whenever the stream has been
 // quiet for the keepalive interval.
-func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, after int64, plainFirstError bool) {
-	lean := r.URL.Query().Get("lean") == "true" // checked by the caller
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, after int64, plainFirstError, lean bool) {
 	flusher, _ := w.(http.Flusher)
 	started := false
 	start := func() {
@@ -157,6 +175,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 			keep.Reset(s.keepalive)
 		}
 		if b.Ended {
+			start() // an empty replay of an ended run is an empty stream
 			return
 		}
 		select {
@@ -181,6 +200,62 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 	}
 }
 
+// runFeed streams the daemon's run announcements after ?after=SEQ (0: from
+// the oldest kept; a client that wants only what comes next passes the
+// last seq it knows), then the live ones until the client goes away, with
+// keepalives while it is quiet.
+func (s *Server) runFeed(w http.ResponseWriter, r *http.Request) {
+	var after int64
+	if v := r.URL.Query().Get("after"); v != "" {
+		var err error
+		after, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || after < 0 {
+			fail(w, fmt.Errorf("%w: after %q must be a sequence number (0 or more): the seq of the last announcement you have", errBadRequest, v))
+			return
+		}
+	}
+	f := s.turns.RunFeed()
+	b := f.Read(after)
+	if b.Gone {
+		writeError(w, http.StatusGone, apitype.CodeEventsGone, fmt.Sprintf("announcements after seq %d fell out of the feed (it keeps the newest %d); list the runs with GET /v1/runs and follow the feed from seq %d", after, run.DefaultFeed, f.Last()))
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	keep := time.NewTimer(s.keepalive)
+	defer keep.Stop()
+	for {
+		if b.Gone {
+			return // fell behind the feed's bound: re-attaching says so (410)
+		}
+		for _, l := range b.Lines {
+			if _, err := w.Write(l); err != nil {
+				return
+			}
+		}
+		if len(b.Lines) > 0 {
+			after = b.Last
+			keep.Reset(s.keepalive)
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		select {
+		case <-b.Changed:
+		case <-keep.C:
+			line, _ := json.Marshal(apitype.FeedEvent{Event: apitype.EventKeepalive, At: time.Now()})
+			if _, err := w.Write(append(line, '\n')); err != nil {
+				return
+			}
+			keep.Reset(s.keepalive)
+		case <-r.Context().Done():
+			return
+		}
+		b = f.Read(after)
+	}
+}
+
 func errText(err error, ev apitype.Event) string {
 	if err != nil {
 		return err.Error()
@@ -193,6 +268,10 @@ func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		fail(w, err)
+		return
+	}
 	rn, err := s.turns.Run(r.PathValue("run"))
 	if err != nil {
 		fail(w, err)
@@ -212,6 +291,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, reqID := r.PathValue("run"), r.PathValue("request")
+	if err := checkIDs(inPath("run", id), inPath("request", reqID), field("option_id", req.OptionID)); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.turns.Answer(id, reqID, req.OptionID); err != nil {
 		fail(w, err)
 		return

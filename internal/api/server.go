@@ -47,6 +47,8 @@ type Turns interface {
 	Submit(req apitype.TurnRequest) (*run.Run, error)
 	Run(runID string) (*run.Run, error)
 	Runs() []apitype.Run
+	// Feed announces every run's start and end (GET /v1/events).
+	RunFeed() *run.Feed
 	Cancel(runID string) error
 	Answer(runID, requestID, optionID string) error
 	Budgets() (apitype.Budgets, error)
@@ -176,6 +178,7 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("GET /v1/runs", s.runs)
 	mux.HandleFunc("GET /v1/runs/{run}", s.run)
 	mux.HandleFunc("GET /v1/runs/{run}/events", s.events)
+	mux.HandleFunc("GET /v1/events", s.runFeed)
 	mux.HandleFunc("POST /v1/runs/{run}/cancel", s.cancel)
 	mux.HandleFunc("POST /v1/runs/{run}/permissions/{request}", s.answer)
 	mux.HandleFunc("GET /v1/sessions", s.sessions)
@@ -304,6 +307,10 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, apitype.CodePayloadTooLarge
+	case errors.Is(err, errTooDeep):
+		return http.StatusBadRequest, apitype.CodeNestingTooDeep
+	case errors.Is(err, errInvalidID):
+		return http.StatusBadRequest, apitype.CodeInvalidID
 	case errors.Is(err, errDecode), errors.Is(err, errBadRequest), errors.Is(err, feed.ErrBadRequest):
 		return http.StatusBadRequest, apitype.CodeBadRequest
 	}
@@ -314,7 +321,7 @@ func classify(err error) (int, string) {
 // statusOf is the HTTP status that carries an error code.
 func statusOf(code string) int {
 	switch code {
-	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption:
+	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption, apitype.CodeNestingTooDeep, apitype.CodeInvalidID:
 		return http.StatusBadRequest
 	case apitype.CodeBudgetExceeded:
 		return http.StatusTooManyRequests
@@ -350,18 +357,23 @@ var (
 )
 
 // decode reads one JSON value of at most limit bytes into v, refusing
-// unknown fields and trailing data.
+// unknown fields and trailing data. The body's depth is checked as it is
+// read: a body nested deeper than MaxDepth is refused at the bracket that
+// goes too deep, without reading the rest.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	body := http.MaxBytesReader(w, r.Body, limit)
+	body := &depthReader{r: http.MaxBytesReader(w, r.Body, limit)}
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.Is(err, errTooDeep):
+			return err
+		case errors.As(err, &mbe):
 			return fmt.Errorf("request body is over the %d-byte limit for %s: %w", limit, r.URL.Path, err)
 		}
 		return fmt.Errorf("%w: read body: %v", errDecode, err)
 	}
-	return decodeBytes(data, v)
+	return decodeScanned(data, v)
 }
 
 func fail(w http.ResponseWriter, err error) {
@@ -384,6 +396,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.turns.Cancel(r.PathValue("run")); err != nil {
 		fail(w, err)
 		return
@@ -401,7 +417,7 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	k, err := keyOf(req.Channel, req.Binding)
+	k, err := keyOf(field("channel_id", req.Channel), field("binding_id", req.Binding))
 	if err != nil {
 		fail(w, err)
 		return
@@ -415,16 +431,19 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 }
 
 // keyOf is the (channel, binding) key a request names; both are required.
-func keyOf(channel, binding string) (session.Key, error) {
-	if channel == "" || binding == "" {
+func keyOf(channel, binding idField) (session.Key, error) {
+	if channel.id == "" || binding.id == "" {
 		return session.Key{}, fmt.Errorf("%w: channel_id and binding_id are required", errBadRequest)
 	}
-	return session.Key{Channel: channel, Binding: binding}, nil
+	if err := checkIDs(channel, binding); err != nil {
+		return session.Key{}, err
+	}
+	return session.Key{Channel: channel.id, Binding: binding.id}, nil
 }
 
 func (s *Server) sessionOptions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	k, err := keyOf(q.Get("channel_id"), q.Get("binding_id"))
+	k, err := keyOf(inQuery("channel_id", q.Get("channel_id")), inQuery("binding_id", q.Get("binding_id")))
 	if err != nil {
 		fail(w, err)
 		return
@@ -443,10 +462,16 @@ func (s *Server) setSessionOptions(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	k, err := keyOf(req.Channel, req.Binding)
+	k, err := keyOf(field("channel_id", req.Channel), field("binding_id", req.Binding))
 	if err != nil {
 		fail(w, err)
 		return
+	}
+	for id := range req.Options {
+		if err := checkID("option id "+strconv.Quote(id), id); err != nil {
+			fail(w, err)
+			return
+		}
 	}
 	if req.Options == nil {
 		fail(w, fmt.Errorf("%w: options is required: an object of option ids and values, {} to clear the key's own", errBadRequest))
@@ -502,6 +527,11 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	msgs := make([]channel.Message, len(req.Messages))
 	for i, m := range req.Messages {
+		nth := func(name string) string { return fmt.Sprintf("messages[%d].%s", i, name) }
+		if err := checkIDs(field(nth("id"), m.ID), field(nth("channel_id"), m.Channel), field(nth("thread_root_id"), m.ThreadRoot), field(nth("binding_id"), m.BindingID)); err != nil {
+			fail(w, err)
+			return
+		}
 		at, err := time.Parse(time.RFC3339Nano, m.CreatedAt)
 		if err != nil {
 			fail(w, fmt.Errorf("%w %q (message %d of %d): created_at %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z; nothing of the batch was stored", channel.ErrInvalid, m.ID, i, len(req.Messages), m.CreatedAt))
@@ -521,6 +551,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 // percent-encoded when they hold a "/").
 func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 	ch, id := r.PathValue("channel"), r.PathValue("id")
+	if err := checkIDs(inPath("channel", ch), inPath("id", id)); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.feed.DeleteMessage(ch, id); err != nil {
 		fail(w, err)
 		return

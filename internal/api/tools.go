@@ -45,6 +45,10 @@ func (t *toolsAPI) putRoster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ch := r.PathValue("channel")
+	if err := checkIDs(inPath("channel", ch)); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := t.d.SetRoster(ch, req.Members); err != nil {
 		fail(w, err)
 		return
@@ -59,6 +63,10 @@ func (t *toolsAPI) putProject(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ch := r.PathValue("channel")
+	if err := checkIDs(inPath("channel", ch), field("project", req.Project)); err != nil {
+		fail(w, err)
+		return
+	}
 	p, err := t.d.SetProject(ch, req.Project)
 	if err != nil {
 		fail(w, err)
@@ -74,6 +82,10 @@ func (t *toolsAPI) postActivity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := r.PathValue("project")
+	if err := checkIDs(inPath("project", p)); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := t.d.AddActivity(p, req.Items); err != nil {
 		fail(w, err)
 		return
@@ -98,7 +110,12 @@ func (t *toolsAPI) scope(w http.ResponseWriter, r *http.Request) (ch, thread str
 		writeError(w, http.StatusUnauthorized, apitype.CodeBadCapability, err.Error())
 		return "", "", false
 	}
-	if asked := r.URL.Query().Get("channel_id"); asked != "" && asked != ch {
+	q := r.URL.Query()
+	if err := checkIDs(inQuery("channel_id", q.Get("channel_id")), inQuery("thread_root_id", q.Get("thread_root_id")), inQuery("before", q.Get("before"))); err != nil {
+		fail(w, err)
+		return "", "", false
+	}
+	if asked := q.Get("channel_id"); asked != "" && asked != ch {
 		writeError(w, http.StatusForbidden, apitype.CodeOutOfScope, fmt.Sprintf("this session's tools may read channel %q only; channel %q is refused", ch, asked))
 		return "", "", false
 	}

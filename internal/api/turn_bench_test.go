@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,56 @@ func BenchmarkWarmTurnDirectACP(b *testing.B) {
 	}
 }
 
+// BenchmarkWarmTurnSocketVsDirect interleaves, in one run, a warm turn
+// through the daemon's socket and the same warm turn (the mention line the
+// daemon sends) straight to a second built-in agent process over ACP, so
+// both see the same machine load. It reports each one's time per turn and
+// their ratio.
+//
+//	go test -run '^$' -bench WarmTurnSocketVsDirect -benchtime 300x ./internal/api/
+func BenchmarkWarmTurnSocketVsDirect(b *testing.B) {
+	c, _ := benchClient(b)
+	ctx := context.Background()
+	req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
+	if _, err := c.Turn(ctx, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := acp.Start(ctx, acp.Spec{Command: exe, Args: []string{"agent"},
+		Env: []string{"RESIDENTD_TEST_AGENT=1"}, Dir: b.TempDir(), Grace: 2 * time.Second}, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close() })
+	native, err := a.NewSession(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := delivery.Mention{MessageID: "q", Text: benchText}.JSON()
+	if _, err := a.Prompt(ctx, native, config.BuiltinFraming+"\n\n"+text, nil); err != nil {
+		b.Fatal(err)
+	}
+	var socket, direct time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		ev, err := c.Turn(ctx, req, nil)
+		if err != nil || ev.Shape != "warm" {
+			b.Fatalf("turn: shape %q err %v", ev.Shape, err)
+		}
+		t1 := time.Now()
+		if _, err := a.Prompt(ctx, native, text, nil); err != nil {
+			b.Fatal(err)
+		}
+		socket, direct = socket+t1.Sub(t0), direct+time.Since(t1)
+	}
+	b.ReportMetric(float64(socket.Microseconds())/float64(b.N), "socket-µs/turn")
+	b.ReportMetric(float64(direct.Microseconds())/float64(b.N), "direct-µs/turn")
+	b.ReportMetric(float64(socket)/float64(direct), "socket/direct")
+}
+
 // BenchmarkRunMachinery is what the run machinery adds to one warm turn:
 // a registered run, its started event, the four update chunks and the done
 // event of a built-in warm turn numbered, encoded once and buffered, read by
@@ -191,6 +242,37 @@ func BenchmarkWarmTurnCommit(b *testing.B) {
 		}})
 		if err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBurst100k: a turn whose agent streams 100,000 tiny chunks in a
+// burst, over the socket. Reported: the time from the last chunk the
+// client read to the done event, and the test process's peak resident set
+// (the daemon and the client; the agent is a process of its own).
+func BenchmarkBurst100k(b *testing.B) {
+	c, _ := benchClient(b)
+	ctx := context.Background()
+	var tail time.Duration
+	for i := 0; i < b.N; i++ {
+		var last time.Time
+		ev, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch-" + strconv.Itoa(i), Binding: "b-builtin", Text: "@agent [[fault:burst]]"}, func(ev apitype.Event) {
+			if ev.Update != nil {
+				last = time.Now()
+			}
+		})
+		if err != nil || ev.Event != apitype.EventDone {
+			b.Fatalf("burst turn: %+v, %v", ev, err)
+		}
+		tail += time.Since(last)
+	}
+	b.ReportMetric(float64(tail.Microseconds())/1000/float64(b.N), "ms-last-update-to-done")
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "VmHWM:") {
+				kb, _ := strconv.Atoi(strings.Fields(l)[1])
+				b.ReportMetric(float64(kb)/1024, "MiB-peak-rss")
+			}
 		}
 	}
 }

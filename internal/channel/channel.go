@@ -256,4 +256,5 @@ type Known struct {
 	ID     string
 	Seq    uint64
 	Thread string
+	Author string // who posted it, when the channel holds it
 }

@@ -206,6 +206,14 @@ type Config struct {
 	// stops trying to restore its sessions for the rest of its run; its new
 	// processes then start cold at once; default 3.
 	RestoreFailures int `json:"restore_failures,omitempty"`
+	// RestoreTimeout bounds each way of a restore (session/resume, then
+	// session/load): past it the next way is tried, then a new session;
+	// default 60s.
+	RestoreTimeout Duration `json:"restore_timeout,omitempty"`
+	// BackgroundLimit bounds how long an agent process working with no
+	// turn in flight (background work it reported, output between prompts)
+	// is kept from the idle reaper and from capacity eviction; default 2h.
+	BackgroundLimit Duration `json:"background_limit,omitempty"`
 
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
@@ -321,6 +329,10 @@ type Runs struct {
 	Retention Duration `json:"retention,omitempty"` // how long an ended run stays readable; default 15m
 	Ended     int      `json:"ended,omitempty"`     // ended runs kept at most; default 256
 	Keepalive Duration `json:"keepalive,omitempty"` // keepalive line interval on a quiet stream; default 15s
+	// PendingPermissions bounds the permission requests one run keeps
+	// waiting for a person; the agent's requests beyond it are rejected at
+	// once. Default 16.
+	PendingPermissions int `json:"pending_permissions,omitempty"`
 }
 
 // Context holds the channel-context numbers of the spec.
@@ -375,6 +387,12 @@ func (c *Config) SetDefaults() {
 			p.Currency = "USD"
 		}
 	}
+	if c.BackgroundLimit <= 0 {
+		c.BackgroundLimit = Duration(2 * time.Hour)
+	}
+	if c.RestoreTimeout <= 0 {
+		c.RestoreTimeout = Duration(60 * time.Second)
+	}
 	if c.RestoreFailures <= 0 {
 		c.RestoreFailures = 3
 	}
@@ -416,6 +434,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Runs.Keepalive <= 0 {
 		c.Runs.Keepalive = Duration(15 * time.Second)
+	}
+	if c.Runs.PendingPermissions <= 0 {
+		c.Runs.PendingPermissions = run.DefaultPending
 	}
 	for i := range c.Bindings {
 		b := &c.Bindings[i]

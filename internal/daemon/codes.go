@@ -67,7 +67,7 @@ func Code(err error) string {
 		return apitype.CodeAgentStartFailed
 	case errors.Is(err, acp.ErrExited):
 		return apitype.CodeAgentCrashed
-	case errors.Is(err, ErrAgentFailed), errors.Is(err, acp.ErrProtocol):
+	case errors.Is(err, ErrAgentFailed), errors.Is(err, acp.ErrProtocol), errors.Is(err, acp.ErrLimit):
 		return apitype.CodeAgentFailed
 	}
 	return apitype.CodeInternal

@@ -60,9 +60,8 @@ func TestBriefInFramingIsSentOnColdAndEveryNthWarmTurn(t *testing.T) {
 		t.Fatalf("%d prompts recorded, want 4", len(got))
 	}
 	brief := delivery.DefaultBrief
-	pointer := delivery.BriefPointer()
-	// cold: framing + brief once, before the replay; the turn has the pointer.
-	if !strings.HasPrefix(got[0], config.BuiltinFraming+"\n\n"+brief) || strings.Count(got[0], brief) != 1 || !strings.Contains(got[0], pointer) {
+	// cold: framing + brief once, then the key's facts, before the replay.
+	if !strings.HasPrefix(got[0], config.BuiltinFraming+"\n\n"+brief+"\n\n"+delivery.FactsPrefix+`{"channel_id":"ch","binding_id":"b-builtin"`) || strings.Count(got[0], brief) != 1 {
 		t.Fatalf("cold prompt does not carry the brief once in the framing:\n%.400s", got[0])
 	}
 	wantFull := []bool{false, true, false} // warm turns 1..3 with brief_every 2
@@ -71,8 +70,14 @@ func TestBriefInFramingIsSentOnColdAndEveryNthWarmTurn(t *testing.T) {
 		if strings.Contains(p, config.BuiltinFraming) {
 			t.Fatalf("warm prompt %d carries the framing", i+1)
 		}
-		if strings.Contains(p, brief) != full || strings.Contains(p, pointer) == full {
+		if strings.Contains(p, brief) != full {
 			t.Fatalf("warm prompt %d: full brief %v, want %v", i+1, strings.Contains(p, brief), full)
+		}
+		// Nothing that does not change for the key, and no run id.
+		for _, gone := range []string{delivery.Intro, delivery.FactsPrefix, delivery.FactsChangedPrefix, `"run_id"`, `"binding_id"`} {
+			if strings.Contains(p, gone) {
+				t.Fatalf("warm prompt %d carries %q:\n%s", i+1, gone, p)
+			}
 		}
 	}
 	if n := testutil.ToFloat64(h.m.BriefTokensSent.WithLabelValues("framing")); n <= 0 {
@@ -140,7 +145,7 @@ func TestThreadMentionSeesItsThread(t *testing.T) {
 // TestBriefAfterCompaction: with the brief in the framing (the default for
 // a resident binding), a turn during which the agent compacts its history
 // (its usage_update reports less context in use) makes the next warm turn
-// carry the full brief; the turns after go back to the one-line reminder.
+// carry the full brief; the turns after go back to the mention and its lines.
 func TestBriefAfterCompaction(t *testing.T) {
 	var rec string
 	h := newHarness(t, recordTo(&rec))
@@ -152,17 +157,89 @@ func TestBriefAfterCompaction(t *testing.T) {
 		reply(t, h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), text))
 	}
 	got := prompts(t, rec)
-	brief, pointer := delivery.DefaultBrief, delivery.BriefPointer()
+	brief := delivery.DefaultBrief
 	// cold (framing), warm, warm (compacts), warm: full brief again, warm.
 	wantFull := []bool{true, false, false, true, false}
 	for i, p := range got {
-		// The turn itself carries the reminder unless the full brief rides in it.
-		wantPointer := i == 0 || !wantFull[i]
-		if strings.Contains(p, brief) != wantFull[i] || strings.Contains(p, pointer) != wantPointer {
-			t.Fatalf("prompt %d: full brief %v, reminder %v; want full brief %v:\n%.300s", i+1, strings.Contains(p, brief), strings.Contains(p, pointer), wantFull[i], p)
+		if strings.Contains(p, brief) != wantFull[i] {
+			t.Fatalf("prompt %d: full brief %v; want %v:\n%.300s", i+1, strings.Contains(p, brief), wantFull[i], p)
 		}
 	}
 	if n := testutil.ToFloat64(h.m.Compactions.WithLabelValues("b-builtin")); n != 1 {
 		t.Fatalf("compactions = %v, want 1", n)
+	}
+}
+
+// TestBriefAfterCompactionUpdate: an agent that reports its compaction
+// with compaction_update (repeating the completion, while its context in
+// use keeps growing) gets the full brief again exactly once, in the next
+// warm turn; a drop in use is no longer taken for a compaction.
+func TestBriefAfterCompactionUpdate(t *testing.T) {
+	var rec string
+	h := newHarness(t, recordTo(&rec))
+	texts := []string{"@agent one", "@agent compacting [[compaction-update]]", "@agent three", "@agent four [[compact]]", "@agent five"}
+	for i, text := range texts {
+		reply(t, h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), text))
+	}
+	got := prompts(t, rec)
+	brief := delivery.DefaultBrief
+	// cold, warm (compacts), warm: full brief again, warm (use drops: no
+	// compaction from an agent that announces them), warm.
+	wantFull := []bool{true, false, true, false, false}
+	for i, p := range got {
+		if strings.Contains(p, brief) != wantFull[i] {
+			t.Fatalf("prompt %d: full brief %v, want %v:\n%.300s", i+1, strings.Contains(p, brief), wantFull[i], p)
+		}
+	}
+	if n := testutil.ToFloat64(h.m.Compactions.WithLabelValues("b-builtin")); n != 1 {
+		t.Fatalf("compactions = %v, want 1", n)
+	}
+}
+
+// TestFloorShapesThroughTheDaemon: with the brief in the framing, a warm
+// turn is the mention line (with its author) and its new lines; the key's
+// facts go again as one line only when they change; a session reopened
+// after a restart gets one line more, and its facts are compared with the
+// newest stored turn's.
+func TestFloorShapesThroughTheDaemon(t *testing.T) {
+	var rec string
+	h := newHarness(t, recordTo(&rec))
+	ask := func(id string, maxRcpt int) result {
+		h.post(channel.Message{ID: id, Channel: "ch", Author: "carla", AuthorKind: channel.KindUser, Body: "@agent " + id})
+		r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: id, Text: "@agent " + id, MaxRecipients: maxRcpt})
+		reply(t, r)
+		return r
+	}
+	h.say("ch", "a", 1)
+	shapes := []string{ask("q1", 3).done.Shape}
+	h.say("ch", "b", 1)
+	shapes = append(shapes, ask("q2", 3).done.Shape, ask("q3", 5).done.Shape)
+	h.restart()
+	shapes = append(shapes, ask("q4", 5).done.Shape)
+	h.restart()
+	shapes = append(shapes, ask("q5", 3).done.Shape)
+	if fmt.Sprint(shapes) != "[cold warm warm restored restored]" {
+		t.Fatalf("shapes %v", shapes)
+	}
+	got := prompts(t, rec)
+	facts := func(n int) string {
+		return fmt.Sprintf(`{"channel_id":"ch","binding_id":"b-builtin","runtime":"builtin:residentd:agent","supervised":true,"resident":true,"channel_agents":[{"handle":"@agent","reachable":true}],"max_recipients":%d}`, n)
+	}
+	mention := func(id string) string {
+		return `{"message_id":"` + id + `","author":"carla","text":"@agent ` + id + `"}`
+	}
+	if !strings.Contains(got[0], delivery.FactsPrefix+facts(3)+"\n\n") {
+		t.Errorf("cold prompt lacks the facts line:\n%s", got[0])
+	}
+	want := []string{
+		mention("q2") + "\n\n" + delivery.HeaderNew + "\n- [user] aiko: line b1 about the refund spec",
+		delivery.FactsChangedPrefix + facts(5) + "\n" + mention("q3"),
+		delivery.Reopened + "\n" + mention("q4"),
+		delivery.Reopened + "\n" + delivery.FactsChangedPrefix + facts(3) + "\n" + mention("q5"),
+	}
+	for i, w := range want {
+		if got[i+1] != w {
+			t.Errorf("prompt %d =\n%s\nwant\n%s", i+2, got[i+1], w)
+		}
 	}
 }

@@ -81,6 +81,9 @@ type Options struct {
 	// is refused for BackoffBase, doubling per failure up to BackoffCap
 	// (defaults 1s and 1m).
 	BackoffBase, BackoffCap time.Duration
+	// AgentQuiet is how long an agent run waits for more output before it
+	// ends (default 2s); tests shorten it.
+	AgentQuiet time.Duration
 }
 
 // Daemon runs turns. Create it with New; stop it with Close.
@@ -125,6 +128,7 @@ func New(o Options) (*Daemon, error) {
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
+			Pending: o.Config.Runs.PendingPermissions,
 		}, o.Now),
 		lastEnd:  map[session.Key]time.Time{},
 		bursts:   map[session.Key][]*burst{},
@@ -141,6 +145,7 @@ func New(o Options) (*Daemon, error) {
 	d.keeper, err = resident.New(resident.Options{
 		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
 		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
+		Runs: d.runs, AgentQuiet: o.AgentQuiet,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
@@ -236,6 +241,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	}
 	out, err := l.Compose(d.st, key, thread, lease.Input{
 		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
+		SeenFacts: prep.Facts,
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,

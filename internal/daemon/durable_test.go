@@ -119,8 +119,8 @@ func TestInterruptedNotRetried(t *testing.T) {
 		t.Fatalf("the queued run after the restart: %+v %v", ev, err)
 	}
 	got := prompts()
-	if len(got) != 2 || !strings.Contains(got[1], `"run_id":"run-next"`) {
-		t.Fatalf("prompts after the restart: %d", len(got))
+	if len(got) != 2 || !strings.Contains(got[1], `"message_id":"q2"`) {
+		t.Fatalf("prompts after the restart: %d\n%s", len(got), got[len(got)-1])
 	}
 }
 

@@ -20,3 +20,6 @@ var DecodeEvent = decodeEvent
 
 // ErrFresh is the cause of a turn cancelled by start fresh.
 var ErrFresh = errFresh
+
+// ReapIdle runs the pool's idle reaper once.
+func (d *Daemon) ReapIdle() int { return d.pool.ReapIdle() }

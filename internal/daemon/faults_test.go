@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -493,4 +494,74 @@ func TestCrashLoopBackoff(t *testing.T) {
 	wantCrash("12")
 	wantBackoff("13", 2, "1s")
 	assertNoStrays(t, h.d, mark)
+}
+
+// TestCrashBackoffPerKey: a key whose process keeps crashing mid-turn backs
+// off alone; turns on another channel of the same binding go on.
+func TestCrashBackoffPerKey(t *testing.T) {
+	h := newHarness(t)
+	h.close()
+	h.backoffBase, h.backoffCap = time.Minute, time.Minute
+	h.open()
+	crash := func(id string) error {
+		return h.mention("ch-crash", "b-builtin", id, "@agent [[fault:exit-turn]] "+id).err
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if err := crash(id); !errors.Is(err, acp.ErrExited) {
+			t.Fatalf("%s: err = %v, want the agent's exit", id, err)
+		}
+	}
+	err := crash("c3")
+	if !errors.Is(err, daemon.ErrBackoff) || !strings.Contains(err.Error(), `key "ch-crash/b-builtin"`) {
+		t.Fatalf("third crash turn: %v, want the key's backoff", err)
+	}
+	for i := range 3 {
+		reply(t, h.mention("ch-fine", "b-builtin", fmt.Sprint("f", i), "@agent are you fine?"))
+	}
+}
+
+// TestBackgroundWorkIsNotIdle: a process whose agent reported background
+// work (a running subagent) is not reaped idle while it runs; its output
+// when it ends is an agent run; then the process is idle again and reaped.
+func TestBackgroundWorkIsNotIdle(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.IdleTimeout = config.Duration(50 * time.Millisecond) })
+	h.close()
+	h.agentQuiet = 100 * time.Millisecond
+	h.open()
+	r := h.mention("ch-bg", "b-builtin", "m1", "@agent [[background:1500ms]] work on it")
+	reply(t, r)
+	pid := r.start.Pid
+	// Well past the idle timeout, while the work runs: still there, working.
+	time.Sleep(500 * time.Millisecond) // the idle time itself, not a synchronisation
+	if n := h.d.ReapIdle(); n != 0 {
+		t.Fatalf("the reaper stopped %d processes during background work", n)
+	}
+	ss := h.d.Sessions()
+	if len(ss) != 1 || ss[0].Pid != pid || !ss[0].Working {
+		t.Fatalf("sessions during background work: %+v", ss)
+	}
+	// The work ends: its output is an agent run, then the process is reaped.
+	feed := h.d.RunFeed()
+	var agentRun string
+	testkit.WaitFor(t, 20*time.Second, func() bool {
+		for _, l := range feed.Read(0).Lines {
+			var ev apitype.FeedEvent
+			if json.Unmarshal(l, &ev) == nil && ev.Event == apitype.FeedRunEnded && ev.Kind == apitype.RunKindAgent {
+				agentRun = ev.RunID
+				return true
+			}
+		}
+		return false
+	}, testkit.Waiting("the agent run of the background work"))
+	ar, err := h.d.Run(agentRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, _ := ar.Result()
+	if res.Text != "background work done" {
+		t.Fatalf("agent run text %q", res.Text)
+	}
+	waitFor(t, func() bool { h.d.ReapIdle(); return len(h.d.Sessions()) == 0 }, func() string {
+		return fmt.Sprintf("the process was not reaped once its work ended: %+v", h.d.Sessions())
+	})
 }

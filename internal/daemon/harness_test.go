@@ -45,6 +45,7 @@ type harness struct {
 	now  func() time.Time // the daemon's clock; nil is time.Now
 	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
 	backoffBase, backoffCap time.Duration
+	agentQuiet              time.Duration // how long an agent run waits for more output (0: the default)
 	mu                      sync.Mutex
 	evic                    []string // "key reason", in order
 }
@@ -93,7 +94,7 @@ func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Conf
 
 func (h *harness) open() {
 	h.t.Helper()
-	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, OnEvict: func(k session.Key, r pool.Reason) {
+	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, AgentQuiet: h.agentQuiet, OnEvict: func(k session.Key, r pool.Reason) {
 		h.mu.Lock()
 		h.evic = append(h.evic, k.String()+" "+string(r))
 		h.mu.Unlock()

@@ -34,7 +34,8 @@ const (
 
 var (
 	shownLine = regexp.MustCompile(`(?m)^- \[user\] carla: @agent ping (m\d+)$`)
-	runIDRE   = regexp.MustCompile(`"run_id":"(load-\d+)"`)
+	// The mention's id names its run: m<i> or f<i> for run load-<i>.
+	runIDRE = regexp.MustCompile(`"message_id":"[mf](\d+)"`)
 )
 
 func openFDs() int {
@@ -166,10 +167,10 @@ func TestLoad(t *testing.T) {
 			// the block after it are this run's.
 			m := runIDRE.FindAllStringSubmatchIndex(p, -1)
 			if len(m) == 0 {
-				t.Fatalf("%s: prompt without a run id: %.200q", b, p)
+				t.Fatalf("%s: prompt without a mention line: %.200q", b, p)
 			}
 			last := m[len(m)-1]
-			run := p[last[2]:last[3]]
+			run := "load-" + p[last[2]:last[3]]
 			tail := p[last[1]:]
 			var ids []string
 			if i := max(strings.LastIndex(tail, delivery.HeaderNew), strings.LastIndex(tail, delivery.HeaderSnapshot)); i >= 0 {

@@ -29,12 +29,8 @@ func recorded(t *testing.T, tweak ...func(*config.Config)) (*harness, func() []s
 
 // blockLines returns the channel lines of a prompt's newest user turn.
 func blockLines(prompt string) []string {
-	turn := prompt
-	if i := strings.LastIndex(prompt, delivery.Intro); i >= 0 {
-		turn = prompt[i:]
-	}
 	var out []string
-	for _, l := range strings.Split(turn, "\n") {
+	for _, l := range strings.Split(delivery.NewestTurn(prompt), "\n") {
 		if strings.HasPrefix(l, "- [") {
 			out = append(out, l)
 		}
@@ -301,7 +297,8 @@ func TestTurnIsOneCommit(t *testing.T) {
 	h := newHarness(t)
 	// Cold: the run accepted and started, the agent record (durable before
 	// the prompt, for the leftover sweep), then the turn with the new
-	// native id in its one commit.
+	// native id in its one commit; and, at the binding's first start only,
+	// who its agent is, for the next daemon start's policy report.
 	h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: "before the first mention"},
 		channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent first"})
 	before := h.st.Commits()
@@ -309,8 +306,8 @@ func TestTurnIsOneCommit(t *testing.T) {
 	if reply(t, first); first.done.Shape != "cold" || first.done.Context.Lines != 1 {
 		t.Fatalf("first turn: %+v", first.done)
 	}
-	if n := h.st.Commits() - before; n != 3 {
-		t.Fatalf("cold turn: %d commits, want 3", n)
+	if n := h.st.Commits() - before; n != 4 {
+		t.Fatalf("cold turn (the binding's first start): %d commits, want 4", n)
 	}
 	if native, _ := h.st.NativeID(session.Key{Channel: "ch", Binding: "b-builtin"}); native == "" {
 		t.Fatal("the cold turn did not save its native session id")
@@ -358,31 +355,6 @@ func TestTurnIsOneCommit(t *testing.T) {
 	}
 	if native, _ := h.st.NativeID(session.Key{Channel: "ch2", Binding: "b-builtin"}); native == "" {
 		t.Fatal("a failed cold turn lost its native session id")
-	}
-}
-
-// A cold turn that evicts another key's process makes the cold turn's
-// commits and no more: the evicted agent's record is forgotten in a write
-// the turn makes anyway.
-func TestColdTurnThatEvictsCommits(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) { c.MaxLive = 1 })
-	h.post(channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent first"},
-		channel.Message{ID: "q2", Channel: "ch2", Author: "carla", Body: "@agent second"})
-	reply(t, h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q1", Text: "@agent first"}))
-	before := h.st.Commits()
-	r := h.turn(apitype.TurnRequest{Channel: "ch2", Binding: "b-builtin", MessageID: "q2", Text: "@agent second"})
-	if reply(t, r); r.done.Shape != "cold" {
-		t.Fatalf("second key's turn: shape %s", r.done.Shape)
-	}
-	if ev := h.evictions(); len(ev) != 1 || !strings.HasPrefix(ev[0], "ch/b-builtin ") {
-		t.Fatalf("evictions: %v", ev)
-	}
-	// Accepted and started, the new agent's record, the turn.
-	if n := h.st.Commits() - before; n != 3 {
-		t.Fatalf("a cold turn that evicts: %d commits, want 3", n)
-	}
-	if ag, err := h.st.Agents(); err != nil || len(ag) != 1 || ag[0].Key.Channel != "ch2" {
-		t.Fatalf("agent records: %+v, %v", ag, err)
 	}
 }
 

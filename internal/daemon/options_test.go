@@ -3,10 +3,10 @@ package daemon_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -15,13 +15,11 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/session"
-	"github.com/residentd/residentd/internal/testkit"
 )
 
 // optionSets returns the session/set_config_option calls the built-in agent
 // recorded for the sessions natives (every session when none is named), as
-// "session option=value", in order (the startup check sets options on
-// sessions of its own).
+// "session option=value", in order.
 func optionSets(t *testing.T, rec string, natives ...string) []string {
 	t.Helper()
 	var out []string
@@ -99,8 +97,8 @@ func TestSessionOptionsOncePerSession(t *testing.T) {
 
 // TestSessionOptionNotListed: an option id or value the agent does not
 // list fails the turn with invalid_option before the prompt, naming both
-// and what the agent lists; the startup check reports it in health before
-// any turn; the watermark does not move.
+// and what the agent lists, and health reports it; the daemon's start
+// runs no process to check them; the watermark does not move.
 func TestSessionOptionNotListed(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -119,12 +117,9 @@ func TestSessionOptionNotListed(t *testing.T) {
 				c.Bindings[0].Args = append(c.Bindings[0].Args, tc.flags...)
 				c.Bindings[0].SessionOptions = tc.opts
 			})
-			// The check at startup, before any turn.
-			testkit.WaitFor(t, 30*time.Second, func() bool { return len(h.d.Status().OptionErrors) > 0 },
-				testkit.Waiting("the startup check to report the binding's session options"))
-			oe := h.d.Status().OptionErrors
-			if len(oe) != 1 || oe[0].Binding != "b-builtin" || !containsAll(oe[0].Error, tc.want) {
-				t.Fatalf("health option_errors %+v, want %q", oe, tc.want)
+			// No process outside the pool at startup: nothing was recorded.
+			if _, err := os.Stat(rec); err == nil && len(records(t, rec)) != 0 {
+				t.Fatalf("the daemon's start ran the agent: %v", records(t, rec))
 			}
 
 			h.say("ch", "a", 2)
@@ -132,8 +127,12 @@ func TestSessionOptionNotListed(t *testing.T) {
 			if !errors.Is(r.err, daemon.ErrInvalidOption) || daemon.Code(r.err) != apitype.CodeInvalidOption || !containsAll(r.err.Error(), tc.want) {
 				t.Fatalf("turn error %v (code %s), want invalid_option naming %q", r.err, daemon.Code(r.err), tc.want)
 			}
+			oe := h.d.Status().OptionErrors
+			if len(oe) != 1 || oe[0].Binding != "b-builtin" || !containsAll(oe[0].Error, tc.want) {
+				t.Fatalf("health option_errors %+v, want %q", oe, tc.want)
+			}
 			if len(prompts(t, rec)) != 0 || len(optionSets(t, rec)) != 0 {
-				t.Fatal("the agent was prompted or set options (by the turn or the startup check) despite the bad option")
+				t.Fatal("the agent was prompted or set options despite the bad option")
 			}
 			if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "refused")); n != 1 {
 				t.Fatalf("turns{cold,refused} = %v, want 1", n)

@@ -105,3 +105,42 @@ func TestPolicyModeMovedByTheAgent(t *testing.T) {
 		t.Fatal("the refused execution left its file")
 	}
 }
+
+// TestPolicyReportedAtStartup: a restarted daemon reports a binding's
+// policy advisory before any agent of it runs, from the agent the binding
+// last started (remembered in the state file); a binding whose agent never
+// started, or whose command line changed, waits for its first start.
+func TestPolicyReportedAtStartup(t *testing.T) {
+	t.Parallel()
+	noModes := func(c *config.Config) { c.Bindings[0].Args = append(c.Bindings[0].Args, "--no-modes") }
+	h := newHarness(t, noModes)
+	advisory := func() *apitype.PolicyAdvisory {
+		for _, p := range h.d.Status().PolicyAdvisories {
+			if p.Binding == "b-builtin" {
+				return &p
+			}
+		}
+		return nil
+	}
+	if p := advisory(); p != nil {
+		t.Fatalf("advisory before any agent of the binding started: %+v", p)
+	}
+	r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[tool:execute]]"})
+	if r.err == nil || !strings.Contains(r.err.Error(), "lists no session modes") {
+		t.Fatalf("turn err %v, want the unlisted mode", r.err)
+	}
+	h.restart()
+	if n := len(h.d.Sessions()); n != 0 {
+		t.Fatalf("%d agent processes right after the restart, want none", n)
+	}
+	p := advisory()
+	if p == nil || p.Policy != "deny" || !strings.Contains(p.Unasked, "lists no session modes") {
+		t.Fatalf("advisory at startup %+v, want b-builtin's deny with the control that failed", p)
+	}
+	// Another command line is another agent: nothing is claimed for it.
+	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--record", filepath.Join(h.dir, "rec.jsonl"))
+	h.restart()
+	if p := advisory(); p != nil {
+		t.Fatalf("advisory for a changed command line: %+v", p)
+	}
+}

@@ -537,7 +537,7 @@ func (p *propRun) check(r propRecord, q *pmsg, done apitype.Event, arrived []*pm
 		}
 		unseen = append(unseen, m)
 	}
-	turn := r.Prompt[strings.LastIndex(r.Prompt, delivery.Intro):]
+	turn := delivery.NewestTurn(r.Prompt)
 	shown := map[string]bool{}
 	for _, line := range strings.Split(turn, "\n") {
 		if !strings.HasPrefix(line, "- [") {

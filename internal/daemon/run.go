@@ -210,6 +210,9 @@ func (d *Daemon) Run(runID string) (*run.Run, error) {
 	return r, nil
 }
 
+// Feed announces every run's start and end.
+func (d *Daemon) RunFeed() *run.Feed { return d.runs.Feed() }
+
 // Runs lists the queued, running and recently ended runs, oldest first.
 func (d *Daemon) Runs() []apitype.Run { return d.runs.List() }
 
@@ -224,7 +227,7 @@ func (d *Daemon) Answer(runID, requestID, optionID string) error {
 
 // execute runs the turn for r: the key, a slot, its process, the prompt.
 func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, c *record) (apitype.Event, error) {
-	log := d.log.With(zap.String("key", r.Key.String()), zap.String("run", r.ID))
+	log := d.log.With(zap.Stringer("key", r.Key), zap.String("run", r.ID))
 	start := d.now()
 	if b.Bursts == config.BurstsSteer {
 		if by, ok := d.steer(ctx, r, req); ok {
@@ -233,7 +236,11 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 			return done, err
 		}
 	}
-	co, err := d.pool.Acquire(ctx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
+	// A restore tells the waiting run which way it reopens the session.
+	actx := resident.WithRestoreNote(ctx, func(method string) {
+		r.Emit(apitype.Event{Event: apitype.EventRestoring, Method: method})
+	})
+	co, err := d.pool.Acquire(actx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
 		if w.Slot {
 			reason = apitype.QueueNoSlot
@@ -341,7 +348,9 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
 		return apitype.Event{}, err
 	}
-	log.Debug("prompt", zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
+	if ce := log.Check(zap.DebugLevel, "prompt"); ce != nil {
+		ce.Write(zap.String("shape", shape), zap.Int("bytes", len(text)), zap.String("prompt", text))
+	}
 	// Durable before the agent sees it: a restart from here on ends this
 	// attempt interrupted rather than prompting it again.
 	if err := c.start(r); err != nil {
@@ -359,6 +368,8 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	if b.Bursts == config.BurstsSteer && co.Session.CanSteer() {
 		unsteer = d.steerable(r, co.Session)
 	}
+	// Output the agent sent before this prompt is its own run, ended now.
+	co.Session.EndAgentRun("prompt")
 	res, err := co.Session.Prompt(tctx, text, func(u acp.Update) {
 		if first {
 			first = false
@@ -369,6 +380,10 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 			return
 		}
 		up := u.Update
+		if n := up.Notice; n != nil {
+			d.m.Notice(b.ID, n.Severity)
+			log.Info("agent notice", zap.String("severity", n.Severity), zap.String("title", n.Title), zap.String("description", n.Description))
+		}
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
 	crashAt("answered")
@@ -382,7 +397,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	err = d.ctxErr(ctx, err)
 	outcome := Outcome(err)
 	// Every turn that reached the agent costs what it reported, failed or not.
-	settle := d.keeper.Settled(b, co.Session, resident.Settlement{Result: res, Outcome: outcome, Err: err, BriefCount: out.BriefCount, BriefSent: out.BriefSent}, log)
+	settle := d.keeper.Settled(b, co.Session, resident.Settlement{Result: res, Outcome: outcome, Err: err, BriefCount: out.BriefCount, BriefSent: out.BriefSent, Facts: out.Facts}, log)
 	u := settle.Usage
 	usage := &u
 	tc := metrics.TurnCost{Binding: b.ID, Shape: shape, Known: !u.Unknown, Input: u.InputTokens, Output: u.OutputTokens,
@@ -416,7 +431,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	cut, keep := d.retention()
 	save := settle.SaveNative
 	n, cerr := l.Commit(store.TurnCommit{Store: d.st, Key: key, Finish: store.Finish{SaveNative: save, Spend: spend, Run: &ended, RunsBefore: cut, RunsKeep: keep, Turns: []session.Turn{
-		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq},
+		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq, Facts: out.Facts},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
 	}}})
 	if cerr != nil && save {
@@ -481,6 +496,10 @@ func (d *Daemon) ask(ctx context.Context, native string, tc apitype.ToolCall, op
 	stop := context.AfterFunc(ctx, cancel) // the agent withdrew the request
 	defer stop()
 	id, by := a.r.Ask(actx, tc, options, a.timeout)
-	d.log.Info("permission decided", zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by))
+	lvl := zap.InfoLevel
+	if by == apitype.DecidedByLimit {
+		lvl = zap.DebugLevel // an agent flooding requests does not flood the log; the run's events say it
+	}
+	d.log.Log(lvl, "permission decided", zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by))
 	return id
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -17,6 +19,8 @@ import (
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
@@ -50,7 +54,9 @@ func TestColdThenWarmThenRestoredAfterRestart(t *testing.T) {
 	h.restart()
 	r3 := h.mention("ch-backend", "b-builtin", "q3", "@agent still there?")
 	got = reply(t, r3)
-	if r3.done.Shape != "restored" || r3.done.Native != r1.done.Native || got["framing"] != "yes" || got["users"] != "0" || got["turn"] != "3" {
+	// The reopened session holds its framing and brief (in the framing by
+	// default): the restored turn sends neither again.
+	if r3.done.Shape != "restored" || r3.done.Native != r1.done.Native || got["framing"] != "no" || got["users"] != "0" || got["turn"] != "3" {
 		t.Fatalf("after restart: shape %s native %s reply %v", r3.done.Shape, r3.done.Native, got)
 	}
 	// The restored session keeps its watermark: nothing is new (q2 was the
@@ -324,5 +330,43 @@ func TestFailedLoadFallsBackToCold(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues("load", "failed")); n != 1 {
 		t.Fatalf("failed restores = %v, want 1", n)
+	}
+}
+
+// TestColdTurnThatEvictsCommitsTwice: a cold turn that evicts the only live
+// process makes a cold turn's commits: its run accepted and started (one
+// record, durable before Submit returns), its agent's record (before the
+// prompt) and its exchange with its run's end; the evicted agent's record
+// is dropped in one of them or a later one, never in a commit of its own.
+// (Two, the target, held before runs were recorded.)
+func TestColdTurnThatEvictsCommitsTwice(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.MaxLive = 1 })
+	r1 := h.mention("ch-a", "b-builtin", "q1", "@agent first")
+	reply(t, r1)
+	h.post(channel.Message{ID: "q2", Channel: "ch-b", Author: "carla", AuthorKind: channel.KindUser, Body: "@agent second"})
+	before := h.st.Commits()
+	r2 := h.turn(apitype.TurnRequest{Channel: "ch-b", Binding: "b-builtin", MessageID: "q2", Text: "@agent second"})
+	reply(t, r2)
+	if r2.done.Shape != "cold" || len(h.evictions()) != 1 {
+		t.Fatalf("second turn %s, evictions %v; want a cold turn that evicted one", r2.done.Shape, h.evictions())
+	}
+	// The evicted agent's exit is handled off the turn's path: wait for it.
+	testkit.WaitFor(t, 10*time.Second, func() bool {
+		ag, err := h.st.Agents()
+		return err == nil && !slices.ContainsFunc(ag, func(a store.AgentRecord) bool { return a.Pid == r1.start.Pid })
+	}, testkit.Waiting("the evicted agent %d to be forgotten", r1.start.Pid))
+	if n := h.st.Commits() - before; n > 3 {
+		t.Fatalf("the cold turn that evicted made %d commits, want at most 3", n)
+	}
+	// And the record is gone from the file once the store closes.
+	h.close()
+	st, err := store.Open(filepath.Join(h.dir, "residentd.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ag, err := st.Agents()
+	if err != nil || len(ag) != 0 {
+		t.Fatalf("agent records after close: %+v %v, want none", ag, err)
 	}
 }

@@ -122,3 +122,33 @@ func TestCostByIdleGap(t *testing.T) {
 		}
 	}
 }
+
+// A turn of several model calls, each reported in its own usage_update
+// (tokens in _meta.usage, the session's running cost), costs all of them:
+// the prompt response reports only the last call, the turn's usage is the
+// sum.
+func TestUsageSumsEveryCallOfTheTurn(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--cost", "0.1")
+	})
+	one := h.mention("ch-1", "b-builtin", "m1", "@agent [[calls:1]] how is the refund spec?")
+	three := h.mention("ch-2", "b-builtin", "m2", "@agent [[calls:3]] how is the refund spec?")
+	reply(t, one)
+	reply(t, three)
+	a, b := one.done.Usage, three.done.Usage
+	if a == nil || b == nil || a.Unknown || b.Unknown || a.InputTokens <= 0 {
+		t.Fatalf("usage %+v and %+v", a, b)
+	}
+	if b.InputTokens != 3*a.InputTokens || b.OutputTokens != 3*a.OutputTokens {
+		t.Fatalf("three calls: %d/%d tokens, want three times one call's %d/%d", b.InputTokens, b.OutputTokens, a.InputTokens, a.OutputTokens)
+	}
+	if a.Cost == nil || b.Cost == nil || *a.Cost != apitype.AmountOf(0.1) || *b.Cost != apitype.AmountOf(0.3) {
+		t.Fatalf("costs %v and %v, want 0.1 and 0.3", a.Cost, b.Cost)
+	}
+	// The next turn of the three-call key costs its own call only.
+	next := h.mention("ch-2", "b-builtin", "m3", "@agent again")
+	reply(t, next)
+	if c := next.done.Usage.Cost; c == nil || *c != apitype.AmountOf(0.1) {
+		t.Fatalf("next turn cost %v, want 0.1", c)
+	}
+}

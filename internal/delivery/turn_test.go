@@ -105,13 +105,42 @@ func TestDefaultBrief(t *testing.T) {
 	}
 }
 
-func TestBriefPointer(t *testing.T) {
-	bp := BriefPointer()
-	if bp == "" || strings.Contains(bp, "\n") {
-		t.Errorf("BriefPointer = %q, want one non-empty line", bp)
+// The lines of the brief-in-framing shapes: facts hold what never changes
+// for a key, the mention line what is new, each one line of JSON.
+func TestFloorLines(t *testing.T) {
+	p := specPayload()
+	if got, want := p.Facts().JSON(), `{"channel_id":"ch-backend","binding_id":"b-claude","runtime":"cli:claude:agent","supervised":true,"resident":true,"channel_agents":[{"handle":"@claude","reachable":true}],"max_recipients":3}`; got != want {
+		t.Errorf("facts = %s\nwant %s", got, want)
 	}
-	if bp == DefaultBrief {
-		t.Error("BriefPointer repeats the brief")
+	root := "m010"
+	tests := []struct {
+		name string
+		edit func(*Payload)
+		want string
+	}{
+		{"main channel, author unknown", func(*Payload) {}, `{"message_id":"m026","text":"@claude why is the refund spec flaky? look at the last runs"}`},
+		{"thread and author", func(p *Payload) { p.ThreadRootID, p.Author, p.Text = &root, "ben", "a <b> & c\nd" }, `{"message_id":"m026","thread_root_id":"m010","author":"ben","text":"a <b> & c\nd"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := specPayload()
+			tc.edit(&q)
+			got := q.Mention().JSON()
+			if got != tc.want {
+				t.Errorf("mention = %s\nwant %s", got, tc.want)
+			}
+			if !IsMentionLine(got) || strings.Contains(got, "run_id") || strings.Contains(got, "binding_id") {
+				t.Errorf("mention line %s is not one, or carries a fact", got)
+			}
+		})
+	}
+	q := specPayload()
+	q.Author = "ben"
+	if q.JSON() != specPayloadJSON {
+		t.Error("the author leaked into the turn-placement payload")
+	}
+	if got := FloorTurn([]string{"", "a paragraph\nof two lines", "one line"}, p.Mention().JSON(), ""); got != "a paragraph\nof two lines\n\none line\n"+p.Mention().JSON() {
+		t.Errorf("FloorTurn = %q", got)
 	}
 }
 

@@ -38,7 +38,7 @@ func TestClaudeSessionOptionsCloseAndResume(t *testing.T) {
 		t.Fatalf("cold turn: %+v %v", r1.done, r1.err)
 	}
 	native := r1.done.Native
-	for _, call := range api.modelCalls(t, `"run_id":"`+r1.start.RunID+`"`) {
+	for _, call := range api.modelCalls(t, "MARK-A1") {
 		if !strings.Contains(call.Model, "sonnet") {
 			t.Fatalf("the model request of the turn names %q, want a sonnet model", call.Model)
 		}
@@ -91,7 +91,7 @@ func TestClaudeSessionOptionsCloseAndResume(t *testing.T) {
 	if len(sets) != 1 || answers[0] == nil || answers[0].Error != nil || !before(third, "session/resume", "session/set_config_option") || !before(third, "session/set_config_option", "session/prompt") {
 		t.Fatalf("the resumed process: set_config_option %v answers %v; want one, after session/resume and before the prompt", params(sets), answers)
 	}
-	for _, call := range api.modelCalls(t, `"run_id":"`+r4.start.RunID+`"`) {
+	for _, call := range api.modelCalls(t, "MARK-A3") {
 		if !strings.Contains(call.Model, "sonnet") {
 			t.Fatalf("after resume the model request names %q, want a sonnet model", call.Model)
 		}

@@ -195,9 +195,9 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 		t.Fatalf("warm turn went elsewhere: native %s pid %d, want %s pid %d", r2.done.Native, r2.start.Pid, r1.done.Native, r1.start.Pid)
 	}
 
-	// Each user turn is identified by its run id in the mention payload.
-	run1, run2 := `"run_id":"`+r1.start.RunID+`"`, `"run_id":"`+r2.start.RunID+`"`
-	cold := api.modelCalls(t, run1)
+	// Each user turn is identified by its mention's text (the first turn's
+	// stays in the session's history, so its first call is the cold one).
+	cold := api.modelCalls(t, "MARK-ONE")
 	if len(cold) == 0 {
 		t.Fatal("the fake API saw no model call carrying the first turn")
 	}
@@ -208,7 +208,7 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 	if last := lastUser(first); !strings.Contains(last.text(), "MARK-ONE") || !strings.Contains(last.text(), claudeFraming) {
 		t.Fatalf("cold model call's last message (%s) lacks the framing or the mention: %.400s", last.Role, last.text())
 	}
-	warm := api.modelCalls(t, run2)
+	warm := api.modelCalls(t, "MARK-TWO")
 	if len(warm) == 0 {
 		t.Fatal("the fake API saw no model call carrying the second turn")
 	}
@@ -225,15 +225,15 @@ func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 	}
 	last := lastUser(w)
 	lt := last.text()
-	if !strings.Contains(lt, run2) || !strings.Contains(lt, "MARK-TWO") {
+	if !strings.Contains(lt, `"message_id":"q2"`) || !strings.Contains(lt, "MARK-TWO") {
 		t.Fatalf("warm model call's last message (%s) is not the new user turn: %.400s", last.Role, lt)
 	}
-	if strings.Contains(lt, run1) || strings.Contains(lt, claudeFraming) || strings.Contains(lt, "User: ") || strings.Contains(lt, "Assistant: ") || strings.Contains(lt, reply) {
+	if strings.Contains(lt, "MARK-ONE") || strings.Contains(lt, claudeFraming) || strings.Contains(lt, "User: ") || strings.Contains(lt, "Assistant: ") || strings.Contains(lt, reply) {
 		t.Fatalf("warm user turn carries replayed history or framing: %.600s", lt)
 	}
 	seen := 0
 	for _, m := range w.Messages {
-		if strings.Contains(m.text(), run1) {
+		if strings.Contains(m.text(), "MARK-ONE") {
 			seen++
 		}
 	}

@@ -33,6 +33,10 @@ type fakeAPI struct {
 	// call after the k-th tool result asks for tools[k], the one after the
 	// last result gets the reply.
 	tools []toolUse
+	// later, when set, answers a call whose newest user message holds
+	// later.marker with later.reply (an agent's own turn after background
+	// work ended, say).
+	later *laterReply
 	// sized reports a call's input tokens as a quarter of its body's bytes,
 	// so the context in use grows with the conversation as a real model's
 	// does (the agent's usage_update reads it); otherwise 12 a call.
@@ -44,6 +48,11 @@ type toolUse struct {
 	marker string
 	name   string
 	input  map[string]any
+}
+
+// laterReply is the fake model's answer to a later call.
+type laterReply struct {
+	marker, reply string
 }
 
 // apiRequest is one recorded request.
@@ -242,11 +251,17 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 			return
 		}
 	}
+	reply := f.reply
+	if f.later != nil && len(req.Messages) > 0 {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == "user" && strings.Contains(string(last.Content), f.later.marker) {
+			reply = f.later.reply
+		}
+	}
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-			"content":     []map[string]any{{"type": "text", "text": f.reply}},
+			"content":     []map[string]any{{"type": "text", "text": reply}},
 			"stop_reason": "end_turn", "stop_sequence": nil,
 			"usage": map[string]any{"input_tokens": in, "output_tokens": 7},
 		})
@@ -269,8 +284,8 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	}})
 	send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
 	// Two deltas, so the reply reaches the client as more than one chunk.
-	half := len(f.reply) / 2
-	for _, part := range []string{f.reply[:half], f.reply[half:]} {
+	half := len(reply) / 2
+	for _, part := range []string{reply[:half], reply[half:]} {
 		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": part}})
 	}
 	send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})

@@ -82,7 +82,7 @@ func (p prefixStats) fresh() int     { return p.tokens - p.shared }
 // mainCalls returns the model requests of the agent's main thread that
 // carry marker and not the later marker notYet, in order: the ones with its
 // tools (a side call such as a title has none). Every request carries the
-// whole history, so a turn's requests are those with its run id and
+// whole history, so a turn's requests are those with its mention and
 // without the next turn's.
 func (f *fakeAPI) mainCalls(t *testing.T, marker, notYet string) [][]byte {
 	t.Helper()
@@ -147,7 +147,7 @@ func warmPrefix(t *testing.T, placement delivery.Placement) []prefixStats {
 		if r.err != nil || r.done.Shape != want {
 			t.Fatalf("turn %d: %+v %v, want %s", i+1, r.done, r.err, want)
 		}
-		runs = append(runs, r.start.RunID)
+		runs = append(runs, fmt.Sprintf("turn %d:", i+1))
 	}
 	var out []prefixStats
 	for i := 1; i < len(runs); i++ {

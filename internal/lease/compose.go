@@ -30,6 +30,10 @@ type Input struct {
 	// BriefDue: the agent compacted its history since the brief last went
 	// out, so this warm turn carries it in full (delivery.InFraming).
 	BriefDue bool
+	// SeenFacts is the facts JSON the warm process was last given
+	// (delivery.InFraming); a restored turn compares with the newest stored
+	// user turn's instead.
+	SeenFacts string
 
 	// Conversation returns the key's stored turns, oldest first, for a replay.
 	Conversation func() ([]session.Turn, error)
@@ -56,6 +60,7 @@ type Output struct {
 	Turn       string // the newest user turn as sent, the end of Text
 	Stored     string // the user turn to keep in the conversation: intro and payload only
 	Framing    string // the system part sent ("" on a warm turn): a changed one costs the cache
+	Facts      string // the key's facts JSON (delivery.InFraming): kept with the stored turn and by the process
 	BriefSent  bool   // the full brief went out, in the turn or with the framing
 	BriefCount int    // the process's warm turns since the full brief, after this turn
 	Context    delivery.Report
@@ -156,6 +161,9 @@ func Compose(in Input) (Output, error) {
 		mention = view.Known[i]
 	}
 	out.MentionSeq = mention.Seq
+	if in.Mention.Author == "" {
+		in.Mention.Author = mention.Author
+	}
 	if in.KeepsSession {
 		out.Stage = stage(wm, view.Seq, mention)
 		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, replayed, view.Known)
@@ -165,27 +173,18 @@ func Compose(in Input) (Output, error) {
 	if brief == "" {
 		brief = delivery.DefaultBrief
 	}
-	framed := in.Shape != Warm
-	turnBrief := brief
-	out.BriefCount = in.BriefCount
 	if in.Placement == delivery.InFraming {
-		turnBrief = delivery.BriefPointer()
-		switch {
-		case framed:
-			out.BriefCount = 0 // a new process gets the brief with its framing
-		case in.BriefDue || in.BriefCount+1 >= in.BriefEvery:
-			// A session that compacted its history (reported, or assumed
-			// every BriefEvery turns) gets the brief back.
-			out.BriefCount = 0
-			turnBrief = brief
-		default:
-			out.BriefCount = in.BriefCount + 1
+		if err := floor(in, &out, brief, block, blank, conv); err != nil {
+			return Output{}, fmt.Errorf("lease: compose: %w", err)
 		}
+		return out, nil
 	}
-	turn := delivery.UserTurn(in.Mention, turnBrief, block)
+	framed := in.Shape != Warm
+	turn := delivery.UserTurn(in.Mention, brief, block)
 	out.Turn = turn
 	out.Stored = delivery.StoredTurn(in.Mention)
-	out.BriefSent = turnBrief == brief || framed
+	out.BriefSent = true
+	out.BriefCount = in.BriefCount
 
 	if !framed && !blank {
 		out.Text = turn
@@ -195,9 +194,6 @@ func Compose(in Input) (Output, error) {
 	if err != nil {
 		return Output{}, fmt.Errorf("lease: compose: %w", err)
 	}
-	if in.Placement == delivery.InFraming {
-		system += "\n\n" + brief
-	}
 	out.Framing = system
 	if !replay {
 		out.Text = system + "\n\n" + turn
@@ -206,6 +202,64 @@ func Compose(in Input) (Output, error) {
 	turns := append(conv[:len(conv):len(conv)], session.Turn{Role: session.RoleUser, Text: turn})
 	out.Text = system + "\n\n" + delivery.BuildPrompt(turns)
 	return out, nil
+}
+
+// floor composes a turn with the brief in the framing, at the floor of
+// what each shape needs:
+//
+//	cold, or a blank newest turn: framing + brief + "Channel facts: {…}" + the replay, whose newest
+//	                              turn is the mention line and the block
+//	warm:                         [the brief, when due] [one "Channel facts changed: {…}" line, when they
+//	                              changed] + the mention line + the block
+//	restored:                     delivery.Reopened + the warm shape; facts compared with the newest
+//	                              stored user turn's
+//
+// The stored user turn is the mention line, its facts kept beside it.
+func floor(in Input, out *Output, brief, block string, blank bool, conv []session.Turn) error {
+	facts := in.Mention.Facts().JSON()
+	m := in.Mention.Mention().JSON()
+	out.Facts, out.Stored = facts, m
+	if in.Shape == Cold || blank {
+		system, err := in.Framing()
+		if err != nil {
+			return err
+		}
+		system += "\n\n" + brief
+		out.Framing = system
+		out.BriefSent, out.BriefCount = true, 0
+		out.Turn = delivery.FloorTurn(nil, m, block)
+		turns := append(conv[:len(conv):len(conv)], session.Turn{Role: session.RoleUser, Text: out.Turn})
+		out.Text = system + "\n\n" + delivery.FactsPrefix + facts + "\n\n" + delivery.BuildPrompt(turns)
+		return nil
+	}
+	var before [3]string
+	seen := in.SeenFacts
+	if in.Shape == Restored {
+		before[0] = delivery.Reopened
+		conv, err := in.Conversation()
+		if err != nil {
+			return err
+		}
+		seen = ""
+		for i := len(conv) - 1; i >= 0; i-- {
+			if conv[i].Role == session.RoleUser {
+				seen = conv[i].Facts
+				break
+			}
+		}
+	}
+	out.BriefCount = in.BriefCount + 1
+	if in.BriefDue || out.BriefCount >= in.BriefEvery {
+		// A session that compacted its history (reported, or assumed every
+		// BriefEvery turns) gets the brief back.
+		before[1], out.BriefSent, out.BriefCount = brief, true, 0
+	}
+	if facts != seen {
+		before[2] = delivery.FactsChangedPrefix + facts
+	}
+	out.Turn = delivery.FloorTurn(before[:], m, block)
+	out.Text = out.Turn
+	return nil
 }
 
 // stage is what a successful turn commits to its timeline: the arrival

@@ -61,7 +61,7 @@ func unseen(rows []channel.Message) func(uint64, []string, func([]channel.Candid
 			k := channel.Known{ID: id}
 			for i, m := range rows {
 				if m.ID == id {
-					k.Seq, k.Thread = max(m.Seq, uint64(i+1)), m.ThreadRoot
+					k.Seq, k.Thread, k.Author = max(m.Seq, uint64(i+1)), m.ThreadRoot, m.Author
 				}
 			}
 			v.Known = append(v.Known, k)
@@ -123,11 +123,17 @@ func TestComposeTable(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						floor := placement == delivery.InFraming
 						framed := shape != Warm
 						replays := shape == Cold || blank
 						sendsFraming := framed || blank
-						refresh := placement == delivery.InFraming && !framed && count+1 >= every
+						if floor {
+							// A restored session holds its framing already.
+							sendsFraming = replays
+						}
+						refresh := floor && !sendsFraming && count+1 >= every
 						fullInTurn := placement == delivery.InTurn || refresh
+						readsConv := replays || (floor && shape == Restored)
 
 						if got := strings.HasPrefix(out.Text, testFraming); got != sendsFraming {
 							t.Errorf("text starts with the framing = %v, want %v", got, sendsFraming)
@@ -135,8 +141,8 @@ func TestComposeTable(t *testing.T) {
 						if got := strings.Contains(out.Text, "Assistant: builtin reply one"); got != replays {
 							t.Errorf("text replays the conversation = %v, want %v", got, replays)
 						}
-						if replays != (ld.conv == 1) || ld.conv > 1 {
-							t.Errorf("conversation read %d times, replay %v", ld.conv, replays)
+						if readsConv != (ld.conv == 1) || ld.conv > 1 {
+							t.Errorf("conversation read %d times, want it read %v", ld.conv, readsConv)
 						}
 						if sendsFraming != (ld.framing == 1) || ld.framing > 1 {
 							t.Errorf("framing read %d times, sent %v", ld.framing, sendsFraming)
@@ -147,20 +153,33 @@ func TestComposeTable(t *testing.T) {
 						if got := strings.Contains(out.Turn, delivery.DefaultBrief); got != fullInTurn {
 							t.Errorf("user turn carries the full brief = %v, want %v", got, fullInTurn)
 						}
-						if got := strings.Contains(out.Turn, delivery.BriefPointer()); got != !fullInTurn {
-							t.Errorf("user turn carries the brief pointer = %v, want %v", got, !fullInTurn)
-						}
-						inFraming := placement == delivery.InFraming && sendsFraming
+						inFraming := floor && sendsFraming
 						if got := strings.HasPrefix(out.Text, testFraming+"\n\n"+delivery.DefaultBrief); got != inFraming {
 							t.Errorf("brief rides with the framing = %v, want %v", got, inFraming)
 						}
-						if want := fullInTurn || framed; out.BriefSent != want {
+						if got := strings.Contains(out.Text, delivery.FactsPrefix); got != inFraming {
+							t.Errorf("text carries the channel facts = %v, want %v", got, inFraming)
+						}
+						// The stored conversation holds no facts and a warm
+						// process was given none: they count as changed.
+						if got := strings.Contains(out.Text, delivery.FactsChangedPrefix); got != (floor && !sendsFraming) {
+							t.Errorf("text says the facts changed = %v, want %v", got, floor && !sendsFraming)
+						}
+						if got := strings.HasPrefix(out.Text, delivery.Reopened); got != (floor && shape == Restored && !blank) {
+							t.Errorf("text opens with the reopened line = %v", got)
+						}
+						for _, gone := range []string{delivery.Intro, `"run_id"`} {
+							if got := strings.Contains(out.Turn, gone); got == floor {
+								t.Errorf("user turn carries %q = %v with the brief in %s", gone, got, placement)
+							}
+						}
+						if want := !floor || sendsFraming || refresh; out.BriefSent != want {
 							t.Errorf("BriefSent = %v, want %v", out.BriefSent, want)
 						}
 						wantCount := count
-						if placement == delivery.InFraming {
+						if floor {
 							switch {
-							case framed, refresh:
+							case sendsFraming, refresh:
 								wantCount = 0
 							default:
 								wantCount = count + 1
@@ -176,6 +195,78 @@ func TestComposeTable(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// With the brief in the framing, each shape byte for byte: what never
+// changes for a key goes once with the framing, a warm turn is the mention
+// line and the block, a restored one adds one line, and the facts go again
+// only when they changed.
+func TestComposeFloorShapes(t *testing.T) {
+	root := "m1"
+	payload := delivery.Payload{ChannelID: "ch", MessageID: "m9", RunID: "run-1", BindingID: "b", Runtime: "cli:x", Supervised: true, Resident: true,
+		ChannelAgents: []delivery.Agent{{Handle: "@x", Reachable: true}}, MaxRecipients: 3, Text: "why?"}
+	facts := `{"channel_id":"ch","binding_id":"b","runtime":"cli:x","supervised":true,"resident":true,"channel_agents":[{"handle":"@x","reachable":true}],"max_recipients":3}`
+	other := strings.Replace(facts, `"max_recipients":3`, `"max_recipients":5`, 1)
+	mention := `{"message_id":"m9","author":"aiko","text":"why?"}`
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	rows := []channel.Message{
+		{ID: "m7", Channel: "ch", Author: "ben", AuthorKind: channel.KindUser, Body: "seen before", CreatedAt: at, Seq: 4},
+		{ID: "m8", Channel: "ch", Author: "ben", AuthorKind: channel.KindUser, Body: "CI is red", CreatedAt: at, Seq: 5},
+		{ID: "m9", Channel: "ch", Author: "aiko", AuthorKind: channel.KindUser, Body: "why?", CreatedAt: at.Add(time.Second), Seq: 6},
+	}
+	withFacts := func(f string) []session.Turn {
+		c := append([]session.Turn(nil), earlier...)
+		c[2].Facts = f
+		return c
+	}
+	wm := &channel.Watermark{Native: "nat-1", Seq: 4}
+	newBlock := delivery.HeaderNew + "\n- [user] ben: CI is red"
+	snapBlock := delivery.HeaderSnapshot + "\n- [user] ben: seen before\n- [user] ben: CI is red"
+	replay := func(turn string) string {
+		return delivery.BuildPrompt(append(append([]session.Turn(nil), earlier...), session.Turn{Role: session.RoleUser, Text: turn}))
+	}
+	for _, tt := range []struct {
+		name   string
+		edit   func(*Input)
+		stored []session.Turn
+		want   string
+	}{
+		{"cold: framing + brief + facts + replay", func(in *Input) { in.Shape, in.Native = Cold, "nat-2" }, earlier,
+			testFraming + "\n\n" + delivery.DefaultBrief + "\n\n" + delivery.FactsPrefix + facts + "\n\n" + replay(mention+"\n\n"+snapBlock)},
+		{"warm: the mention line and the new lines", func(in *Input) { in.SeenFacts = facts }, earlier,
+			mention + "\n\n" + newBlock},
+		{"warm in a thread", func(in *Input) { in.SeenFacts = facts; in.Mention.ThreadRootID = &root; in.Watermark = nil }, earlier,
+			`{"message_id":"m9","thread_root_id":"m1","author":"aiko","text":"why?"}` + "\n\n" + snapBlock},
+		{"warm, facts changed: one line", func(in *Input) { in.SeenFacts = other }, earlier,
+			delivery.FactsChangedPrefix + facts + "\n" + mention + "\n\n" + newBlock},
+		{"warm, brief due after a compaction", func(in *Input) { in.SeenFacts = facts; in.BriefDue = true }, earlier,
+			delivery.DefaultBrief + "\n\n" + mention + "\n\n" + newBlock},
+		{"restored: one line + the warm shape", func(in *Input) { in.Shape = Restored }, withFacts(facts),
+			delivery.Reopened + "\n" + mention + "\n\n" + newBlock},
+		{"restored, facts changed since the newest stored turn", func(in *Input) { in.Shape = Restored }, withFacts(other),
+			delivery.Reopened + "\n" + delivery.FactsChangedPrefix + facts + "\n" + mention + "\n\n" + newBlock},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := Input{
+				Shape: Warm, Native: "nat-1",
+				Framing:      func() (string, error) { return testFraming, nil },
+				Conversation: func() ([]session.Turn, error) { return tt.stored, nil },
+				Placement:    delivery.InFraming, BriefEvery: 10,
+				Mention: payload, Unseen: unseen(rows), Watermark: wm, KeepsSession: true,
+			}
+			tt.edit(&in)
+			out, err := Compose(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Text != tt.want {
+				t.Fatalf("Text =\n%s\nwant\n%s", out.Text, tt.want)
+			}
+			if out.Facts != facts || !strings.HasPrefix(out.Stored, `{"message_id":"m9"`) || !strings.Contains(out.Turn, out.Stored+"\n\n") {
+				t.Errorf("Facts = %s, Stored = %s", out.Facts, out.Stored)
+			}
+		})
 	}
 }
 

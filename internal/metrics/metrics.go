@@ -32,7 +32,7 @@ var (
 	ExitKinds       = child.ExitKinds
 	ReadyMethods    = []string{"new", "resume", "load"}
 	RestoreMethods  = []string{"resume", "load"}
-	RestoreResults  = []string{"ok", "failed"}
+	RestoreResults  = []string{"ok", "failed", "timeout"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
 	BriefPlacements = labels(delivery.Placements)
@@ -111,6 +111,9 @@ type Metrics struct {
 	ToolCalls         *prometheus.CounterVec // binding, kind, asked
 	PolicyModesSet    *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
+	Notices           *prometheus.CounterVec // binding, severity
+	AgentRuns         prometheus.Counter
+	StrayUpdates      *prometheus.CounterVec // binding
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
 
@@ -189,7 +192,7 @@ func New(version string, g Gauges) *Metrics {
 	}, []string{"kind"})
 	m.SessionRestores = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_session_restores_total",
-		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result.",
+		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result (ok, failed, or timeout: no answer within restore_timeout).",
 	}, []string{"method", "result"})
 	m.RestoreStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "residentd_restore_stopped",
@@ -264,6 +267,18 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_agent_compactions_total",
 		Help: "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.",
 	}, []string{"binding"})
+	m.Notices = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_notices_total",
+		Help: "Notices agents sent (ACP notice session updates), by binding and severity.",
+	}, []string{"binding", "severity"})
+	m.AgentRuns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "residentd_agent_runs_total",
+		Help: "Agent runs: output of an agent with no prompt in flight (a turn it started, background work ending), gathered into a run of kind agent.",
+	})
+	m.StrayUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_agent_stray_updates_total",
+		Help: "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.",
+	}, []string{"binding"})
 	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_budget_crossings_total",
 		Help: "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.",
@@ -283,7 +298,7 @@ func New(version string, g Gauges) *Metrics {
 		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.BudgetCrossings, m.BudgetRefusals,
+		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.Notices, m.AgentRuns, m.StrayUpdates, m.BudgetCrossings, m.BudgetRefusals,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -339,6 +354,7 @@ func (m *Metrics) InitBindings(ids []string) {
 		}
 	}
 	initVec(m.Compactions, ids)
+	initVec(m.StrayUpdates, ids)
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
 		m.IdleGap.WithLabelValues(id)
@@ -391,6 +407,12 @@ func (m *Metrics) ObserveSpawn(d time.Duration) { m.AgentSpawn.Observe(d.Seconds
 // ObserveSessionReady records session/new or session/load latency.
 func (m *Metrics) ObserveSessionReady(method string, d time.Duration) {
 	m.SessionReady.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// RestoreTimedOut counts a restore by method that did not answer within
+// restore_timeout.
+func (m *Metrics) RestoreTimedOut(method string) {
+	m.SessionRestores.WithLabelValues(method, "timeout").Inc()
 }
 
 // Restore counts one attempt to reload a saved session.
@@ -505,6 +527,19 @@ func (m *Metrics) OptionSet(binding string) { m.OptionsSet.WithLabelValues(bindi
 
 // Compacted counts a turn during which binding's agent compacted its history.
 func (m *Metrics) Compacted(binding string) { m.Compactions.WithLabelValues(binding).Inc() }
+
+// AgentRun counts an agent run.
+func (m *Metrics) AgentRun() { m.AgentRuns.Inc() }
+
+// Stray counts n updates for a session binding's agent never opened.
+func (m *Metrics) Stray(binding string, n int) {
+	m.StrayUpdates.WithLabelValues(binding).Add(float64(n))
+}
+
+// Notice counts a notice binding's agent sent.
+func (m *Metrics) Notice(binding, severity string) {
+	m.Notices.WithLabelValues(binding, severity).Inc()
+}
 
 // BudgetCrossed counts a turn that took a budget of scope to level.
 func (m *Metrics) BudgetCrossed(scope, level string) {

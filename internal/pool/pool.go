@@ -47,6 +47,31 @@ type Session interface {
 	Close() error          // stops the process and waits for the reap; idempotent
 }
 
+// Worker is a Session whose process may work with no turn in flight
+// (background work, output between prompts). The pool neither reaps nor
+// evicts it while it works, and counts its idle time from when it last
+// worked.
+type Worker interface {
+	Working() (working bool, last time.Time)
+}
+
+// idleSince reports whether e's process is idle (not working) and since
+// when it has been.
+func idleSince[S Session](e *entry[S]) (bool, time.Time) {
+	w, ok := any(e.sess).(Worker)
+	if !ok {
+		return true, e.lastUsed
+	}
+	working, last := w.Working()
+	if working {
+		return false, time.Time{}
+	}
+	if last.After(e.lastUsed) {
+		return true, last
+	}
+	return true, e.lastUsed
+}
+
 // Spawner starts the process for a key and returns its shape: lease.Cold for
 // a new native session, lease.Restored for a reloaded one. exited is the
 // pool's exit hook: the spawner arranges for it to be called once the
@@ -624,9 +649,13 @@ func (p *Pool[S]) signalSlotLocked() {
 // lruIdleLocked returns the least recently used idle process no turn holds.
 func (p *Pool[S]) lruIdleLocked() *entry[S] {
 	var best *entry[S]
+	var bestAt time.Time
 	for _, e := range p.entries {
-		if e.state == ready && !e.held && (best == nil || e.lastUsed.Before(best.lastUsed)) {
-			best = e
+		if e.state != ready || e.held {
+			continue
+		}
+		if idle, since := idleSince(e); idle && (best == nil || since.Before(bestAt)) {
+			best, bestAt = e, since
 		}
 	}
 	return best
@@ -723,7 +752,10 @@ func (p *Pool[S]) ReapIdle() int {
 	var stopped []<-chan struct{}
 	p.mu.Lock()
 	for _, e := range p.entries {
-		if e.state == ready && !e.held && now.Sub(e.lastUsed) >= p.cfg.IdleTimeout {
+		if e.state != ready || e.held {
+			continue
+		}
+		if idle, since := idleSince(e); idle && now.Sub(since) >= p.cfg.IdleTimeout {
 			stopped = append(stopped, p.stopLocked(e, ReasonIdle))
 		}
 	}

@@ -5,41 +5,71 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/session"
 )
 
-// checkBackoff refuses a spawn of binding while its crash-loop backoff runs.
-func (d *Keeper) checkBackoff(binding string) error {
+// A crash loop backs off where it happens: a binding whose agent cannot
+// start (spawn, initialize, a session, a restore that kills it) as a
+// whole; a key whose process keeps crashing mid-turn alone, so the
+// binding's other channels go on.
+
+// keyLoop is one key's run of mid-turn crashes.
+type keyLoop struct {
+	crash streak
+	until time.Time // no spawn for the key before this
+}
+
+// checkBackoff refuses a spawn for key k of binding while the binding's or
+// the key's crash-loop backoff runs.
+func (d *Keeper) checkBackoff(binding string, k session.Key) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h := d.health[binding]
-	if h == nil || h.crash.n == 0 {
+	check := func(scope string, s streak, until time.Time) error {
+		if s.n == 0 {
+			return nil
+		}
+		if wait := until.Sub(d.now()); wait > 0 {
+			last := s.last
+			if len(last) > 300 {
+				last = last[:300] + "…"
+			}
+			return fmt.Errorf("%w: %s failed %d times in a row (last: %s); next start allowed in %s",
+				ErrBackoff, scope, s.n, last, wait.Round(time.Millisecond))
+		}
 		return nil
 	}
-	if wait := h.until.Sub(d.now()); wait > 0 {
-		last := h.crash.last
-		if len(last) > 300 {
-			last = last[:300] + "…"
+	if h := d.health[binding]; h != nil {
+		if err := check(fmt.Sprintf("binding %q", binding), h.crash, h.until); err != nil {
+			return err
 		}
-		return fmt.Errorf("%w: binding %q failed %d times in a row (last: %s); next start allowed in %s",
-			ErrBackoff, binding, h.crash.n, last, wait.Round(time.Millisecond))
+	}
+	if l := d.keyLoops[k]; l != nil {
+		return check(fmt.Sprintf("key %q", k.String()), l.crash, l.until)
 	}
 	return nil
 }
 
-// spawnFailed records a spawn failure or crash of binding. The first is
-// retried at once; from the second on the binding backs off base, 2*base,
-// ... up to the cap, so a broken agent is not respawned in a tight loop.
+// backoff is the wait after the n-th failure in a row: none for the
+// first, then base, 2*base, ... up to the cap, so a broken agent is not
+// respawned in a tight loop.
+func (d *Keeper) backoff(n int) time.Duration {
+	if n < 2 {
+		return 0
+	}
+	if shift := n - 2; shift < 30 {
+		return min(d.backoffBase<<shift, d.backoffCap)
+	}
+	return d.backoffCap
+}
+
+// spawnFailed records a spawn failure of binding: its agent could not
+// start.
 func (d *Keeper) spawnFailed(binding string, err error) {
 	d.mu.Lock()
 	h := d.of(binding)
 	n := h.crash.fail(err)
-	var wait time.Duration
-	if n >= 2 {
-		wait = d.backoffCap
-		if shift := n - 2; shift < 30 {
-			wait = min(d.backoffBase<<shift, d.backoffCap)
-		}
-	}
+	wait := d.backoff(n)
 	h.until = d.now().Add(wait)
 	d.mu.Unlock()
 	if wait > 0 {
@@ -47,12 +77,32 @@ func (d *Keeper) spawnFailed(binding string, err error) {
 	}
 }
 
-// spawnOK ends binding's crash loop after a successful turn.
-func (d *Keeper) spawnOK(binding string) {
+// keyCrashed records a mid-turn crash of key k's process: the key backs
+// off alone.
+func (d *Keeper) keyCrashed(k session.Key, err error) {
+	d.mu.Lock()
+	l := d.keyLoops[k]
+	if l == nil {
+		l = &keyLoop{}
+		d.keyLoops[k] = l
+	}
+	n := l.crash.fail(err)
+	wait := d.backoff(n)
+	l.until = d.now().Add(wait)
+	d.mu.Unlock()
+	if wait > 0 {
+		d.log.Warn("agent crash loop: backing off", zap.String("key", k.String()), zap.Int("failures", n), zap.Duration("backoff", wait), zap.Error(err))
+	}
+}
+
+// spawnOK ends the crash loops of binding and of key k after a successful
+// turn.
+func (d *Keeper) spawnOK(binding string, k session.Key) {
 	d.mu.Lock()
 	if h := d.health[binding]; h != nil {
 		h.crash.ok()
 		h.until = time.Time{}
 	}
+	delete(d.keyLoops, k)
 	d.mu.Unlock()
 }

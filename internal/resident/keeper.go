@@ -11,7 +11,6 @@
 package resident
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -63,6 +63,11 @@ type Options struct {
 	// is refused for BackoffBase, doubling per failure up to BackoffCap
 	// (defaults 1s and 1m).
 	BackoffBase, BackoffCap time.Duration
+	// Runs gets the agent runs: what an agent says with no prompt in
+	// flight. AgentQuiet is how long one waits for more output before it
+	// ends (default DefaultAgentQuiet).
+	Runs       *run.Registry
+	AgentQuiet time.Duration
 }
 
 // Keeper keeps the agent processes. Create it with New; stop it with Close
@@ -77,22 +82,24 @@ type Keeper struct {
 	now func() time.Time
 
 	backoffBase, backoffCap time.Duration
+	runs                    *run.Registry
+	agentQuiet              time.Duration
 
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
 
 	procs sync.Map // agent pid -> *Process, while it lives
 
-	mu      sync.Mutex                        // guards health, keyOpts and warned
-	health  map[string]*health                // binding id -> what its agents did lately
-	keyOpts map[session.Key]map[string]string // the keys' own session options (the store's copy)
-	warned  map[string]bool                   // what warnOnce logged already
+	mu       sync.Mutex                        // guards health, keyLoops, keyOpts, seen and warned
+	health   map[string]*health                // binding id -> what its agents did lately
+	keyLoops map[session.Key]*keyLoop          // keys whose processes crash mid-turn
+	keyOpts  map[session.Key]map[string]string // the keys' own session options (the store's copy)
+	warned   map[string]bool                   // what warnOnce logged already
+	seen     map[string]store.AgentSeen        // binding id -> its agent as last started (the store's copy)
 
 	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
 
-	watchers    sync.WaitGroup // agent exit hooks still running
-	probes      sync.WaitGroup // startup option checks
-	stopProbing context.CancelFunc
-	closeOnce   sync.Once
+	watchers  sync.WaitGroup // agent exit hooks still running
+	closeOnce sync.Once
 }
 
 // health is what the keeper knows of one binding's agents, across their
@@ -126,8 +133,9 @@ func (s *streak) fail(err error) int {
 func (s *streak) ok() { *s = streak{} }
 
 // New returns a keeper. It first stops the agents an earlier daemon on the
-// same store left behind (see sweepLeftovers), then starts checking the
-// bindings' session options in the background.
+// same store left behind (see sweepLeftovers). A binding's session options
+// are checked when its first session opens: no process is started for
+// them beside the pool's.
 func New(o Options) (*Keeper, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -138,7 +146,11 @@ func New(o Options) (*Keeper, error) {
 	k := &Keeper{
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
-		health: map[string]*health{}, warned: map[string]bool{},
+		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
+		runs: o.Runs, agentQuiet: o.AgentQuiet,
+	}
+	if k.agentQuiet <= 0 {
+		k.agentQuiet = DefaultAgentQuiet
 	}
 	if k.backoffBase <= 0 {
 		k.backoffBase = time.Second
@@ -151,6 +163,10 @@ func New(o Options) (*Keeper, error) {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
 	k.keyOpts = keyOpts
+	if k.seen, err = k.st.AgentsSeen(); err != nil {
+		return nil, fmt.Errorf("resident: %w", err)
+	}
+	k.reportPolicies()
 	sweepLeftovers(k.st, k.log)
 	k.cgroups = openCgroups(o.Config, k.log)
 	// Said at startup, before anyone mentions an agent that cannot start.
@@ -159,20 +175,15 @@ func New(o Options) (*Keeper, error) {
 			k.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
 		}
 	}
-	pctx, stop := context.WithCancel(context.Background())
-	k.stopProbing = stop
-	k.probeOptions(pctx)
 	return k, nil
 }
 
-// Close stops the startup checks, waits for every exit hook and removes the
+// Close waits for every exit hook and removes the
 // agents' cgroup. Call it after the pool has stopped the processes.
 // Idempotent.
 func (k *Keeper) Close() {
 	k.closeOnce.Do(func() {
-		k.stopProbing()
 		k.watchers.Wait()
-		k.probes.Wait()
 		if k.cgroups != nil {
 			if err := k.cgroups.Close(); err != nil {
 				k.log.Warn("remove the agents' cgroup", zap.Error(err))

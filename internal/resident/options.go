@@ -5,13 +5,11 @@ package resident
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -85,8 +83,8 @@ func optionIDs(list []acp.Option) string {
 // while it runs the one in its transcript. Options go in the order the
 // agent lists them (a model before its efforts), each checked against the
 // listing as the ones before left it; one the agent lists, or offers the
-// value of, only after another changed waits for a second pass; count says whether the sets
-// are counted (the startup check's are not).
+// value of, only after another changed waits for a second pass; count says
+// whether the sets are counted.
 func (d *Keeper) setOptions(ctx context.Context, s *Process, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
 	list, listed := s.a.Options(s.native)
 	d.noteListing(b.ID, list, listed)
@@ -249,7 +247,9 @@ func (d *Keeper) optionWorked(binding string) {
 }
 
 // OptionErrors lists the bindings whose session options the agent refused
-// or does not list, at the last session start or the startup check.
+// or does not list, at the last session start. They are checked when a
+// session opens, not at daemon start: a check then would need a process
+// per binding beside the pool's, at every start.
 func (d *Keeper) OptionErrors() []apitype.OptionError {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -331,66 +331,4 @@ func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apity
 	d.mu.Unlock()
 	d.log.Info("session options set", zap.String("key", k.String()), zap.Any("options", opts))
 	return d.SessionOptions(k)
-}
-
-// probeOptions checks, once at startup and in the background, the session
-// options of every binding that sets some, by setting them on a new session
-// of its agent: a typo shows in the log and in health right away rather
-// than at the binding's first turn. It also learns who the binding's agent
-// is (initialize's agentInfo), so the log and health say from the start
-// whether its permission policy can be carried by the agent's own controls
-// (see policy.go); other bindings' agents are not started just for that (a
-// start may have effects), they say so at their first start. The probe's process runs beside the pool's and is
-// stopped at once; an agent that cannot start is left to its first turn to
-// report.
-func (d *Keeper) probeOptions(ctx context.Context) {
-	for _, b := range d.cfg.Bindings {
-		if len(b.SessionOptions) == 0 {
-			continue
-		}
-		d.probes.Add(1)
-		go func() {
-			defer d.probes.Done()
-			d.probeBinding(ctx, b)
-		}()
-	}
-}
-
-func (d *Keeper) probeBinding(ctx context.Context, b config.Binding) {
-	log := d.log.Named("options").With(zap.String("binding", b.ID))
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	spec, release, err := d.agentSpec(session.Key{Channel: "-", Binding: b.ID}, b, false)
-	if err != nil {
-		log.Info("session options not checked at startup: the agent's spec", zap.Error(err))
-		return
-	}
-	defer release()
-	a, err := acp.Start(ctx, spec, log)
-	if err != nil {
-		log.Info("session options not checked at startup: the agent did not start; its first turn will say why", zap.Error(err))
-		return
-	}
-	defer a.Close()
-	native, err := a.NewSession(ctx)
-	if err != nil {
-		log.Info("session options not checked at startup: session/new failed; the binding's first turn will say why", zap.Error(err))
-		return
-	}
-	// The binding's options are set on this throwaway session as a turn
-	// would set them: what one option lists only after another is set is
-	// checked as it is then.
-	if err := d.setOptions(ctx, &Process{a: a, native: native}, b, session.Key{}, wanted{opts: b.SessionOptions}, false, log); err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, ErrInvalidOption) {
-			log.Error("session options of this binding are not ones its agent lists; its turns will fail until the config is fixed", zap.Error(err))
-			return
-		}
-		d.optionFailed(b.ID, err)
-		log.Error("the agent refused the binding's session options at the startup check", zap.Error(err))
-		return
-	}
-	log.Info("session options checked against the agent", zap.Int("options", len(b.SessionOptions)))
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/policy"
+	"github.com/residentd/residentd/internal/store"
 )
 
 // policyNote is how a binding's agent was last told its policy.
@@ -35,6 +37,49 @@ func (d *Keeper) sessionMeta(b config.Binding) func(acp.Info) map[string]any {
 	}
 }
 
+// commandLine is what identifies a binding's agent program across daemon
+// starts: a remembered agent is trusted only for the same command line.
+func commandLine(b config.Binding) string {
+	return strings.Join(append([]string{b.Command}, b.Args...), " ")
+}
+
+// rememberAgent keeps who b's agent said it is, and the policy control it
+// refused if any, in the state file when that changed, so the next daemon start reports b's policy before any process
+// runs (no agent is started for it: see reportPolicies).
+func (d *Keeper) rememberAgent(b config.Binding, a policy.Agent, failed string) {
+	seen := store.AgentSeen{Name: a.Name, Version: a.Version, Command: commandLine(b), Failed: failed}
+	d.mu.Lock()
+	same := d.seen[b.ID] == seen
+	d.seen[b.ID] = seen
+	d.mu.Unlock()
+	if same {
+		return
+	}
+	if err := d.st.SetAgentSeen(b.ID, seen); err != nil {
+		d.log.Warn("remember the binding's agent for the next start's policy report", zap.String("binding", b.ID), zap.Error(err))
+	}
+}
+
+// reportPolicies says at startup, for every binding, how its permission
+// policy reaches its agent: from the agent the binding last started with
+// the same command line (remembered in the state file), logged and shown
+// in health as when that agent starts; a binding whose agent has not
+// started yet is reported at its first start.
+func (d *Keeper) reportPolicies() {
+	for _, b := range d.cfg.Bindings {
+		d.mu.Lock()
+		seen, ok := d.seen[b.ID]
+		d.mu.Unlock()
+		if !ok || seen.Command != commandLine(b) {
+			d.log.Named("policy").Info("permission policy reported at the agent's first start: the binding has not started this agent yet",
+				zap.String("binding", b.ID), zap.String("permission", string(b.Permission)))
+			continue
+		}
+		a := policy.Agent{Name: seen.Name, Version: seen.Version}
+		d.notePolicy(b, a, policy.For(a, b.Permission), seen.Failed, false)
+	}
+}
+
 // notePolicy keeps how b's agent is told its policy, and logs it when it
 // changed: the first process of the binding (at the startup check), a new
 // agent version, or a control that failed. A failure of the same agent's
@@ -48,6 +93,7 @@ func (d *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls,
 	}
 	h.policy, h.policySeen = policyNote{agent: a, c: c, err: failed}, true
 	d.mu.Unlock()
+	d.rememberAgent(b, a, failed)
 	if seen && old.agent == a && old.err == failed {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -49,9 +50,15 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 		})
 	}
 	var last error
+	note := restoreNote(ctx)
+	timeout := time.Duration(d.cfg.RestoreTimeout)
 	for i, w := range ways {
 		t0 := d.now()
-		err := w.call(ctx, native)
+		note(w.method)
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		err := w.call(wctx, native)
+		timedOut := err != nil && ctx.Err() == nil && wctx.Err() != nil
+		cancel()
 		if err == nil {
 			d.m.ObserveSessionReady(w.method, d.now().Sub(t0))
 			d.m.Restore(w.method, true)
@@ -59,13 +66,20 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 			log.Info("session restored", zap.String("native", native), zap.String("method", w.method), zap.Int("pid", a.Pid()))
 			return w.method, nil
 		}
-		d.m.Restore(w.method, false)
 		last = err
 		next := "starting a new session"
 		if i+1 < len(ways) {
 			next = "trying session/" + ways[i+1].method
 		}
-		log.Warn("session/"+w.method+" failed; "+next, zap.String("native", native), zap.Error(err))
+		if timedOut {
+			d.m.RestoreTimedOut(w.method)
+			err = fmt.Errorf("session/%s did not answer within restore_timeout %s: %w", w.method, timeout, err)
+			last = err
+			log.Warn("session/"+w.method+" did not answer within restore_timeout; "+next, zap.String("native", native), zap.Duration("restore_timeout", timeout))
+		} else {
+			d.m.Restore(w.method, false)
+			log.Warn("session/"+w.method+" failed; "+next, zap.String("native", native), zap.Error(err))
+		}
 		if ctx.Err() != nil {
 			return "", ctx.Err() // the turn's end, not the agent's failure
 		}
@@ -81,9 +95,27 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 		}
 	}
 	if last != nil {
+		note("new")
 		d.restoreFailed(binding, last, log)
 	}
 	return "", nil
+}
+
+// restoreNoteKey carries, in a spawn's context, what tells the waiting run
+// how its restore goes.
+type restoreNoteKey struct{}
+
+// WithRestoreNote makes restores under ctx call note with each method
+// they try ("new" when they fall back to a new session).
+func WithRestoreNote(ctx context.Context, note func(method string)) context.Context {
+	return context.WithValue(ctx, restoreNoteKey{}, note)
+}
+
+func restoreNote(ctx context.Context) func(string) {
+	if f, ok := ctx.Value(restoreNoteKey{}).(func(string)); ok {
+		return f
+	}
+	return func(string) {}
 }
 
 // RestoreStopped reports whether binding's restores stopped.

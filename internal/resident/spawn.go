@@ -27,12 +27,15 @@ import (
 // Process is one agent process serving one native session; the pool holds
 // it between turns.
 type Process struct {
-	a      *acp.Agent
-	native string
+	a       *acp.Agent
+	key     session.Key
+	between *between // its output between prompts
+	native  string
 
-	mu       sync.Mutex // guards briefN, briefDue, unsaved, appliedOpts, origOpts, policyMode and the usage below
+	mu       sync.Mutex // guards briefN, briefDue, facts, unsaved, appliedOpts, origOpts, policyMode and the usage below
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
+	facts    string     // the key's facts JSON the process was last given (brief in framing)
 	unsaved  bool       // native is new and not yet the key's saved session id
 	// appliedOpts are the session options residentd set on this process's
 	// session, by id; origOpts what the agent had for them before.
@@ -45,10 +48,9 @@ type Process struct {
 
 	// What the process's turns used, for per-turn deltas and the sessions
 	// listing; guarded by mu.
-	seen     acp.Usage      // the agent's last running token totals (usage_totals)
-	seenCost apitype.Amount // the session cost the agent last reported
-	used     apitype.Usage  // the sum of its turns
-	reported bool           // some turn reported usage
+	seen     acp.Usage     // the agent's last running token totals (usage_totals)
+	used     apitype.Usage // the sum of its turns
+	reported bool          // some turn reported usage
 }
 
 // TakeUnsaved reports whether the native id still has to be saved, and
@@ -68,19 +70,20 @@ func (s *Process) KeepUnsaved() {
 	s.mu.Unlock()
 }
 
-// Brief is the process's warm turns since the full brief, and whether it
-// is due anyway (the agent compacted its history).
-func (s *Process) Brief() (n int, due bool) {
+// Brief is the process's warm turns since the full brief, whether it is
+// due anyway (the agent compacted its history), and the key's facts the
+// process was last given.
+func (s *Process) Brief() (n int, due bool, facts string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.briefN, s.briefDue
+	return s.briefN, s.briefDue, s.facts
 }
 
-// BriefSent records the count after a turn's compose; a full brief pays
-// what a compaction made due.
-func (s *Process) BriefSent(n int, full bool) {
+// BriefSent records the count and the facts after a turn; a full brief
+// pays what a compaction made due.
+func (s *Process) BriefSent(n int, full bool, facts string) {
 	s.mu.Lock()
-	s.briefN = n
+	s.briefN, s.facts = n, facts
 	if full {
 		s.briefDue = false
 	}
@@ -93,6 +96,15 @@ func (s *Process) compacted() {
 	s.briefDue = true
 	s.mu.Unlock()
 }
+
+// EndAgentRun ends the agent run the process's output between prompts
+// opened, if any (why: the log's word for it).
+func (s *Process) EndAgentRun(why string) { s.between.end(why) }
+
+// Working: see pool.Worker.
+func (s *Process) Working() (bool, time.Time) { return s.between.working(s.a) }
+
+var _ pool.Worker = (*Process)(nil)
 
 func (s *Process) Native() string        { return s.native }
 func (s *Process) Pid() int              { return s.a.Pid() }
@@ -126,7 +138,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
-	if err := d.checkBackoff(b.ID); err != nil {
+	if err := d.checkBackoff(b.ID, k); err != nil {
 		return nil, lease.Cold, err
 	}
 	defer func() {
@@ -139,15 +151,21 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		return nil, lease.Cold, err
 	}
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
+	bw := &between{k: d, key: k, log: log}
+	spec.Between = bw.add
+	spec.Stray = func(native string, n int) { d.m.Stray(b.ID, n) }
 	t0 := d.now()
 	a, err := acp.Start(ctx, spec, log)
 	if err != nil {
 		release()
 		return nil, lease.Cold, err
 	}
+	bw.mu.Lock()
+	bw.pid = a.Pid()
+	bw.mu.Unlock()
 	d.m.ObserveSpawn(d.now().Sub(t0))
 	d.recordAgent(a, k, b.Command, log)
-	d.watchExit(a, k, log, func() { release(); exited() })
+	d.watchExit(a, k, log, func() { bw.end("exit"); release(); exited() })
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
@@ -165,7 +183,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			return d.live(&Process{a: a, native: want, restoredBy: how}), lease.Restored, nil
+			return d.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how}), lease.Restored, nil
 		}
 	}
 	t1 := d.now()
@@ -179,7 +197,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
-	return d.live(&Process{a: a, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
 }
 
 // agentSpec is how to start binding b's agent for key k, and a release

@@ -20,6 +20,9 @@ type Prepared struct {
 	// in full; BriefDue says it is due anyway (the agent compacted).
 	BriefCount int
 	BriefDue   bool
+	// Facts is the key's facts JSON the process was last given (brief in
+	// the framing): a warm turn says only when they changed.
+	Facts string
 }
 
 // Prepare readies process p for a turn of key k: its session options are
@@ -34,8 +37,8 @@ func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p
 	if err := d.applyPolicy(ctx, p, b, log); err != nil {
 		return Prepared{}, err
 	}
-	n, due := p.Brief()
-	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due}, nil
+	n, due, facts := p.Brief()
+	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts}, nil
 }
 
 // Settlement is how a turn that reached the agent ended.
@@ -47,6 +50,7 @@ type Settlement struct {
 	// brief (lease.Output).
 	BriefCount int
 	BriefSent  bool
+	Facts      string // the facts the turn gave the process (lease.Output)
 }
 
 // Settle is what the keeper tells the turn back.
@@ -62,7 +66,7 @@ type Settle struct {
 // tool calls the agent reported (asked or not), the usage delta, a compaction (the next warm turn carries the full brief),
 // and the binding's crash loop (a crash counts, a success ends it).
 func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) Settle {
-	p.BriefSent(s.BriefCount, s.BriefSent)
+	p.BriefSent(s.BriefCount, s.BriefSent, s.Facts)
 	for _, c := range s.Result.ToolCalls {
 		d.m.ToolCall(b.ID, c.Kind, c.Asked)
 	}
@@ -75,9 +79,9 @@ func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Lo
 	out := Settle{Usage: u}
 	switch s.Outcome {
 	case lease.OutcomeCrash:
-		d.spawnFailed(b.ID, s.Err)
+		d.keyCrashed(p.key, s.Err) // this key's process; the binding's others are fine
 	case lease.OutcomeOK:
-		d.spawnOK(b.ID)
+		d.spawnOK(b.ID, p.key)
 		out.SaveNative = p.TakeUnsaved()
 	}
 	return out

@@ -9,17 +9,19 @@ import (
 )
 
 // turnUsage turns what the agent reported for one turn into that turn's
-// usage: deltas of running totals (tokens with usage_totals, cost always,
-// as ACP reports the session's cost so far; both start at 0 in a new
-// process), priced by the binding's table when the agent gave tokens but no
-// cost. Unknown when the agent reported nothing.
+// usage: the tokens of its prompt response (deltas of running totals with
+// usage_totals, which start at 0 in a new process) or the sum of the model
+// calls it reported one by one, and its cost (package acp sums the
+// increases of the session's running cost over the turn), priced by the
+// binding's table when the agent gave tokens but no cost. Unknown when the
+// agent reported nothing.
 func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var u apitype.Usage
 	if r := res.Usage; r != nil {
 		cur := *r
-		if b.UsageTotals {
+		if b.UsageTotals && !res.PerCall {
 			cur = acp.Usage{
 				InputTokens: delta(r.InputTokens, s.seen.InputTokens), OutputTokens: delta(r.OutputTokens, s.seen.OutputTokens),
 				CacheReadTokens: delta(r.CacheReadTokens, s.seen.CacheReadTokens), CacheWriteTokens: delta(r.CacheWriteTokens, s.seen.CacheWriteTokens),
@@ -30,14 +32,8 @@ func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 	}
 	switch {
 	case res.Cost != nil:
-		// The running total is made exact first, so the turns' deltas sum
-		// to exactly what the agent reported.
-		cum := apitype.AmountOf(res.Cost.Amount)
-		c := cum - s.seenCost
-		if c < 0 {
-			c = cum // the agent started counting again
-		}
-		s.seenCost = cum
+		// package acp summed the turn's increases of the running total.
+		c := apitype.AmountOf(res.Cost.Amount)
 		u.Cost, u.Currency, u.CostSource = &c, res.Cost.Currency, "agent"
 	case res.Usage != nil && b.Prices != nil:
 		c := b.Prices.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)

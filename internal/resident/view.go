@@ -10,7 +10,8 @@ import (
 // sessions listing: its memory (0 where it cannot be read: its cgroup's,
 // covering the whole tree, when it has one with the memory controller,
 // else its RSS), how it reopened its session, what its turns used, its
-// session options now, and whether its binding's restores stopped.
+// session options now, whether it works with no turn in flight, and
+// whether its binding's restores stopped.
 func (d *Keeper) Describe(ses *apitype.Session) {
 	rss, source, err := child.Memory(ses.Pid)
 	if err != nil {
@@ -21,6 +22,7 @@ func (d *Keeper) Describe(ses *apitype.Session) {
 	if v, ok := d.procs.Load(ses.Pid); ok {
 		p := v.(*Process)
 		ses.RestoredBy, ses.Usage, ses.Options = p.restoredBy, p.usedSoFar(), p.currentOptions()
+		ses.Working, _ = p.Working()
 	}
 }
 

@@ -27,6 +27,7 @@ const (
 	DefaultBytes     = 1 << 20
 	DefaultRetention = 15 * time.Minute
 	DefaultEnded     = 256
+	DefaultPending   = 16
 )
 
 // Limits bound what runs keep in memory.
@@ -35,6 +36,9 @@ type Limits struct {
 	Bytes     int           // bytes of encoded events kept per run
 	Retention time.Duration // how long an ended run can still be read
 	Ended     int           // ended runs kept at most; the oldest go first
+	// Pending bounds the permission requests one run keeps waiting for a
+	// person; an agent's request beyond it is rejected at once.
+	Pending int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -49,6 +53,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Ended <= 0 {
 		l.Ended = DefaultEnded
+	}
+	if l.Pending <= 0 {
+		l.Pending = DefaultPending
 	}
 	return l
 }
@@ -67,6 +74,7 @@ var (
 // for concurrent use.
 type Run struct {
 	ID        string
+	Kind      string // apitype.RunKindTurn or RunKindAgent
 	Key       session.Key
 	MessageID string
 	Created   time.Time
@@ -92,7 +100,7 @@ type Run struct {
 	bytes    int
 	dropped  int64         // the seq of the last event the bounds dropped
 	last     int64         // the last seq handed out
-	changed  chan struct{} // closed and replaced on every change
+	changed  chan struct{} // closed on every change; made again by the next reader that waits (nil: nobody waits)
 	result   *apitype.Event
 	err      error
 	pending  map[string]*ask
@@ -203,28 +211,29 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 	if ev.At.IsZero() {
 		ev.At = r.now()
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.buf.Reset()
 	// Every field of an Event encodes; a Raw payload came from the agent's
 	// own valid JSON.
-	if err := enc.Encode(ev); err != nil {
+	if err := e.enc.Encode(ev); err != nil {
 		// Keep the event's place in the log as an update that says so.
 		ev = apitype.Event{Event: apitype.EventUpdate, RunID: ev.RunID, Seq: ev.Seq, At: ev.At,
 			Update: &apitype.Update{Kind: apitype.UpdateOther, Text: "an update could not be encoded: " + err.Error()}}
-		buf.Reset()
-		_ = enc.Encode(ev)
+		e.buf.Reset()
+		_ = e.enc.Encode(ev)
 	}
+	data := bytes.Clone(e.buf.Bytes())
 	if ev.Update != nil && ev.Update.Kind == apitype.UpdateMessage {
 		r.chunked = true
 	}
-	l := line{seq: ev.Seq, data: buf.Bytes(), start: ev.Event == apitype.EventStarted}
+	l := line{seq: ev.Seq, data: data, start: ev.Event == apitype.EventStarted}
 	if u := ev.Update; u != nil && (u.Kind == apitype.UpdateMessage || u.Kind == apitype.UpdateThought) && u.Raw == nil {
 		full := ev
 		l.ev = &full
 	}
 	r.lines = append(r.lines, l)
-	r.bytes += buf.Len()
+	r.bytes += len(data)
 	// Keep the newest within both bounds, and always the newest one.
 	for len(r.lines) > 1 && (len(r.lines) > r.limits.Events || r.bytes > r.limits.Bytes) {
 		r.bytes -= len(r.lines[0].data)
@@ -232,10 +241,34 @@ func (r *Run) appendLocked(ev apitype.Event) apitype.Event {
 		r.lines[0] = line{}
 		r.lines = r.lines[1:]
 	}
-	close(r.changed)
-	r.changed = make(chan struct{})
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 	return ev
 }
+
+// changedLocked returns the channel the next change closes.
+func (r *Run) changedLocked() chan struct{} {
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
+// encoder is a reusable event encoder: one buffer and one json.Encoder
+// for every event of every run, instead of a new pair each.
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
 
 // textChunk is the raw form of a text chunk, as ACP sends it.
 type textChunk struct {
@@ -267,7 +300,7 @@ func fullLine(ev apitype.Event) []byte {
 type Batch struct {
 	Lines   [][]byte        // encoded events after the asked sequence, in order
 	Last    int64           // the seq of the last line, or the asked one when none
-	Ended   bool            // the run has ended and Lines hold everything up to its end
+	Ended   bool            // the run has ended and Lines hold everything up to its end (none when the reader asked for events after its last)
 	Gone    bool            // events after the asked sequence fell out of the buffer
 	Hold    bool            // the last line is the started event: the next ones follow within moments
 	Changed <-chan struct{} // closed when there is more to read
@@ -280,7 +313,7 @@ type Batch struct {
 func (r *Run) Read(after int64, lean bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b := Batch{Last: after, Changed: r.changed}
+	b := Batch{Last: after, Changed: r.changedLocked()}
 	if after < r.dropped {
 		b.Gone = true
 		return b
@@ -299,7 +332,9 @@ func (r *Run) Read(after int64, lean bool) Batch {
 		b.Last = l.seq
 		b.Hold = l.start
 	}
-	b.Ended = r.result != nil && b.Last == r.last
+	// Ended when nothing after b.Last can come: a reader that asked for
+	// events after the run's last (after > r.last) has read its end too.
+	b.Ended = r.result != nil && b.Last >= r.last
 	return b
 }
 
@@ -318,7 +353,7 @@ func (r *Run) Result() (apitype.Event, error, bool) {
 func (r *Run) Wait() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.changed
+	return r.changedLocked()
 }
 
 // Snapshot describes the run as GET /v1/runs/{id} does.
@@ -326,7 +361,7 @@ func (r *Run) Snapshot() apitype.Run {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := apitype.Run{
-		ID: r.ID, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
+		ID: r.ID, Kind: r.Kind, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
 		Shape: r.shape, QueueReason: r.qReason, QueuePosition: r.qPos, CreatedAt: r.Created, LastSeq: r.last,
 		Attempt: r.attempt,
 	}
@@ -355,12 +390,27 @@ func (r *Run) Snapshot() apitype.Run {
 // the answer, at most timeout. It returns the chosen option id ("" for the
 // cancelled outcome) and who decided: a person, the timeout (which rejects,
 // when the agent offered a reject option) or a cancel, when ctx ends first.
-// The request and its decision are both events of the run.
+// The request and its decision are both events of the run. With
+// Limits.Pending requests already waiting, the request is rejected at once
+// (decided by the limit) and only its decision is an event: an agent that
+// floods requests holds no more than the limit's memory and goroutines.
 func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.PermissionOption, timeout time.Duration) (optionID, decidedBy string) {
 	r.mu.Lock()
 	if r.result != nil {
 		r.mu.Unlock()
 		return "", apitype.DecidedByCancel
+	}
+	if len(r.pending) >= r.limits.Pending {
+		r.nextAsk++
+		id := "perm-" + strconv.Itoa(r.nextAsk)
+		r.answered[id] = true
+		d := &apitype.PermissionDecision{RequestID: id, Tool: tc.Title, Kind: "cancelled", DecidedBy: apitype.DecidedByLimit}
+		if o, ok := permission.Pick(toPolicyOptions(options), false); ok {
+			d.OptionID, d.Kind = o.ID, o.Kind
+		}
+		r.appendLocked(apitype.Event{Event: apitype.EventPermissionDecision, Decision: d})
+		r.mu.Unlock()
+		return d.OptionID, apitype.DecidedByLimit
 	}
 	r.nextAsk++
 	a := &ask{
@@ -450,6 +500,7 @@ func (r *Run) Answer(requestID, optionID string) error {
 type Registry struct {
 	limits Limits
 	now    func() time.Time
+	feed   *Feed
 
 	mu    sync.Mutex // guards runs and ended
 	runs  map[string]*Run
@@ -461,30 +512,45 @@ func NewRegistry(l Limits, now func() time.Time) *Registry {
 	if now == nil {
 		now = time.Now
 	}
-	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}}
+	return &Registry{limits: l.withDefaults(), now: now, runs: map[string]*Run{}, feed: NewFeed(0, now)}
 }
+
+// Feed is the announcements of the registry's runs' starts and ends.
+func (g *Registry) Feed() *Feed { return g.feed }
 
 // New registers a run, starting: it is queued only once it waits for its
 // session's key or a slot (a queued event), and starting again once it
 // has them. An id still held by a run, running or ended
 // and retained, is refused with ErrInUse.
 func (g *Registry) New(id string, k session.Key, messageID string) (*Run, error) {
-	return g.NewFor(id, k, messageID, "")
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, "")
 }
 
 // NewFor is New with the run's Fingerprint.
 func (g *Registry) NewFor(id string, k session.Key, messageID, fingerprint string) (*Run, error) {
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, fingerprint)
+}
+
+// NewKind is New for a run of kind (apitype.RunKindTurn, RunKindAgent).
+// The feed announces it.
+func (g *Registry) NewKind(kind, id string, k session.Key, messageID string) (*Run, error) {
+	return g.newRun(kind, id, k, messageID, "")
+}
+
+func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint string) (*Run, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.pruneLocked()
 	if _, ok := g.runs[id]; ok {
+		g.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q; use a new run_id", ErrInUse, id)
 	}
 	r := &Run{
-		ID: id, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
-		state: apitype.RunStarting, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
+		ID: id, Kind: kind, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
+		state: apitype.RunStarting, pending: map[string]*ask{}, answered: map[string]bool{},
 	}
 	g.runs[id] = r
+	g.mu.Unlock()
+	g.feed.announce(r.announcement(apitype.FeedRunStarted))
 	return r, nil
 }
 
@@ -537,6 +603,7 @@ func (g *Registry) Bytes() int {
 }
 
 func (g *Registry) ended(r *Run) {
+	g.feed.announce(r.announcement(apitype.FeedRunEnded))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.order = append(g.order, r)

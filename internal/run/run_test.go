@@ -324,6 +324,61 @@ func TestAskCancelled(t *testing.T) {
 	}
 }
 
+// With Limits.Pending requests waiting, the next is rejected at once,
+// decided by the limit, without a request event; an answer frees a place.
+func TestAskBeyondThePendingLimit(t *testing.T) {
+	_, r, _ := newRun(t, Limits{Pending: 1})
+	done := make(chan string, 1)
+	go func() {
+		id, by := r.Ask(context.Background(), tool, options, time.Hour)
+		done <- id + "/" + by
+	}()
+	first := pendingRequest(t, r)
+	id, by := r.Ask(context.Background(), tool, options, time.Hour)
+	if id != "reject" || by != apitype.DecidedByLimit {
+		t.Fatalf("a request beyond the limit: %q by %s, want reject by the limit", id, by)
+	}
+	// No reject option: cancelled.
+	if id, by := r.Ask(context.Background(), tool, options[:2], time.Hour); id != "" || by != apitype.DecidedByLimit {
+		t.Fatalf("beyond the limit without a reject option: %q by %s", id, by)
+	}
+	evs := decode(t, r.Read(0, true).Lines)
+	if len(evs) != 3 || evs[0].Event != apitype.EventPermissionRequest || evs[1].Decision == nil || evs[2].Decision == nil {
+		t.Fatalf("events %s, want the first request and two decisions", kindsOf(evs))
+	}
+	if d := evs[1].Decision; d.DecidedBy != apitype.DecidedByLimit || d.Kind != "reject_once" || d.RequestID != "perm-2" {
+		t.Fatalf("decision %+v", d)
+	}
+	if d := evs[2].Decision; d.Kind != "cancelled" || d.OptionID != "" {
+		t.Fatalf("decision without a reject option %+v", d)
+	}
+	if err := r.Answer("perm-2", "allow"); !errors.Is(err, ErrAlreadyAnswered) {
+		t.Fatalf("answering a request the limit rejected: %v", err)
+	}
+	if err := r.Answer(first.ID, "allow"); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		id, by := r.Ask(ctx, tool, options, time.Hour)
+		done <- id + "/" + by
+	}()
+	if next := pendingRequest(t, r); next.ID != "perm-4" {
+		t.Fatalf("after an answer the next request waits: %+v", next)
+	}
+	cancel()
+	<-done
+}
+
+func kindsOf(evs []apitype.Event) []string {
+	var k []string
+	for _, ev := range evs {
+		k = append(k, ev.Event)
+	}
+	return k
+}
+
 // BenchmarkEmit is the run machinery's cost per event: numbering, encoding
 // once and buffering.
 func BenchmarkEmit(b *testing.B) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,7 +194,7 @@ func (s *Server) serveMetrics(ctx context.Context, log *zap.Logger) (srv *http.S
 	s.setListener(apitype.Listener{Name: "metrics", Addr: addr})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.Metrics)
-	srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv = &http.Server{Handler: loopbackOnly(mux), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -204,6 +205,39 @@ func (s *Server) serveMetrics(ctx context.Context, log *zap.Logger) (srv *http.S
 	}()
 	log.Info("serving metrics", zap.String("addr", addr))
 	return srv, served
+}
+
+// loopbackOnly serves only requests addressed to a loopback name and not
+// sent by a browser. A page a browser loads can reach a loopback port
+// under a name of its own that resolves there (DNS rebinding); its
+// requests then carry that name as Host, and an Origin.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") != "":
+			http.Error(w, "requests from browsers are refused: the metrics listener is for a local scraper", http.StatusForbidden)
+		case !loopbackHost(r.Host):
+			http.Error(w, fmt.Sprintf("Host %q is not a loopback name: use localhost, 127.0.0.1 or [::1]", r.Host), http.StatusForbidden)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// loopbackHost reports whether a Host header (with or without a port)
+// names this machine's loopback: localhost, 127.0.0.0/8 or ::1.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // watchdog probes the daemon every half watchdog interval (every 10s when

@@ -186,7 +186,7 @@ func channelLines(prompt string) (lines []string, newest int) {
 		case strings.HasPrefix(l, "- ["):
 			lines = append(lines, l)
 			newest++
-		case strings.HasPrefix(l, `{"channel_id"`):
+		case delivery.IsMentionLine(strings.TrimPrefix(l, "User: ")):
 			newest = 0
 		}
 	}

@@ -80,7 +80,7 @@ func (o *Options) binding(name, dir string) config.Binding {
 	own := false
 	// The shipped built-in binding, one per strategy, recording what it gets.
 	b := config.Builtin(o.AgentCommand, "")
-	b.ID, b.Handle, b.Env, b.OmitOwnPosts = "b-"+strings.ReplaceAll(name, "_", "-"), AgentHandle, o.AgentEnv, &own
+	b.ID, b.Handle, b.Env, b.OmitOwnPosts = bindingID(name), AgentHandle, o.AgentEnv, &own
 	b.Args = append(append([]string(nil), o.AgentArgs...),
 		"--state", filepath.Join(dir, "agent-"+name), "--record", recordPath(dir, name))
 	// The source's brief rides in every user turn; the daemon's own default
@@ -106,6 +106,9 @@ func (o *Options) binding(name, dir string) config.Binding {
 	}
 	return b
 }
+
+// bindingID is the id of strategy name's binding.
+func bindingID(name string) string { return "b-" + strings.ReplaceAll(name, "_", "-") }
 
 func recordPath(dir, name string) string { return filepath.Join(dir, "record-"+name+".jsonl") }
 
@@ -181,7 +184,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 					shown = done.Context.Shown
 				}
 				mu.Lock()
-				outs[run] = outcome{mention: mention - 1, ok: err == nil, reply: done.Text, shape: done.Shape, shown: shown}
+				outs[b.ID+"/"+m.ID] = outcome{mention: mention - 1, ok: err == nil, reply: done.Text, shape: done.Shape, shown: shown}
 				mu.Unlock()
 			}()
 		}
@@ -244,7 +247,6 @@ func (o *Options) open(cfg *config.Config) (*daemon.Daemon, *store.Store, func()
 // received is one prompt the agent got, joined with the daemon's outcome.
 type received struct {
 	mention int
-	runID   string
 	native  string
 	text    string
 	ok      bool
@@ -253,9 +255,10 @@ type received struct {
 	shown   []string
 }
 
-// readRecord reads an agent's --record file and joins every prompt with
-// the outcome of its run (the run id is in the newest payload line).
-func readRecord(path string, outs map[string]outcome) ([]received, error) {
+// readRecord reads the --record file of binding's agent and joins every
+// prompt with the outcome of its run (by the newest mention line's
+// message id: each binding answers each mention once).
+func readRecord(path, binding string, outs map[string]outcome) ([]received, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("sim: open agent record: %w", err)
@@ -276,12 +279,12 @@ func readRecord(path string, outs map[string]outcome) ([]received, error) {
 		if rec.Method != sdk.AgentMethodSessionPrompt {
 			continue
 		}
-		run := runID(rec.Prompt)
-		out, ok := outs[run]
+		id := mentionMessageID(rec.Prompt)
+		out, ok := outs[binding+"/"+id]
 		if !ok {
-			return nil, fmt.Errorf("sim: agent record %s: prompt of unknown run %q", path, run)
+			return nil, fmt.Errorf("sim: agent record %s: prompt for unknown mention %q", path, id)
 		}
-		got = append(got, received{mention: out.mention, runID: run, native: rec.Session, text: rec.Prompt, ok: out.ok, reply: out.reply, shape: out.shape, shown: out.shown})
+		got = append(got, received{mention: out.mention, native: rec.Session, text: rec.Prompt, ok: out.ok, reply: out.reply, shape: out.shape, shown: out.shown})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("sim: agent record %s: %w", path, err)
@@ -290,19 +293,20 @@ func readRecord(path string, outs map[string]outcome) ([]received, error) {
 	return got, nil
 }
 
-// runID reads run_id from the newest mention payload in a prompt (a cold
-// replay carries the older ones before it).
-func runID(prompt string) string {
+// mentionMessageID reads message_id from the newest mention line in a
+// prompt (a cold replay carries the older ones before it, after "User: ").
+func mentionMessageID(prompt string) string {
 	lines := strings.Split(prompt, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if !strings.HasPrefix(lines[i], `{"channel_id"`) {
+		l := strings.TrimPrefix(lines[i], "User: ")
+		if !delivery.IsMentionLine(l) {
 			continue
 		}
 		var p struct {
-			RunID string `json:"run_id"`
+			MessageID string `json:"message_id"`
 		}
-		if json.Unmarshal([]byte(lines[i]), &p) == nil && p.RunID != "" {
-			return p.RunID
+		if json.Unmarshal([]byte(l), &p) == nil && p.MessageID != "" {
+			return p.MessageID
 		}
 	}
 	return ""

@@ -108,7 +108,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		BriefTokens: tc.Count(delivery.DefaultBrief), EvictAt: evictAt, Source: o.SourceChannel, Figures: map[string]Figures{},
 	}
 	add := func(name, source, dir string, outs map[string]outcome, pre func(int) []uint, ev int) error {
-		turns, err := readRecord(recordPath(dir, source), outs)
+		turns, err := readRecord(recordPath(dir, source), bindingID(source), outs)
 		if err != nil {
 			return err
 		}

@@ -27,15 +27,15 @@ type AgentRecord struct {
 
 func pidKey(pid int) []byte { return u64(uint64(pid)) }
 
-// RecordAgent saves r under its pid, replacing any record of that pid.
+// RecordAgent saves r under its pid, replacing any record of that pid; a
+// pending ForgetAgent of the pid (a process that had it before) is dropped.
 func (s *Store) RecordAgent(r AgentRecord) error {
 	if r.Pid <= 0 {
 		return fmt.Errorf("store: record agent: pid must be positive, got %d", r.Pid)
 	}
-	// A recycled pid: the old process's pending forget must not drop r.
-	s.gmu.Lock()
+	s.fmu.Lock()
 	delete(s.forget, r.Pid)
-	s.gmu.Unlock()
+	s.fmu.Unlock()
 	v, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("store: record agent pid %d: %w", r.Pid, err)
@@ -49,52 +49,86 @@ func (s *Store) RecordAgent(r AgentRecord) error {
 	return nil
 }
 
-// ForgetAgent drops the record of pid; a missing one is not an error. The
-// record goes in the next write transaction (a turn's, usually) or at
-// Close, not in a commit of its own: Agents no longer lists it at once,
-// and a record a crash leaves behind is one the startup sweep finds gone
-// or reused (its start time tells), as after any crash.
+// ForgetAgent drops the record of pid; a missing one is not an error. It
+// commits nothing itself: the record goes in the next write transaction
+// (a turn's commit, usually), or when the store closes, so an agent's exit
+// costs no fsync pair of its own. Agents no longer lists it meanwhile; a
+// daemon killed before the next write leaves the record, which the startup
+// sweep tells from a live agent by its start time.
 func (s *Store) ForgetAgent(pid int) error {
 	if pid <= 0 {
 		return nil
 	}
-	s.gmu.Lock()
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	if s.forget == nil {
-		s.forget = map[int]bool{}
+		s.forget = make(map[int]uint64)
 	}
-	s.forget[pid] = true
-	s.gmu.Unlock()
+	s.forgetN++
+	s.forget[pid] = s.forgetN
 	return nil
 }
 
-// forgetWrite drops the agent records of pids.
-func forgetWrite(pids map[int]bool) *write {
-	return &write{done: make(chan struct{}), lead: make(chan struct{}), fn: func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketAgents)
-		for pid := range pids {
-			if err := b.Delete(pidKey(pid)); err != nil {
-				return fmt.Errorf("forget agent pid %d: %w", pid, err)
-			}
+// applyForget drops the pending agent records in tx and returns what it
+// dropped, to be cleared from the pending set once tx commits.
+func (s *Store) applyForget(tx *bolt.Tx) (map[int]uint64, error) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if len(s.forget) == 0 {
+		return nil, nil
+	}
+	b := tx.Bucket(bucketAgents)
+	out := make(map[int]uint64, len(s.forget))
+	for pid, gen := range s.forget {
+		if err := b.Delete(pidKey(pid)); err != nil {
+			return nil, fmt.Errorf("store: forget agent pid %d: %w", pid, err)
 		}
-		return nil
-	}}
+		out[pid] = gen
+	}
+	return out, nil
 }
 
-// Agents lists the recorded agent processes by pid.
+// forgotten clears what a committed transaction dropped, unless the pid was
+// forgotten again since (a later process with the same pid).
+func (s *Store) forgotten(done map[int]uint64) {
+	if len(done) == 0 {
+		return
+	}
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for pid, gen := range done {
+		if s.forget[pid] == gen {
+			delete(s.forget, pid)
+		}
+	}
+}
+
+func (s *Store) forgetPending() bool {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return len(s.forget) > 0
+}
+
+func (s *Store) forgetting(pid int) bool {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	_, ok := s.forget[pid]
+	return ok
+}
+
+// Agents lists the recorded agent processes by pid, leaving out those
+// forgotten and not yet dropped.
 func (s *Store) Agents() ([]AgentRecord, error) {
 	var out []AgentRecord
 	err := s.view(func(tx *bolt.Tx) error {
-		s.gmu.Lock()
-		defer s.gmu.Unlock()
 		return tx.Bucket(bucketAgents).ForEach(func(k, v []byte) error {
 			var r AgentRecord
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("agent %x: %w", k, err)
 			}
-			if s.forget[r.Pid] {
-				return nil // forgotten; the next write drops it
+			if !s.forgetting(r.Pid) {
+				out = append(out, r)
 			}
-			out = append(out, r)
 			return nil
 		})
 	})

@@ -61,12 +61,12 @@ func TestUnseenByArrival(t *testing.T) {
 	}
 	// Only what pick chose is decoded.
 	v, err := s.Unseen("ch", "", 0, []string{"x1", "q-not-pushed"}, func(c []channel.Candidate) []int { return []int{1} })
-	if err != nil || fmt.Sprint(ids(v.Rows)) != "[xm]" || fmt.Sprint(v.Known) != "[{x1 1 } {q-not-pushed 0 }]" {
+	if err != nil || fmt.Sprint(ids(v.Rows)) != "[xm]" || fmt.Sprint(v.Known) != "[{x1 1  ann} {q-not-pushed 0  }]" {
 		t.Fatalf("pick one: %v %v known %v", ids(v.Rows), err, v.Known)
 	}
 	// An unknown channel: nothing, and every known id missing.
 	v, err = s.Unseen("nope", "", 0, []string{"a"}, func(c []channel.Candidate) []int { return nil })
-	if err != nil || v.Seq != 0 || len(v.Rows) != 0 || fmt.Sprint(v.Known) != "[{a 0 }]" {
+	if err != nil || v.Seq != 0 || len(v.Rows) != 0 || fmt.Sprint(v.Known) != "[{a 0  }]" {
 		t.Fatalf("unknown channel: %+v %v", v, err)
 	}
 }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -174,8 +173,8 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 	last, _ := c.Last()
 	n := binary.BigEndian.Uint64(last) - binary.BigEndian.Uint64(first) + 1
 	for ; n > uint64(s.opts.MaxTurns); n-- {
-		k, _ := c.First()
-		if err := b.Delete(bytes.Clone(k)); err != nil {
+		c.First()
+		if err := c.Delete(); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -95,54 +94,5 @@ func TestAgents(t *testing.T) {
 	}
 	if err := s.RecordAgent(AgentRecord{Pid: 0}); err == nil {
 		t.Error("pid 0 accepted")
-	}
-}
-
-// A forgotten agent record costs no commit of its own: it goes with the
-// next write, or at Close. A pid recycled meanwhile keeps its new record.
-func TestForgetAgentRidesTheNextWrite(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := session.Key{Channel: "ch-a", Binding: "b-1"}
-	for _, pid := range []int{7, 8, 9} {
-		if err := s.RecordAgent(AgentRecord{Pid: pid, StartTicks: 1, Key: k}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	before := s.Commits()
-	for _, pid := range []int{7, 8, 9} {
-		if err := s.ForgetAgent(pid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := s.Commits() - before; n != 0 {
-		t.Fatalf("forgetting made %d commits", n)
-	}
-	if ag, _ := s.Agents(); len(ag) != 0 {
-		t.Fatalf("forgotten records listed: %+v", ag)
-	}
-	// Pid 8 is recycled by a new agent before any write.
-	if err := s.RecordAgent(AgentRecord{Pid: 8, StartTicks: 2, Key: k}); err != nil {
-		t.Fatal(err)
-	}
-	if n := s.Commits() - before; n != 1 {
-		t.Fatalf("the record and the forgets made %d commits, want 1", n)
-	}
-	if err := s.ForgetAgent(9); err != nil { // already gone from the file
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if ag, err := s.Agents(); err != nil || len(ag) != 1 || ag[0].Pid != 8 || ag[0].StartTicks != 2 {
-		t.Fatalf("after reopening: %+v, %v", ag, err)
 	}
 }

@@ -421,7 +421,7 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 				if err != nil {
 					return err
 				}
-				k.Seq, k.Thread = seq, timelineOf(m)
+				k.Seq, k.Thread, k.Author = seq, timelineOf(m), m.Author
 			}
 			v.Known = append(v.Known, k)
 		}

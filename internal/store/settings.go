@@ -159,3 +159,57 @@ func addSpend(tx *bolt.Tx, spend []Spend) error {
 	}
 	return nil
 }
+
+// AgentSeen is who a binding's agent said it is at initialize (its
+// agentInfo), the command line that started it, and the policy control it
+// refused if any: the daemon remembers it
+// to report, at its next start and before any process runs, how the
+// binding's permission policy reaches that agent.
+type AgentSeen struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Command string `json:"command"`
+	Failed  string `json:"failed,omitempty"` // the policy control the agent refused, if it did
+}
+
+// agentSeenPrefix prefixes a binding id in the meta bucket. No migration:
+// a file without such keys has seen no agent yet, and older daemons ignore
+// the keys.
+const agentSeenPrefix = "agent-seen/"
+
+// AgentsSeen returns the remembered agent of each binding that has started
+// one.
+func (s *Store) AgentsSeen() (map[string]AgentSeen, error) {
+	out := map[string]AgentSeen{}
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketMeta).Cursor()
+		p := []byte(agentSeenPrefix)
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			var a AgentSeen
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("agent seen for binding %q: %w", k[len(p):], err)
+			}
+			out[string(k[len(p):])] = a
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: agents seen: %w", err)
+	}
+	return out, nil
+}
+
+// SetAgentSeen remembers binding's agent.
+func (s *Store) SetAgentSeen(binding string, a AgentSeen) error {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("store: agent seen for binding %q: %w", binding, err)
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put([]byte(agentSeenPrefix+binding), v)
+	})
+	if err != nil {
+		return fmt.Errorf("store: agent seen for binding %q: %w", binding, err)
+	}
+	return nil
+}

@@ -5,6 +5,7 @@
 //
 //	meta
 //	  version                    -> uint64 big-endian schema version
+//	  agent-seen/<binding id>    -> AgentSeen (JSON): the binding's agent as it last started (no migration: absent until then)
 //	conversations
 //	  <key>                      bucket per resident key (Key)
 //	    native                   -> native ACP session id
@@ -173,10 +174,15 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	gmu     sync.Mutex   // guards leading and pending
-	leading bool         // a caller is running write transactions for the group
-	pending []*write     // writes waiting for the next transaction
-	forget  map[int]bool // agent records to drop in the next transaction (ForgetAgent)
+	gmu     sync.Mutex // guards leading and pending
+	leading bool       // a caller is running write transactions for the group
+	pending []*write   // writes waiting for the next transaction
+
+	// forget holds the agent records to drop in the next write transaction,
+	// by pid, with the generation each was asked in (see ForgetAgent).
+	fmu     sync.Mutex
+	forget  map[int]uint64
+	forgetN uint64
 
 	commits atomic.Int64 // write transactions committed
 	writes  atomic.Int64 // writes committed (several can share a transaction)
@@ -218,10 +224,6 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	s.leading = true
 	group := s.pending
 	s.pending = nil
-	if len(s.forget) > 0 {
-		group = append([]*write{forgetWrite(s.forget)}, group...)
-		s.forget = nil
-	}
 	s.gmu.Unlock()
 
 	s.commitGroup(group)
@@ -261,7 +263,12 @@ func (s *Store) commitGroup(group []*write) {
 	}()
 	for len(group) > 0 {
 		failed := -1
+		var forgot map[int]uint64
 		err := s.db.Update(func(tx *bolt.Tx) error {
+			var err error
+			if forgot, err = s.applyForget(tx); err != nil {
+				return err
+			}
 			for i, w := range group {
 				if err := w.run(s, tx); err != nil {
 					failed = i
@@ -278,6 +285,7 @@ func (s *Store) commitGroup(group []*write) {
 		if err == nil {
 			s.commits.Add(1)
 			s.writes.Add(int64(len(group)))
+			s.forgotten(forgot)
 		}
 		for _, w := range group {
 			w.finish(err)
@@ -357,19 +365,14 @@ func Open(path string, opts Options) (*Store, error) {
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		var ferr error
-		s.gmu.Lock()
-		n := len(s.forget)
-		s.gmu.Unlock()
-		if n > 0 && !s.db.IsReadOnly() {
-			// The agent records no later write took along.
-			ferr = s.update(func(*bolt.Tx) error { return nil })
+		if s.forgetPending() {
+			// The agent records still to drop go before the file closes.
+			if err := s.update(func(*bolt.Tx) error { return nil }); err != nil {
+				s.closeErr = fmt.Errorf("store: close %q: drop forgotten agent records: %w", s.path, err)
+			}
 		}
 		if err := s.db.Close(); err != nil {
-			ferr = errors.Join(ferr, err)
-		}
-		if ferr != nil {
-			s.closeErr = fmt.Errorf("store: close %q: %w", s.path, ferr)
+			s.closeErr = fmt.Errorf("store: close %q: %w", s.path, err)
 		}
 	})
 	return s.closeErr

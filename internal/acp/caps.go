@@ -1,0 +1,59 @@
+// What residentd tells an agent it understands beyond the SDK's types.
+
+package acp
+
+import (
+	"bytes"
+	"io"
+	"sync"
+)
+
+// SessionCapabilities is clientCapabilities.session as residentd sends it
+// at initialize: it handles compaction_update and notice session updates,
+// and subagent sessions (their updates reach the parent's run). The pinned
+// SDK has no typed field for them, so they are spliced into the
+// initialize request's line as it is written.
+const SessionCapabilities = `{"compaction":{},"notices":{}}`
+
+// subagentsCapability is clientCapabilities.subagents.
+const subagentsCapability = `{}`
+
+// capsWriter writes the SDK's requests to the agent's stdin, adding the
+// capabilities above to the initialize request (the SDK writes each
+// message with one Write).
+type capsWriter struct {
+	w    io.Writer
+	mu   sync.Mutex
+	done bool // the initialize line went by
+}
+
+var capsKey = []byte(`"clientCapabilities":{`)
+
+func (c *capsWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	done := c.done
+	c.mu.Unlock()
+	if done || !bytes.Contains(p, []byte(`"method":"initialize"`)) {
+		return c.w.Write(p)
+	}
+	i := bytes.Index(p, capsKey)
+	if i < 0 {
+		return c.w.Write(p)
+	}
+	c.mu.Lock()
+	c.done = true
+	c.mu.Unlock()
+	at := i + len(capsKey)
+	extra := `"session":` + SessionCapabilities + `,"subagents":` + subagentsCapability
+	if p[at] != '}' {
+		extra += ","
+	}
+	out := make([]byte, 0, len(p)+len(extra))
+	out = append(out, p[:at]...)
+	out = append(out, extra...)
+	out = append(out, p[at:]...)
+	if _, err := c.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -1,0 +1,265 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/agent"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/testkit"
+)
+
+// A turn whose agent streams 100,000 tiny chunks in a burst ends ok: every
+// update was numbered in the run's log (the oldest fell out of its bounded
+// buffer, so a follower from the start is told they are gone) and the
+// result holds the whole reply.
+func TestBurstOfUpdatesEndsOK(t *testing.T) {
+	n := 100000
+	if testkit.Race {
+		n = 5000 // still 5 times the SDK's queue; the detector makes each update slow
+	}
+	e := newEnv(t, func(c *config.Config) {
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--burst", strconv.Itoa(n))
+	})
+	ctx := context.Background()
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-burst", Binding: "b-builtin", RunID: "run-burst", Text: "@agent [[fault:burst]]"}, nil)
+	if err != nil {
+		t.Fatalf("burst turn: %v", err)
+	}
+	var want strings.Builder
+	for i := range n {
+		want.WriteString(agent.BurstChunk(i))
+	}
+	run, err := e.c.Run(ctx, "run-burst")
+	if err != nil || run.Result == nil {
+		t.Fatalf("run: %+v, %v", run, err)
+	}
+	if !strings.HasPrefix(run.Result.Text, want.String()) || !strings.Contains(run.Result.Text, "builtin turn=1") {
+		t.Fatalf("result text (%d bytes) is not the %d chunks and the reply", len(run.Result.Text), n)
+	}
+	if ev.Event != apitype.EventDone || run.State != apitype.RunSucceeded {
+		t.Fatalf("burst turn ended %+v, state %s", ev, run.State)
+	}
+	if run.LastSeq <= int64(n) {
+		t.Fatalf("run logged %d events for %d chunks", run.LastSeq, n)
+	}
+	code, body := e.rawBody(t, "GET", "/v1/runs/run-burst/events?after=0", "")
+	if code != 410 || !strings.Contains(string(body), "events_gone") {
+		t.Fatalf("follow from 0: %d %s, want 410 events_gone", code, body)
+	}
+	// The process is still the key's: the next turn is warm.
+	ev, err = e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-burst", Binding: "b-builtin", Text: "@agent again"}, nil)
+	if err != nil || ev.Shape != "warm" {
+		t.Fatalf("turn after the burst: %+v, %v", ev, err)
+	}
+}
+
+// A session/load that replays 5,000 messages restores the session: the
+// replay is swallowed, the turn is restored and ends ok.
+func TestLongLoadReplayRestores(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		c.MaxLive = 1
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--fault", agent.FaultLongReplay)
+		c.Bindings[0].RestoreMethod = "load"
+	})
+	ctx := context.Background()
+	for _, step := range []struct{ ch, shape string }{{"ch-a", "cold"}, {"ch-b", "cold"}, {"ch-a", "restored"}} {
+		ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: step.ch, Binding: "b-builtin", Text: "@agent hello"}, nil)
+		if err != nil || ev.Shape != step.shape {
+			t.Fatalf("turn in %s: %+v, %v; want %s", step.ch, ev, err, step.shape)
+		}
+		if step.shape == "restored" && strings.Contains(ev.Text, "replayed message") {
+			t.Fatalf("the replayed history leaked into the turn: %q", ev.Text)
+		}
+	}
+	sessions, err := e.c.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sessions {
+		if s.Channel == "ch-a" && s.RestoredBy != "load" {
+			t.Fatalf("ch-a restored by %q, want load", s.RestoredBy)
+		}
+	}
+}
+
+// A notice becomes an update event with its severity, title and
+// description, and is counted in the scraped metrics; a compaction_update
+// is an update event that carries the summary.
+func TestNoticeAndCompactionAreRunEvents(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var notice, compaction *apitype.Update
+	_, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-n", Binding: "b-builtin", Text: "@agent [[notice:warning]] [[compaction-update]]"}, func(ev apitype.Event) {
+		if u := ev.Update; u != nil {
+			switch u.Kind {
+			case apitype.UpdateNotice:
+				notice = u
+			case apitype.UpdateCompaction:
+				if u.Compaction != nil && u.Compaction.Status == "completed" {
+					compaction = u
+				}
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notice == nil || notice.Notice == nil || *notice.Notice != (apitype.Notice{Severity: "warning", Title: "builtin warning notice", Description: "asked for by a directive"}) {
+		t.Fatalf("notice event %+v", notice)
+	}
+	if compaction == nil || compaction.Compaction.ID != "cmp-1" || compaction.Compaction.Summary != "builtin summary of the session so far" {
+		t.Fatalf("compaction event %+v", compaction)
+	}
+	code, body := e.rawBody(t, "GET", "/metrics", "")
+	if code != 200 || !strings.Contains(string(body), `residentd_agent_notices_total{binding="b-builtin",severity="warning"} 1`) {
+		t.Fatalf("metrics (%d) lack the notice:\n%s", code, body)
+	}
+}
+
+// A session/resume that never answers cannot hang the turn: past
+// restore_timeout the restore tries session/load, and the waiting run's
+// stream says which way it is restoring.
+func TestResumeThatNeverAnswersFallsBackToLoad(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		c.MaxLive = 1
+		c.RestoreTimeout = config.Duration(500 * time.Millisecond)
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--fault", agent.FaultResumeHang)
+	})
+	ctx := context.Background()
+	for _, ch := range []string{"ch-a", "ch-b"} {
+		if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: ch, Binding: "b-builtin", Text: "@agent hello"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var methods []string
+	t0 := time.Now()
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-a", Binding: "b-builtin", Text: "@agent again"}, func(ev apitype.Event) {
+		if ev.Event == apitype.EventRestoring {
+			methods = append(methods, ev.Method)
+		}
+	})
+	if err != nil || ev.Shape != "restored" {
+		t.Fatalf("restored turn: %+v, %v", ev, err)
+	}
+	if strings.Join(methods, ",") != "resume,load" {
+		t.Fatalf("restoring events %q, want resume then load", methods)
+	}
+	if d := time.Since(t0); d > 30*time.Second {
+		t.Fatalf("the restore took %v", d)
+	}
+	code, body := e.rawBody(t, "GET", "/metrics", "")
+	if code != 200 || !strings.Contains(string(body), `residentd_session_restores_total{method="resume",result="timeout"} 1`) {
+		t.Fatalf("metrics (%d) lack the timed-out resume:\n%s", code, body)
+	}
+}
+
+// feedReader follows GET /v1/events?after=after; lines come on the channel
+// (keepalives left out) until the test ends.
+func feedReader(t *testing.T, e *env, after int64) <-chan apitype.FeedEvent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://residentd/v1/events?after="+strconv.FormatInt(after, 10), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/events: %s", resp.Status)
+	}
+	out := make(chan apitype.FeedEvent, 64)
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			var ev apitype.FeedEvent
+			if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Event == apitype.EventKeepalive {
+				continue
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func nextFeed(t *testing.T, ch <-chan apitype.FeedEvent) apitype.FeedEvent {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatal("no feed announcement within 30s")
+	}
+	return apitype.FeedEvent{}
+}
+
+// Output the agent sends after its prompt returned becomes an agent run:
+// announced on the feed, listed, with its text as the result and in the
+// key's conversation; a client that re-attaches to the feed after a seq
+// gets exactly the announcements after it.
+func TestAgentRunOnTheFeed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	feed := feedReader(t, e, 0)
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-later", Binding: "b-builtin", RunID: "run-later", Text: "@agent [[later:100ms]] go on"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []apitype.FeedEvent
+	var agentRun string
+	for agentRun == "" {
+		a := nextFeed(t, feed)
+		seen = append(seen, a)
+		if a.Event == apitype.FeedRunEnded && a.Kind == apitype.RunKindAgent {
+			agentRun = a.RunID
+		}
+	}
+	// run-later started and ended, the agent run started and ended, in order.
+	var got []string
+	for _, a := range seen {
+		got = append(got, a.Event+" "+a.Kind)
+		if a.Seq != seen[0].Seq+int64(len(got)-1) {
+			t.Fatalf("feed seqs not consecutive: %+v", seen)
+		}
+	}
+	if strings.Join(got, ",") != "run_started turn,run_ended turn,run_started agent,run_ended agent" || seen[0].RunID != ev.RunID || seen[3].State != apitype.RunSucceeded {
+		t.Fatalf("feed %+v", seen)
+	}
+	run, err := e.c.Run(ctx, agentRun)
+	if err != nil || run.Kind != apitype.RunKindAgent || run.Channel != "ch-later" || run.Result == nil || run.Result.Text != "later output, after the prompt returned" {
+		t.Fatalf("agent run %+v (err %v)", run, err)
+	}
+	runs, err := e.c.Runs(ctx)
+	if err != nil || !slices.ContainsFunc(runs, func(r apitype.Run) bool { return r.ID == agentRun }) {
+		t.Fatalf("GET /v1/runs %+v (err %v) lacks the agent run", runs, err)
+	}
+	// Re-attach after the first announcement: exactly the three after it.
+	again := feedReader(t, e, seen[0].Seq)
+	for i := 1; i < len(seen); i++ {
+		a := nextFeed(t, again)
+		if a.Seq != seen[i].Seq || a.RunID != seen[i].RunID || a.Event != seen[i].Event {
+			t.Fatalf("re-attached feed line %d: %+v, want %+v", i, a, seen[i])
+		}
+	}
+	select {
+	case a := <-again:
+		t.Fatalf("re-attached feed sent more: %+v", a)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

@@ -1,0 +1,163 @@
+// What an agent says with no prompt in flight: a turn it started itself,
+// background work that ended, a late message. It becomes an agent run of
+// the key (kind "agent"): numbered events, a result, listed with the
+// others and announced on the feed, its reply stored in the key's
+// conversation so a cold replay includes it.
+
+package resident
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/run"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// DefaultAgentQuiet is how long an agent run waits for more output before
+// it ends.
+const DefaultAgentQuiet = 2 * time.Second
+
+// between gathers one process's output between prompts into agent runs.
+// Its methods are safe for concurrent use; add runs on the agent's reader.
+type between struct {
+	k   *Keeper
+	key session.Key
+	pid int
+	log *zap.Logger
+
+	mu     sync.Mutex
+	r      *run.Run // the open agent run, nil between them
+	native string
+	text   strings.Builder
+	timer  *time.Timer
+	closed bool      // the process is gone: no new runs
+	last   time.Time // the last output between prompts
+
+	since time.Time // when the process began working, zero while it is not
+	over  bool      // it worked past background_limit (logged once)
+}
+
+// working reports whether the process works with no turn in flight — an
+// agent run is open, or the agent reported work running — and when it
+// last did; past background_limit it no longer counts, with a log line.
+func (bw *between) working(a *acp.Agent) (bool, time.Time) {
+	agentWorks, changed := a.Working()
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	last := bw.last
+	if changed.After(last) {
+		last = changed
+	}
+	now := bw.k.now()
+	if !agentWorks && bw.r == nil {
+		bw.since, bw.over = time.Time{}, false
+		return false, last
+	}
+	if bw.since.IsZero() {
+		bw.since = now
+	}
+	limit := time.Duration(bw.k.cfg.BackgroundLimit)
+	if now.Sub(bw.since) < limit {
+		return true, last
+	}
+	if !bw.over {
+		bw.over = true
+		bw.log.Warn("agent has been working with no turn in flight for longer than background_limit; it may now be stopped as idle or evicted", zap.Duration("background_limit", limit), zap.Time("working_since", bw.since))
+	}
+	return false, bw.since.Add(limit)
+}
+
+// add logs u in the open agent run, opening one first.
+func (bw *between) add(native string, u acp.Update) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if bw.closed {
+		return
+	}
+	bw.last = bw.k.now()
+	if bw.r == nil && !opensRun(u) {
+		return // session state (commands, title, usage), not something said
+	}
+	if bw.r == nil {
+		r, err := bw.k.runs.NewKind(apitype.RunKindAgent, agentRunID(), bw.key, "")
+		if err != nil {
+			bw.log.Error("agent output between prompts: open its run", zap.Error(err))
+			return
+		}
+		bw.r, bw.native = r, native
+		bw.text.Reset()
+		r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: apitype.ShapeAgent, Native: native, Pid: bw.pid})
+		bw.k.m.AgentRun()
+		bw.log.Info("agent output between prompts: agent run started", zap.String("run", r.ID), zap.String("native", native))
+		bw.timer = time.AfterFunc(bw.k.agentQuiet, func() { bw.end("quiet") })
+	} else {
+		bw.timer.Reset(bw.k.agentQuiet)
+	}
+	if u.Kind == acp.KindPermission {
+		return // decided by policy out of turn; the log has it
+	}
+	up := u.Update
+	if up.Kind == apitype.UpdateMessage && up.Subagent == "" {
+		bw.text.WriteString(up.Text)
+	}
+	bw.r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
+}
+
+// agentRunID is a new agent run's id.
+func agentRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "agent-run-" + hex.EncodeToString(b[:])
+}
+
+// opensRun: u is something the agent said or did — a message, a thought,
+// a tool call, a plan, a notice, a compaction, a subagent's update — not
+// session state (its commands, title, context use, options), which goes
+// into an open agent run but opens none.
+func opensRun(u acp.Update) bool {
+	if u.Subagent != "" {
+		return true
+	}
+	switch u.Kind {
+	case apitype.UpdateMessage, apitype.UpdateThought, apitype.UpdateToolCall, apitype.UpdateToolUpdate,
+		apitype.UpdatePlan, apitype.UpdateNotice, apitype.UpdateCompaction:
+		return true
+	}
+	return false
+}
+
+// end ends the open agent run, if any: done with its text, which joins the
+// key's conversation. why is logged (quiet, prompt, exit). It holds the
+// lock throughout, so the process's exit (which the daemon's Close waits
+// for) waits for an end the quiet timer began.
+func (bw *between) end(why string) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	r, text, native := bw.r, bw.text.String(), bw.native
+	bw.r = nil
+	if bw.timer != nil {
+		bw.timer.Stop()
+		bw.timer = nil
+	}
+	if why == "exit" {
+		bw.closed = true
+	}
+	if r == nil {
+		return
+	}
+	if text != "" {
+		if err := bw.k.st.AppendTurns(bw.key, session.Turn{Role: session.RoleAssistant, Text: text, At: bw.k.now()}); err != nil {
+			bw.log.Error("agent output between prompts: storing it in the key's conversation failed", zap.String("run", r.ID), zap.Error(err))
+		}
+	}
+	r.Finish(apitype.Event{Event: apitype.EventDone, Shape: apitype.ShapeAgent, Native: native, Text: text, Watermark: apitype.WatermarkNone}, nil)
+	bw.log.Info("agent output between prompts: agent run done", zap.String("run", r.ID), zap.String("why", why), zap.Int("chars", len(text)))
+}
