@@ -297,8 +297,8 @@ func TestTurnIsOneCommit(t *testing.T) {
 	h := newHarness(t)
 	// Cold: the run accepted and started, the agent record (durable before
 	// the prompt, for the leftover sweep), then the turn with the new
-	// native id in its one commit; and, at the binding's first start only,
-	// who its agent is, for the next daemon start's policy report.
+	// native id in its one commit (with who the binding's agent is, for the
+	// next daemon start's policy report).
 	h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: "before the first mention"},
 		channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent first"})
 	before := h.st.Commits()
@@ -306,8 +306,8 @@ func TestTurnIsOneCommit(t *testing.T) {
 	if reply(t, first); first.done.Shape != "cold" || first.done.Context.Lines != 1 {
 		t.Fatalf("first turn: %+v", first.done)
 	}
-	if n := h.st.Commits() - before; n != 4 {
-		t.Fatalf("cold turn (the binding's first start): %d commits, want 4", n)
+	if n := h.st.Commits() - before; n != 3 {
+		t.Fatalf("cold turn: %d commits, want 3", n)
 	}
 	if native, _ := h.st.NativeID(session.Key{Channel: "ch", Binding: "b-builtin"}); native == "" {
 		t.Fatal("the cold turn did not save its native session id")
