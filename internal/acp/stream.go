@@ -45,8 +45,20 @@ type envelope struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
 	Params struct {
-		SessionID string     `json:"sessionId"`
-		Update    wireUpdate `json:"update"`
+		SessionID string       `json:"sessionId"`
+		Update    updateFields `json:"update"`
+	} `json:"params"`
+}
+
+// updateFields is a wireUpdate without its UnmarshalJSON, so that an
+// update line decodes in one pass (a nested Unmarshal checks and decodes
+// the update's bytes over again); dispatch fetches raw when it is needed.
+type updateFields wireUpdate
+
+// rawUpdate is an update line's update as the agent wrote it.
+type rawUpdate struct {
+	Params struct {
+		Update json.RawMessage `json:"update"`
 	} `json:"params"`
 }
 
@@ -99,7 +111,18 @@ func (a *Agent) dispatch(line []byte) bool {
 	if err := json.Unmarshal(line, &env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
 		return false // the SDK reads it, and logs what it cannot
 	}
-	a.route(env.Params.SessionID, &env.Params.Update)
+	u := (*wireUpdate)(&env.Params.Update)
+	if !u.plainText() {
+		// What the typed fields fall short of (wireUpdate.UnmarshalJSON
+		// keeps the same bytes); a plain text chunk, the common update,
+		// needs no second pass.
+		var r rawUpdate
+		if err := json.Unmarshal(line, &r); err != nil {
+			return false
+		}
+		u.raw = r.Params.Update
+	}
+	a.route(env.Params.SessionID, u)
 	return true
 }
 
