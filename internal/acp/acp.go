@@ -143,6 +143,8 @@ type Agent struct {
 	root string // Spec.Dir with symlinks resolved: the fs confinement root
 	log  *zap.Logger
 
+	lines lineDecoder // the pump's, for update lines
+
 	proc      *child.Process
 	pid       int
 	done      <-chan struct{} // proc.Done()
