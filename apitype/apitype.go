@@ -609,6 +609,20 @@ type Message struct {
 	BindingID string    `json:"binding_id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	Body      string    `json:"body"`
+	// Attachments are files the message carries (see Attachment).
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is one file a pushed message carries: by Path, a file inside
+// the daemon's attachments folder (config attachments.dir; relative to it
+// or absolute), or inline as Data (standard base64), never both. Type is
+// its media type (image/png, text/plain, application/pdf, …), checked
+// against its content; Name defaults to the path's last element.
+type Attachment struct {
+	Name string `json:"name,omitempty"`
+	Type string `json:"type"`
+	Path string `json:"path,omitempty"`
+	Data string `json:"data,omitempty"`
 }
 
 // MessagesRequest is POST /v1/messages: one message, a batch or a backfill.
@@ -654,38 +668,39 @@ const MaxIDBytes = 256
 
 // Error codes. The HTTP status that carries each is in docs/API.md.
 const (
-	CodeBadRequest       = "bad_request"
-	CodeInvalidMessage   = "invalid_message"
-	CodeForbidden        = "forbidden"
-	CodeForbiddenOrigin  = "forbidden_origin"
-	CodeUnknownBinding   = "unknown_binding"
-	CodeUnknownRun       = "unknown_run"
-	CodeUnknownThread    = "unknown_thread" // thread_root_id names no message or thread of the channel
-	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeRunInUse         = "run_in_use"
-	CodePayloadTooLarge  = "payload_too_large"
-	CodeCancelled        = "cancelled"
-	CodeAgentStartFailed = "agent_start_failed"
-	CodeAgentCrashed     = "agent_crashed"
-	CodeAgentFailed      = "agent_failed"
-	CodeAgentBackoff     = "agent_backoff"
-	CodeQueueFull        = "queue_full"
-	CodeQueueTimeout     = "queue_timeout"
-	CodeShuttingDown     = "shutting_down"
-	CodeTimeout          = "timeout"
-	CodeInternal         = "internal"
-	CodeRunEnded         = "run_ended"        // the run already ended; nothing to cancel
-	CodeEventsGone       = "events_gone"      // the events asked for fell out of the run's buffer
-	CodeUnknownRequest   = "unknown_request"  // no such permission request on the run
-	CodeBadOption        = "bad_option"       // the option id is not one the agent offered
-	CodeAlreadyAnswered  = "already_answered" // the permission request was answered already
-	CodeBudgetExceeded   = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
-	CodeInvalidOption    = "invalid_option"   // a session option id or value the binding's agent does not list
-	CodeStoreDamaged     = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
-	CodeNestingTooDeep   = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
-	CodeInvalidID        = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
-	CodeInterrupted      = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
+	CodeBadRequest        = "bad_request"
+	CodeInvalidMessage    = "invalid_message"
+	CodeInvalidAttachment = "invalid_attachment" // an attachment refused at push; nothing of the batch was written
+	CodeForbidden         = "forbidden"
+	CodeForbiddenOrigin   = "forbidden_origin"
+	CodeUnknownBinding    = "unknown_binding"
+	CodeUnknownRun        = "unknown_run"
+	CodeUnknownThread     = "unknown_thread" // thread_root_id names no message or thread of the channel
+	CodeNotFound          = "not_found"
+	CodeMethodNotAllowed  = "method_not_allowed"
+	CodeRunInUse          = "run_in_use"
+	CodePayloadTooLarge   = "payload_too_large"
+	CodeCancelled         = "cancelled"
+	CodeAgentStartFailed  = "agent_start_failed"
+	CodeAgentCrashed      = "agent_crashed"
+	CodeAgentFailed       = "agent_failed"
+	CodeAgentBackoff      = "agent_backoff"
+	CodeQueueFull         = "queue_full"
+	CodeQueueTimeout      = "queue_timeout"
+	CodeShuttingDown      = "shutting_down"
+	CodeTimeout           = "timeout"
+	CodeInternal          = "internal"
+	CodeRunEnded          = "run_ended"        // the run already ended; nothing to cancel
+	CodeEventsGone        = "events_gone"      // the events asked for fell out of the run's buffer
+	CodeUnknownRequest    = "unknown_request"  // no such permission request on the run
+	CodeBadOption         = "bad_option"       // the option id is not one the agent offered
+	CodeAlreadyAnswered   = "already_answered" // the permission request was answered already
+	CodeBudgetExceeded    = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
+	CodeInvalidOption     = "invalid_option"   // a session option id or value the binding's agent does not list
+	CodeStoreDamaged      = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
+	CodeNestingTooDeep    = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
+	CodeInvalidID         = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
+	CodeInterrupted       = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

@@ -151,6 +151,7 @@ type Agent struct {
 	conn      *sdk.ClientSideConnection
 	canLoad   bool
 	canResume bool
+	caps      PromptCaps
 	canSteer  bool // _meta.steering.supported in the initialize answer
 	canClose  bool
 	info      Info           // the agentInfo of initialize's answer
@@ -298,6 +299,8 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	a.canLoad = resp.AgentCapabilities.LoadSession
 	a.canClose = resp.AgentCapabilities.SessionCapabilities.Close != nil
 	a.canResume = resp.AgentCapabilities.SessionCapabilities.Resume != nil
+	pc := resp.AgentCapabilities.PromptCapabilities
+	a.caps = PromptCaps{Image: pc.Image, EmbeddedContext: pc.EmbeddedContext}
 	a.canSteer = steeringSupported(resp.Meta) || steeringSupported(resp.AgentCapabilities.Meta)
 	if ai := resp.AgentInfo; ai != nil {
 		a.info = Info{Name: ai.Name, Version: ai.Version}
@@ -546,6 +549,12 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 // it reached the agent returns, with its error, what the agent had reported
 // (see partial).
 func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)) (Result, error) {
+	return a.PromptWith(ctx, native, text, nil, on)
+}
+
+// PromptWith is Prompt with attachments, sent as Blocks makes them for
+// this agent.
+func (a *Agent) PromptWith(ctx context.Context, native, text string, atts []Attachment, on func(Update)) (Result, error) {
 	op := fmt.Sprintf("prompt session %q", native)
 	a.mu.Lock()
 	r, ok := a.routes[native]
@@ -578,10 +587,11 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 	}
 	answered := make(chan answer, 1)
 	finished := make(chan struct{})
+	blocks := Blocks(text, atts, a.caps)
 	reqCtx, stopReq := context.WithCancel(context.Background())
 	go func() {
 		defer close(finished)
-		resp, err := a.conn.Prompt(reqCtx, sdk.PromptRequest{SessionId: sdk.SessionId(native), Prompt: []sdk.ContentBlock{sdk.TextBlock(text)}})
+		resp, err := a.conn.Prompt(reqCtx, sdk.PromptRequest{SessionId: sdk.SessionId(native), Prompt: blocks})
 		answered <- answer{resp, err}
 	}()
 	// The request goroutine ends when its answer arrives, the connection

@@ -122,6 +122,8 @@ type options struct {
 	noClose   bool
 	noResume  bool
 	noOptions bool
+	image     bool // advertise promptCapabilities.image
+	embedded  bool // advertise promptCapabilities.embeddedContext
 	noModes   bool
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
@@ -151,6 +153,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
 	fs.BoolVar(&o.noOptions, "no-options", false, "list no session config options (model, mode, verbose)")
+	fs.BoolVar(&o.image, "image", false, "advertise promptCapabilities.image: take image blocks in a prompt")
+	fs.BoolVar(&o.embedded, "embedded-context", false, "advertise promptCapabilities.embeddedContext: take embedded resource blocks in a prompt")
 	fs.BoolVar(&o.noModes, "no-modes", false, "list no session modes (auto, manual)")
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
@@ -422,10 +426,18 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		}
 	}
 	text := strings.Join(parts, "\n")
+	blocks, err := b.blocks(p.Prompt)
+	if err != nil {
+		return acp.PromptResponse{}, err
+	}
 	b.mu.Lock()
 	n, cwd, mcp, opts := s.count+1, s.Cwd, s.MCPServers, maps.Clone(s.options)
 	b.mu.Unlock()
-	b.record(map[string]any{"method": acp.AgentMethodSessionPrompt, "session": id, "turn": n, "prompt": text, "cwd": cwd, "mcp_servers": mcp, "options": opts})
+	line := map[string]any{"method": acp.AgentMethodSessionPrompt, "session": id, "turn": n, "prompt": text, "cwd": cwd, "mcp_servers": mcp, "options": opts}
+	if len(blocks) > 0 {
+		line["blocks"] = blocks
+	}
+	b.record(line)
 
 	fault := b.opts.fault
 	if m := faultDirective().FindAllStringSubmatch(text, -1); len(m) > 0 {
@@ -836,7 +848,7 @@ func (b *builtin) reopen(method, id, cwd string, servers []acp.McpServer, off bo
 
 // capabilities is what the agent advertises at initialize.
 func (b *builtin) capabilities() acp.AgentCapabilities {
-	c := acp.AgentCapabilities{LoadSession: !b.opts.noLoad}
+	c := acp.AgentCapabilities{LoadSession: !b.opts.noLoad, PromptCapabilities: acp.PromptCapabilities{Image: b.opts.image, EmbeddedContext: b.opts.embedded}}
 	if !b.opts.noClose {
 		c.SessionCapabilities.Close = &acp.SessionCloseCapabilities{}
 	}

@@ -69,7 +69,7 @@ type Sessions interface {
 // Channel is what the desktop app pushes and the agents' tools read
 // (*feed.Feed).
 type Channel interface {
-	PutMessages(msgs []channel.Message) (apitype.MessagesResponse, error)
+	Push(batch []feed.Push) (apitype.MessagesResponse, error)
 	DeleteMessage(ch, id string) error
 	History(ch, thread, before string, limit int) ([]apitype.HistoryMessage, string, error)
 	HasMessage(ch, id string) (bool, error)
@@ -321,7 +321,7 @@ func classify(err error) (int, string) {
 // statusOf is the HTTP status that carries an error code.
 func statusOf(code string) int {
 	switch code {
-	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption, apitype.CodeNestingTooDeep, apitype.CodeInvalidID:
+	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeInvalidAttachment, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption, apitype.CodeNestingTooDeep, apitype.CodeInvalidID:
 		return http.StatusBadRequest
 	case apitype.CodeBudgetExceeded:
 		return http.StatusTooManyRequests
@@ -513,6 +513,8 @@ type wireMessage struct {
 	BindingID  string `json:"binding_id,omitempty"`
 	CreatedAt  string `json:"created_at"`
 	Body       string `json:"body"`
+
+	Attachments []apitype.Attachment `json:"attachments,omitempty"`
 }
 
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
@@ -525,7 +527,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: messages must hold at least one message", errBadRequest))
 		return
 	}
-	msgs := make([]channel.Message, len(req.Messages))
+	msgs := make([]feed.Push, len(req.Messages))
 	for i, m := range req.Messages {
 		nth := func(name string) string { return fmt.Sprintf("messages[%d].%s", i, name) }
 		if err := checkIDs(field(nth("id"), m.ID), field(nth("channel_id"), m.Channel), field(nth("thread_root_id"), m.ThreadRoot), field(nth("binding_id"), m.BindingID)); err != nil {
@@ -537,9 +539,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			fail(w, fmt.Errorf("%w %q (message %d of %d): created_at %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z; nothing of the batch was stored", channel.ErrInvalid, m.ID, i, len(req.Messages), m.CreatedAt))
 			return
 		}
-		msgs[i] = channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}
+		msgs[i] = feed.Push{Message: channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}, Attachments: m.Attachments}
 	}
-	res, err := s.feed.PutMessages(msgs)
+	res, err := s.feed.Push(msgs)
 	if err != nil {
 		fail(w, err)
 		return

@@ -42,7 +42,31 @@ type Message struct {
 	First uint64 `json:"first_seq,omitempty"`
 	// Edited is set once the body was changed after the first push.
 	Edited bool `json:"edited,omitempty"`
+	// Attachments are the files of the first push, stored by content hash;
+	// an edit changes the body only.
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
+
+// Attachment is one file a message carries: its name and media type as
+// pushed, its size and the SHA-256 of its content, by which the store
+// keeps it once however many messages carry it.
+type Attachment struct {
+	Name   string `json:"name"`
+	Type   string `json:"type"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Path is where the store keeps the content; set when read back, never
+	// stored (the folder may move with the state file).
+	Path string `json:"-"`
+	// Message and Author name the message that carries it, for a turn.
+	Message string `json:"-"`
+	Author  string `json:"-"`
+}
+
+// ErrInvalidAttachment classifies an attachment refused at push: too
+// large, unreadable, outside the attachments folder, or not of the type it
+// declares. Nothing of its batch is written.
+var ErrInvalidAttachment = errors.New("invalid attachment")
 
 // ErrInvalid classifies a message the daemon refuses to store.
 var ErrInvalid = errors.New("invalid channel message")
@@ -248,6 +272,9 @@ type View struct {
 	Total, Candidates int
 	// Known are the ids asked about, in order.
 	Known []Known
+	// Attached are the attachments of the known ids the channel holds, by
+	// id (none when they carry none).
+	Attached map[string][]Attachment
 }
 
 // Known is where one id the prompt carries lives: the arrival of its

@@ -228,6 +228,22 @@ type Config struct {
 
 	// Budgets are daily spending limits per binding and per channel.
 	Budgets Budgets `json:"budgets,omitempty"`
+
+	// Attachments are the files a pushed message may carry.
+	Attachments Attachments `json:"attachments,omitempty"`
+}
+
+// DefaultAttachmentMaxBytes bounds one attachment when attachments.max_bytes
+// is not set: 5 MiB, the largest image the agents in use take.
+const DefaultAttachmentMaxBytes = 5 << 20
+
+// Attachments says where a pushed message's attachments may come from.
+type Attachments struct {
+	// Dir is the folder a push may name files in (attachments[].path,
+	// relative to it or absolute inside it); "" refuses every path.
+	Dir string `json:"dir,omitempty"`
+	// MaxBytes bounds one attachment's content, by path or inline.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
 // Budgets are optional daily spending limits. A day starts at Reset in
@@ -405,6 +421,9 @@ func (c *Config) SetDefaults() {
 	if c.YieldAfter <= 0 {
 		c.YieldAfter = 4
 	}
+	if c.Attachments.MaxBytes <= 0 {
+		c.Attachments.MaxBytes = DefaultAttachmentMaxBytes
+	}
 	if c.AgentGrace <= 0 {
 		c.AgentGrace = Duration(5 * time.Second)
 	}
@@ -477,6 +496,9 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	if len(c.Bindings) == 0 {
 		return fmt.Errorf("%w: no bindings; add one under \"bindings\"", ErrInvalid)
+	}
+	if d := c.Attachments.Dir; d != "" && !filepath.IsAbs(d) {
+		return fmt.Errorf("%w: attachments.dir %q must be an absolute path", ErrInvalid, d)
 	}
 	seen := map[string]bool{}
 	for i, b := range c.Bindings {

@@ -23,6 +23,8 @@ func Code(err error) string {
 		return ""
 	case errors.Is(err, ErrBadRequest):
 		return apitype.CodeBadRequest
+	case errors.Is(err, channel.ErrInvalidAttachment):
+		return apitype.CodeInvalidAttachment
 	case errors.Is(err, channel.ErrInvalid):
 		return apitype.CodeInvalidMessage
 	case errors.Is(err, ErrUnknownBinding):

@@ -117,7 +117,7 @@ func TestInterruptedNotRetried(t *testing.T) {
 		t.Fatalf("the queued run after the restart: %+v %v", ev, err)
 	}
 	got := prompts()
-	if len(got) != 2 || !strings.Contains(got[1], `"run_id":"run-next"`) {
+	if len(got) != 2 || !strings.Contains(got[1], `"message_id":"q2"`) {
 		t.Fatalf("prompts after the restart: %d", len(got))
 	}
 }

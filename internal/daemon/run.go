@@ -363,7 +363,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	}
 	// Output the agent sent before this prompt is its own run, ended now.
 	co.Session.EndAgentRun("prompt")
-	res, err := co.Session.Prompt(tctx, text, func(u acp.Update) {
+	res, err := co.Session.Prompt(tctx, text, out.Attachments, func(u acp.Update) {
 		if first {
 			first = false
 			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))

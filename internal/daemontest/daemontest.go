@@ -92,7 +92,7 @@ func (h *Daemon) open() error {
 		st.Close()
 		return err
 	}
-	h.Daemon, h.Store, h.Metrics, h.Feed = d, st, o.Metrics, feed.New(st, o.Metrics)
+	h.Daemon, h.Store, h.Metrics, h.Feed = d, st, o.Metrics, feed.New(st, o.Metrics, h.Config.Attachments)
 	return nil
 }
 

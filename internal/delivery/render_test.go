@@ -535,7 +535,8 @@ func TestRenderDoesNotModifyRows(t *testing.T) {
 	rows := []channel.Message{msg("m2", "ben", "b", 2), msg("m1", "aiko", "a", 1)}
 	orig := slices.Clone(rows)
 	Render(Block{Rows: rows}, DefaultRenderOptions())
-	if !slices.Equal(rows, orig) {
+	// Messages carry attachments, a slice: compared deeply.
+	if !slices.EqualFunc(rows, orig, func(a, b channel.Message) bool { return reflect.DeepEqual(a, b) }) {
 		t.Errorf("Render reordered its input: %v", rows)
 	}
 }

@@ -39,10 +39,11 @@ func (n *node) recorded(env []string, args ...string) {
 	n.start(append([]string{"--config", path}, args...)...)
 }
 
-var lastRunID = regexp.MustCompile(`"run_id":"([^"]*)"`)
+var lastMention = regexp.MustCompile(`"message_id":"([^"]*)"`)
 
-// prompts counts the prompts the agent received per run id: the run id of
-// a prompt's newest mention payload.
+// prompts counts the prompts the agent received per mention: the message
+// id of a prompt's newest mention line (each run of these tests answers
+// its own message).
 func (n *node) prompts() map[string]int {
 	n.t.Helper()
 	out := map[string]int{}
@@ -64,20 +65,21 @@ func (n *node) prompts() map[string]int {
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Method != "session/prompt" {
 			continue
 		}
-		if m := lastRunID.FindAllStringSubmatch(rec.Prompt, -1); len(m) > 0 {
+		if m := lastMention.FindAllStringSubmatch(rec.Prompt, -1); len(m) > 0 {
 			out[m[len(m)-1][1]]++
 		}
 	}
 	return out
 }
 
-// waitPrompted waits until the agent has received a prompt for run id.
+// waitPrompted waits until the agent has received a prompt for the
+// mention with message id id.
 func (n *node) waitPrompted(id string) {
 	n.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for n.prompts()[id] == 0 {
 		if time.Now().After(deadline) {
-			n.t.Fatalf("run %s never reached the agent", id)
+			n.t.Fatalf("mention %s never reached the agent", id)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -147,7 +149,7 @@ func TestSIGKILLAtEachStepOfATurn(t *testing.T) {
 				if serr != nil {
 					t.Fatal(serr)
 				}
-				n.waitPrompted(req.RunID)
+				n.waitPrompted(req.MessageID)
 				// A second mention waits behind the first.
 				if r, err := n.c.Submit(ctx, queued); err != nil || (r.State != apitype.RunQueued && r.State != apitype.RunStarting) {
 					t.Fatalf("second mention: %+v %v", r, err)
@@ -191,11 +193,11 @@ func TestSIGKILLAtEachStepOfATurn(t *testing.T) {
 				}
 			}
 			got := n.prompts()
-			if got[req.RunID] != tt.prompts {
-				t.Fatalf("run %s prompted %d times, want %d (%v)", req.RunID, got[req.RunID], tt.prompts, got)
+			if got[req.MessageID] != tt.prompts {
+				t.Fatalf("run %s prompted %d times, want %d (%v)", req.RunID, got[req.MessageID], tt.prompts, got)
 			}
-			if tt.step == "mid-prompt" && got[queued.RunID] != 1 {
-				t.Fatalf("the queued run was prompted %d times", got[queued.RunID])
+			if tt.step == "mid-prompt" && got[queued.MessageID] != 1 {
+				t.Fatalf("the queued run was prompted %d times", got[queued.MessageID])
 			}
 			n.cmd.Process.Signal(syscall.SIGTERM)
 			n.cmd.Wait()
@@ -216,7 +218,7 @@ func TestSIGTERMKeepsRuns(t *testing.T) {
 	if _, err := n.c.Submit(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	n.waitPrompted(first.RunID)
+	n.waitPrompted(first.MessageID)
 	second := apitype.TurnRequest{Channel: "ch", Binding: "b-rec", MessageID: "q2", RunID: "run-next", Text: "@agent and this"}
 	if _, err := n.c.Submit(ctx, second); err != nil {
 		t.Fatal(err)
@@ -243,7 +245,7 @@ func TestSIGTERMKeepsRuns(t *testing.T) {
 			t.Fatalf("%s: attempt %d, want %d (%v)", tt.id, run.Attempt, tt.attempts, err)
 		}
 	}
-	if got := n.prompts(); got[first.RunID] != 2 || got[second.RunID] != 1 {
+	if got := n.prompts(); got[first.MessageID] != 2 || got[second.MessageID] != 1 {
 		t.Fatalf("prompts %v", got)
 	}
 	n.cmd.Process.Signal(syscall.SIGTERM)

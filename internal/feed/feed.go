@@ -12,6 +12,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -24,17 +25,39 @@ var ErrBadRequest = errors.New("bad request")
 // Feed is the channel data of one daemon. The zero value is not usable:
 // create it with New.
 type Feed struct {
-	st *store.Store
-	m  *metrics.Metrics
+	st  *store.Store
+	m   *metrics.Metrics
+	att config.Attachments
 }
 
-// New returns the feed over st, counting into m.
-func New(st *store.Store, m *metrics.Metrics) *Feed { return &Feed{st: st, m: m} }
+// New returns the feed over st, counting into m, taking attachments as att
+// allows.
+func New(st *store.Store, m *metrics.Metrics, att config.Attachments) *Feed {
+	return &Feed{st: st, m: m, att: att}
+}
 
 // PutMessages stores channel messages pushed by the desktop app: a batch is
 // validated whole and written in one transaction.
 func (f *Feed) PutMessages(msgs []channel.Message) (apitype.MessagesResponse, error) {
-	res, err := f.st.PutMessages(msgs)
+	batch := make([]Push, len(msgs))
+	for i, m := range msgs {
+		batch[i] = Push{Message: m}
+	}
+	return f.Push(batch)
+}
+
+// Push is PutMessages for messages that may carry attachments: each is
+// read (a file inside the attachments folder, or inline base64), checked
+// (size, media type against its content) and hashed before anything is
+// written; one refused refuses the batch, wrapping
+// channel.ErrInvalidAttachment and naming it.
+func (f *Feed) Push(batch []Push) (apitype.MessagesResponse, error) {
+	msgs, blobs, err := resolve(f.att, batch)
+	if err != nil {
+		f.m.Ingested(0, 0, 0, len(batch))
+		return apitype.MessagesResponse{}, err
+	}
+	res, err := f.st.PutMessagesWith(msgs, blobs)
 	if err != nil {
 		f.m.Ingested(0, 0, 0, len(msgs))
 		return apitype.MessagesResponse{}, err

@@ -74,6 +74,10 @@ type Output struct {
 	// MentionSeq is the arrival of the mention's current version (0: not
 	// pushed yet), kept with the stored turn.
 	MentionSeq uint64
+	// Attachments go with the prompt: the mention's, a replay's mentions',
+	// then the shown lines', each message's once, none the session saw
+	// (see attachments).
+	Attachments []channel.Attachment
 }
 
 // Header names the context block that went out: "new" (since the
@@ -164,6 +168,7 @@ func Compose(in Input) (Output, error) {
 	if in.Mention.Author == "" {
 		in.Mention.Author = mention.Author
 	}
+	out.Attachments = attachments(wm, view, sel, mention, replayed)
 	if in.KeepsSession {
 		out.Stage = stage(wm, view.Seq, mention)
 		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, replayed, view.Known)
@@ -305,6 +310,35 @@ func marks(main *channel.Watermark, thread string, root *channel.Mark, replayed 
 	}
 	if len(out) == 0 {
 		return nil
+	}
+	return out
+}
+
+// attachments lists what the prompt carries the attachments of, each
+// message once: the mention (unless the session saw it already, in an
+// earlier block), the mentions a replay gives a new process, and the
+// lines shown, but for a shown edit of a message the session saw: its
+// attachments are its first push's, which went with that earlier sight.
+func attachments(wm *channel.Watermark, view channel.View, sel delivery.Selection, mention channel.Known, replayed []channel.Mark) []channel.Attachment {
+	var out []channel.Attachment
+	done := map[string]bool{}
+	add := func(id string, atts []channel.Attachment) {
+		if len(atts) == 0 || done[id] {
+			return
+		}
+		done[id] = true
+		out = append(out, atts...)
+	}
+	if mention.ID != "" && !(wm != nil && mention.Seq > 0 && wm.Covers(mention.ID, mention.Seq, false)) {
+		add(mention.ID, view.Attached[mention.ID])
+	}
+	for _, r := range replayed {
+		add(r.ID, view.Attached[r.ID])
+	}
+	for _, m := range view.Rows {
+		if !slices.Contains(sel.Edits, m.ID) {
+			add(m.ID, m.Attachments)
+		}
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/lease"
@@ -121,9 +122,14 @@ func (s *Process) Steer(ctx context.Context, text string) error {
 	return s.a.Steer(ctx, s.native, text)
 }
 
-// Prompt sends the turn's text to the process's session (acp.Agent.Prompt).
-func (s *Process) Prompt(ctx context.Context, text string, on func(acp.Update)) (acp.Result, error) {
-	return s.a.Prompt(ctx, s.native, text, on)
+// Prompt sends the turn's text and attachments to the process's session
+// (acp.Agent.PromptWith: as the blocks the agent takes).
+func (s *Process) Prompt(ctx context.Context, text string, atts []channel.Attachment, on func(acp.Update)) (acp.Result, error) {
+	var with []acp.Attachment
+	for _, a := range atts {
+		with = append(with, acp.Attachment{Message: a.Message, Author: a.Author, Name: a.Name, Type: a.Type, Size: a.Size, Path: a.Path})
+	}
+	return s.a.PromptWith(ctx, s.native, text, with, on)
 }
 
 var _ pool.Session = (*Process)(nil)

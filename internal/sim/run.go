@@ -129,7 +129,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 		return nil, err
 	}
 	d, st, closeD, err := o.open(cfg)
-	f := feed.New(st, metrics.New("sim", nil))
+	f := feed.New(st, metrics.New("sim", nil), config.Attachments{})
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 			if d, st, closeD, err = o.open(cfg); err != nil {
 				return nil, fmt.Errorf("sim: restart the daemon at mention %d: %w", mention, err)
 			}
-			f = feed.New(st, metrics.New("sim", nil))
+			f = feed.New(st, metrics.New("sim", nil), config.Attachments{})
 		}
 		text := m.Body
 		if mention == o.FailAt {

@@ -38,6 +38,10 @@ type channelBuckets struct {
 	// pushed are the ids this push has written: a second version of one
 	// in the same push replaces it in place (see put).
 	pushed map[string]bool
+	// refs counts the attachments (nil until one was ever pushed); zeroed
+	// are the hashes this transaction left without a message.
+	refs   *bolt.Bucket
+	zeroed []string
 }
 
 func openChannel(tx *bolt.Tx, ch string) *channelBuckets {
@@ -46,7 +50,7 @@ func openChannel(tx *bolt.Tx, ch string) *channelBuckets {
 		return nil
 	}
 	return &channelBuckets{ch: b, msgs: b.Bucket(keyMsgs), ids: b.Bucket(keyIDs), timeline: b.Bucket(keyTimeline),
-		arrivals: b.Bucket(keyArrivals), tcounts: b.Bucket(keyTimelineCounts), gone: b.Bucket(keyGone)}
+		arrivals: b.Bucket(keyArrivals), tcounts: b.Bucket(keyTimelineCounts), gone: b.Bucket(keyGone), refs: tx.Bucket(bucketAttachments)}
 }
 
 func createChannel(tx *bolt.Tx, ch string) (*channelBuckets, error) {
@@ -54,7 +58,12 @@ func createChannel(tx *bolt.Tx, ch string) (*channelBuckets, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ensureChannelBuckets(b)
+	cb, err := ensureChannelBuckets(b)
+	if err != nil {
+		return nil, err
+	}
+	cb.refs = tx.Bucket(bucketAttachments)
+	return cb, nil
 }
 
 func ensureChannelBuckets(b *bolt.Bucket) (*channelBuckets, error) {
@@ -251,6 +260,9 @@ func (cb *channelBuckets) putVersion(m channel.Message) (putResult, error) {
 		return putDuplicate, err
 	}
 	m.First = m.Seq
+	if _, err := ref(cb.refs, m.Attachments, 1); err != nil {
+		return putDuplicate, err
+	}
 	if err := cb.write(m, msgKey(m.CreatedAt, m.ID)); err != nil {
 		return putDuplicate, err
 	}
@@ -282,6 +294,11 @@ func (cb *channelBuckets) remove(mk []byte) error {
 	if err := cb.addTimelineCount(timelineOf(m), -1); err != nil {
 		return err
 	}
+	zeroed, err := ref(cb.refs, m.Attachments, -1)
+	if err != nil {
+		return err
+	}
+	cb.zeroed = append(cb.zeroed, zeroed...)
 	if n := cb.count(); n > 0 {
 		return cb.setCount(n - 1)
 	}
@@ -320,17 +337,55 @@ type PutResult struct {
 // Options.MaxChannelMessages; a message written and dropped by that trim in
 // the same call still counts as added.
 func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
+	return s.PutMessagesWith(msgs, nil)
+}
+
+// PutMessagesWith is PutMessages for messages that carry attachments:
+// blobs holds the content of each attachment by its SHA-256 (content the
+// store keeps already may be left out). The content is written to the
+// attachments folder before the transaction; each new message counts a
+// reference to its attachments, and a message that leaves (retention,
+// delete) drops them, the content going with its last reference.
+func (s *Store) PutMessagesWith(msgs []channel.Message, blobs map[string][]byte) (PutResult, error) {
 	for i, m := range msgs {
 		if err := m.Validate(); err != nil {
 			return PutResult{}, fmt.Errorf("store: put messages: message %d of %d (id %q): %w", i, len(msgs), m.ID, err)
+		}
+		for j, a := range m.Attachments {
+			if !validSum(a.SHA256) {
+				return PutResult{}, fmt.Errorf("store: put messages: message %q attachments[%d]: sha256 %q is not a SHA-256: %w", m.ID, j, a.SHA256, channel.ErrInvalidAttachment)
+			}
 		}
 	}
 	var res PutResult
 	if len(msgs) == 0 {
 		return res, nil
 	}
+	// Pushes and deletes hold amu from their content's write to the removal
+	// of what they left unreferenced: a content one push finds unreferenced
+	// is never one another push is about to reference.
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	if err := s.writeBlobs(blobs); err != nil {
+		return PutResult{}, fmt.Errorf("store: put messages: %w", err)
+	}
+	var zeroed []string
 	err := s.update(func(tx *bolt.Tx) error {
-		res = PutResult{}
+		res, zeroed = PutResult{}, nil
+		var refs *bolt.Bucket
+		if attached(msgs) {
+			var err error
+			if refs, err = tx.CreateBucketIfNotExists(bucketAttachments); err != nil {
+				return fmt.Errorf("attachments: %w", err)
+			}
+			for _, m := range msgs {
+				for _, a := range m.Attachments {
+					if _, ok := blobs[a.SHA256]; !ok && refs.Get([]byte(a.SHA256)) == nil {
+						return fmt.Errorf("message %q: attachment %s: no content given and none kept: %w", m.ID, a.SHA256, channel.ErrInvalidAttachment)
+					}
+				}
+			}
+		}
 		touched := map[string]*channelBuckets{}
 		for _, m := range msgs {
 			cb := touched[m.Channel]
@@ -338,6 +393,9 @@ func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
 				var err error
 				if cb, err = createChannel(tx, m.Channel); err != nil {
 					return fmt.Errorf("channel %q: %w", m.Channel, err)
+				}
+				if refs != nil {
+					cb.refs = refs
 				}
 				touched[m.Channel] = cb
 			}
@@ -358,13 +416,32 @@ func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
 			if err := cb.trim(s.opts.MaxChannelMessages); err != nil {
 				return fmt.Errorf("retention of channel %q: %w", ch, err)
 			}
+			zeroed = append(zeroed, cb.zeroed...)
 		}
 		return nil
 	})
+	// Content written for a push that failed, or for messages that were
+	// duplicates, goes as well as what retention dropped.
+	for sum := range blobs {
+		zeroed = append(zeroed, sum)
+	}
+	if derr := s.dropUnreferenced(zeroed); derr != nil && err == nil {
+		// The push is stored; the next Open collects what is left.
+		return res, fmt.Errorf("store: put messages: stored, but %w", derr)
+	}
 	if err != nil {
 		return PutResult{}, fmt.Errorf("store: put messages: %w", err)
 	}
 	return res, nil
+}
+
+func attached(msgs []channel.Message) bool {
+	for _, m := range msgs {
+		if len(m.Attachments) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // DeleteMessage deletes message id of channel ch for good: it leaves every
@@ -373,7 +450,11 @@ func (s *Store) PutMessages(msgs []channel.Message) (PutResult, error) {
 // a later push of the same id is ignored.
 // An unknown channel or id is an error wrapping ErrNotFound.
 func (s *Store) DeleteMessage(ch, id string) error {
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	var zeroed []string
 	err := s.update(func(tx *bolt.Tx) error {
+		zeroed = nil
 		cb := openChannel(tx, ch)
 		if cb == nil {
 			return fmt.Errorf("no message %q: %w (the channel holds no messages)", id, ErrNotFound)
@@ -388,8 +469,12 @@ func (s *Store) DeleteMessage(ch, id string) error {
 		if err := redactTurns(tx, ch, id); err != nil {
 			return fmt.Errorf("redact the conversations of channel %q: %w", ch, err)
 		}
+		zeroed = cb.zeroed
 		return cb.gone.Put([]byte(id), nil)
 	})
+	if err == nil {
+		err = s.dropUnreferenced(zeroed)
+	}
 	if err != nil {
 		return fmt.Errorf("store: delete message %q of channel %q: %w", id, ch, err)
 	}
@@ -422,6 +507,12 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 					return err
 				}
 				k.Seq, k.Thread, k.Author = seq, timelineOf(m), m.Author
+				if len(m.Attachments) > 0 {
+					if v.Attached == nil {
+						v.Attached = map[string][]channel.Attachment{}
+					}
+					v.Attached[id] = s.withPaths(m)
+				}
 			}
 			v.Known = append(v.Known, k)
 		}
@@ -465,6 +556,7 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 			if err != nil {
 				return err
 			}
+			m.Attachments = s.withPaths(m)
 			v.Rows = append(v.Rows, m)
 		}
 		slices.SortFunc(v.Rows, func(a, b channel.Message) int {

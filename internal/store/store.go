@@ -171,6 +171,8 @@ type Store struct {
 	path string
 	opts Options
 
+	amu sync.Mutex // held by a push or delete from its attachments' content to their collection
+
 	closeOnce sync.Once
 	closeErr  error
 
@@ -358,7 +360,12 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %q: %w", path, err)
 	}
-	return &Store{db: db, path: path, opts: opts, check: check}, nil
+	s := &Store{db: db, path: path, opts: opts, check: check}
+	if err := s.collectAttachments(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: open %q: %w", path, err)
+	}
+	return s, nil
 }
 
 // Close releases the file and its lock. Calling it again returns the first
