@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -135,6 +136,8 @@ type lineDecoder struct {
 	dec *json.Decoder
 	fed int64 // the bytes of the lines before this one, all given to dec
 }
+
+var contentDecoders = sync.Pool{New: func() any { return new(lineDecoder) }}
 
 // lineDecoderKeep: a decoder whose buffer grew past this for a long line is
 // dropped after it, not kept for the agent's life.
@@ -304,7 +307,12 @@ func (c *wireContent) UnmarshalJSON(b []byte) error {
 		Type string  `json:"type"`
 		Text *string `json:"text"`
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
+	// Every update's content decodes here, nested in its line's decoding:
+	// a pooled decoder spares it a decoding state of its own.
+	d := contentDecoders.Get().(*lineDecoder)
+	err := d.decode(b, &v)
+	contentDecoders.Put(d)
+	if err != nil {
 		return err
 	}
 	c.Type, c.Text, c.set = v.Type, v.Text, true
