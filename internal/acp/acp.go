@@ -143,6 +143,8 @@ type Agent struct {
 	root string // Spec.Dir with symlinks resolved: the fs confinement root
 	log  *zap.Logger
 
+	lines lineDecoder // the pump's, for update lines
+
 	proc      *child.Process
 	pid       int
 	done      <-chan struct{} // proc.Done()
@@ -555,7 +557,7 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 // PromptWith is Prompt with attachments, sent as Blocks makes them for
 // this agent.
 func (a *Agent) PromptWith(ctx context.Context, native, text string, atts []Attachment, on func(Update)) (Result, error) {
-	op := fmt.Sprintf("prompt session %q", native)
+	op := promptOp(native) // worded only for an error
 	a.mu.Lock()
 	r, ok := a.routes[native]
 	a.mu.Unlock()
@@ -603,7 +605,7 @@ func (a *Agent) PromptWith(ctx context.Context, native, text string, atts []Atta
 
 	finish := func(ans answer) (Result, error) {
 		if ans.err != nil {
-			return a.partial(r), a.callErr(ctx, op, ans.err)
+			return a.partial(r), a.callErr(ctx, op.String(), ans.err)
 		}
 		res, err := a.result(r, ans.resp)
 		if err != nil {
@@ -785,3 +787,8 @@ func Resolve(command string) (string, error) {
 	}
 	return "", fmt.Errorf("%s is not executable: %w", command, err)
 }
+
+// promptOp names a prompt of a native session in an error.
+type promptOp string
+
+func (o promptOp) String() string { return fmt.Sprintf("prompt session %q", string(o)) }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -46,8 +47,20 @@ type envelope struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
 	Params struct {
-		SessionID string     `json:"sessionId"`
-		Update    wireUpdate `json:"update"`
+		SessionID string       `json:"sessionId"`
+		Update    updateFields `json:"update"`
+	} `json:"params"`
+}
+
+// updateFields is a wireUpdate without its UnmarshalJSON, so that an
+// update line decodes in one pass (a nested Unmarshal checks and decodes
+// the update's bytes over again); dispatch fetches raw when it is needed.
+type updateFields wireUpdate
+
+// rawUpdate is an update line's update as the agent wrote it.
+type rawUpdate struct {
+	Params struct {
+		Update json.RawMessage `json:"update"`
 	} `json:"params"`
 }
 
@@ -97,11 +110,56 @@ func (a *Agent) dispatch(line []byte) bool {
 		return false
 	}
 	var env envelope
-	if err := json.Unmarshal(line, &env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
+	if err := a.lines.decode(line, &env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
 		return false // the SDK reads it, and logs what it cannot
 	}
-	a.route(env.Params.SessionID, &env.Params.Update)
+	u := (*wireUpdate)(&env.Params.Update)
+	if !u.plainText() {
+		// What the typed fields fall short of (wireUpdate.UnmarshalJSON
+		// keeps the same bytes); a plain text chunk, the common update,
+		// needs no second pass.
+		var r rawUpdate
+		if err := a.lines.decode(line, &r); err != nil {
+			return false
+		}
+		u.raw = r.Params.Update
+	}
+	a.route(env.Params.SessionID, u)
 	return true
+}
+
+// lineDecoder decodes one whole line at a time, as json.Unmarshal would,
+// with one json.Decoder kept across lines: Unmarshal makes its decoding
+// state anew for every call, which is most of what a small line costs.
+// The pump's goroutine alone uses it.
+type lineDecoder struct {
+	src bytes.Reader
+	dec *json.Decoder
+	fed int64 // the bytes of the lines before this one, all given to dec
+}
+
+var contentDecoders = sync.Pool{New: func() any { return new(lineDecoder) }}
+
+// lineDecoderKeep: a decoder whose buffer grew past this for a long line is
+// dropped after it, not kept for the agent's life.
+const lineDecoderKeep = 256 << 10
+
+func (d *lineDecoder) decode(line []byte, v any) error {
+	d.src.Reset(line)
+	if d.dec == nil {
+		d.dec, d.fed = json.NewDecoder(&d.src), 0
+	}
+	err := d.dec.Decode(v)
+	// Unmarshal refuses anything but space after the value; what came
+	// before this line was space after the value of the one before.
+	if end := d.dec.InputOffset() - d.fed; err == nil && (end < 0 || end > int64(len(line)) || len(bytes.TrimSpace(line[end:])) > 0) {
+		err = errors.New("invalid character after top-level value")
+	}
+	d.fed += int64(len(line))
+	if err != nil || len(line) > lineDecoderKeep {
+		d.dec = nil // a decoder that failed keeps failing
+	}
+	return err
 }
 
 // route delivers u to the route of session id (or, for a subagent's
@@ -331,7 +389,12 @@ func (c *wireContent) UnmarshalJSON(b []byte) error {
 		Type string  `json:"type"`
 		Text *string `json:"text"`
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
+	// Every update's content decodes here, nested in its line's decoding:
+	// a pooled decoder spares it a decoding state of its own.
+	d := contentDecoders.Get().(*lineDecoder)
+	err := d.decode(b, &v)
+	contentDecoders.Put(d)
+	if err != nil {
 		return err
 	}
 	c.Type, c.Text, c.set = v.Type, v.Text, true

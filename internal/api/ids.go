@@ -33,25 +33,38 @@ func checkID(where, id string) error {
 	return nil
 }
 
-// idField is a named id for checkIDs.
-type idField struct{ where, id string }
+// idField is a named id for checkIDs. Where it is ("field \"run_id\"")
+// is worded only for a refusal: every request checks several.
+type idField struct{ kind, name, id string }
 
-func field(name, id string) idField { return idField{"field " + strconv.Quote(name), id} }
+func field(name, id string) idField { return idField{"field", name, id} }
 
-func inPath(name, id string) idField {
-	return idField{"path parameter " + strconv.Quote(name), id}
-}
+func inPath(name, id string) idField { return idField{"path parameter", name, id} }
 
-func inQuery(name, id string) idField {
-	return idField{"query parameter " + strconv.Quote(name), id}
-}
+func inQuery(name, id string) idField { return idField{"query parameter", name, id} }
+
+func (f idField) where() string { return f.kind + " " + strconv.Quote(f.name) }
 
 // checkIDs checks ids in order and returns the first refusal.
 func checkIDs(ids ...idField) error {
 	for _, f := range ids {
-		if err := checkID(f.where, f.id); err != nil {
+		if len(f.id) <= apitype.MaxIDBytes && plainID(f.id) {
+			continue
+		}
+		if err := checkID(f.where(), f.id); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// plainID: id is printable ASCII, which checkID passes without wording
+// where it is.
+func plainID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

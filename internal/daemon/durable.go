@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/resident"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -20,11 +21,16 @@ import (
 // A run is recorded in the state file when it is accepted (Submit, before
 // it is returned), again when an attempt starts (after the prompt is
 // composed, before the agent is prompted), and when it ends (in the turn's
-// own transaction when it succeeds). On the next start, New finds every
-// run that had not ended: one that never started runs; one whose attempt
-// had started ends that attempt interrupted and runs again as the next
-// attempt when its binding retries, or ends interrupted. So an attempt is
-// prompted at most once whenever the daemon dies.
+// own transaction when it succeeds; with what a failed turn cost when it
+// fails). A run whose key is free when it is accepted (it starts at once)
+// is accepted as running its first attempt: one record, so a warm turn
+// commits twice (accepted and started, then the turn). On the next start,
+// New finds every run that had not ended: one that never started runs; one
+// whose attempt had started ends that attempt interrupted and runs again
+// as the next attempt when its binding retries, or ends interrupted. So an
+// attempt is prompted at most once whenever the daemon dies; a run accepted
+// as started that died before its prompt was in flight all the same, and
+// shows so. A shutdown writes such a run back as queued, as it was.
 
 // fingerprint names the mention a request carries: the same run_id with
 // the same fingerprint is a resubmission of that mention.
@@ -95,6 +101,19 @@ type record struct {
 	final     *apitype.Event // the run's last event, once recorded
 	cancel    context.CancelCauseFunc
 	taken     []*burst // the runs its turn answers besides its own (bursts coalesce)
+	// early says rec was written as attempt 1 started when the run was
+	// accepted (its key was free), before its prompt: start then writes
+	// nothing for that attempt.
+	early  bool
+	spend  []store.Spend // what a failed turn cost, written with its end
+	native *unsaved      // a failed turn's new session id, written with its end
+}
+
+// unsaved is a new native session id a failed turn leaves to be saved.
+type unsaved struct {
+	key    session.Key
+	native string
+	proc   *resident.Process
 }
 
 // finish records the run's end once, done or the error err, and returns
@@ -120,9 +139,16 @@ func (c *record) finish(r *run.Run, done apitype.Event, err error) apitype.Event
 // start records that attempt rec.Attempt+1 of r is about to prompt its
 // agent. An error means it must not.
 func (c *record) start(r *run.Run) error {
+	early := c.early && c.rec.Attempt == r.Attempt()
+	c.early = false
 	c.rec.Attempt = r.Attempt()
 	c.rec.Running = true
 	c.rec.Events = rawEvents(r.Persisted())
+	if early {
+		// Already recorded as started when it was accepted.
+		crashAt("started")
+		return nil
+	}
 	if err := c.d.st.PutRun(c.rec); err != nil {
 		return fmt.Errorf("record the start of run %q: %w", c.rec.ID, err)
 	}
@@ -158,7 +184,26 @@ func (d *Daemon) retention() (time.Time, int) {
 // the shutdown stays queued or running in the state file, so the next
 // start runs it or ends it interrupted.
 func (c *record) end(r *run.Run, last apitype.Event, err error) {
+	spend, native := c.spend, c.native
+	c.spend, c.native = nil, nil
 	if errors.Is(err, ErrShuttingDown) {
+		if serr := c.d.st.AddSpend(spend); serr != nil {
+			c.d.log.Error("storing the failed turn's cost toward its budgets failed; it counts until the daemon restarts", zap.String("run", r.ID), zap.Error(serr))
+		}
+		if native != nil {
+			if serr := c.d.st.SetNativeID(native.key, native.native); serr != nil {
+				native.proc.KeepUnsaved()
+				c.d.log.Error("save native session id failed", zap.String("native", native.native), zap.Error(serr))
+			}
+		}
+		if c.early {
+			// Accepted as started, stopped before its prompt: it is queued.
+			rec := c.rec
+			rec.Attempt, rec.Running = 0, false
+			if serr := c.d.st.PutRun(rec); serr != nil {
+				c.d.log.Error("recording the stopped run as queued failed: the next start ends it interrupted", zap.String("run", r.ID), zap.Error(serr))
+			}
+		}
 		return
 	}
 	cut, keep := c.d.retention()
@@ -169,8 +214,17 @@ func (c *record) end(r *run.Run, last apitype.Event, err error) {
 	if _, _, ended := r.Result(); !ended {
 		rec.Events = append(rec.Events, r.Final(last))
 	}
-	if serr := c.d.st.EndRun(rec, cut, keep); serr != nil {
-		c.d.log.Error("recording the run's end failed: a restart would run it again", zap.String("run", r.ID), zap.Error(serr))
+	// The end, the failed turn's cost and its new session's id: one write.
+	f := store.Finish{Run: &rec, RunsBefore: cut, RunsKeep: keep, Spend: spend}
+	key := r.Key
+	if native != nil {
+		key, f.Native, f.SaveNative = native.key, native.native, true
+	}
+	if serr := c.d.st.FinishTurn(key, f); serr != nil {
+		if native != nil {
+			native.proc.KeepUnsaved()
+		}
+		c.d.log.Error("recording the run's end (with its turn's cost and new session id) failed: a restart would run it again", zap.String("run", r.ID), zap.Error(serr))
 	}
 }
 

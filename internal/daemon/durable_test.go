@@ -105,7 +105,9 @@ func TestInterruptedNotRetried(t *testing.T) {
 		}
 		kinds = append(kinds, ev.Event)
 	}
-	if strings.Join(kinds, " ") != "started interrupted error" {
+	// Its key was free: it was accepted as started, in one record, and its
+	// started event (shape, pid) would have been recorded with its end.
+	if strings.Join(kinds, " ") != "interrupted error" {
 		t.Fatalf("the held run's events: %v", kinds)
 	}
 	nr, err := h.d.Run("run-next")
@@ -118,6 +120,49 @@ func TestInterruptedNotRetried(t *testing.T) {
 	}
 	got := prompts()
 	if len(got) != 2 || !strings.Contains(got[1], `"message_id":"q2"`) {
-		t.Fatalf("prompts after the restart: %d", len(got))
+		t.Fatalf("prompts after the restart: %d\n%s", len(got), got[len(got)-1])
+	}
+}
+
+// A run accepted as started (its key was free) that a clean stop ends
+// before its prompt is written back as queued: after the restart it runs
+// as its first attempt, even where interrupted runs are not retried.
+func TestStopBeforePromptKeepsRunQueued(t *testing.T) {
+	off := false
+	h, prompts := recorded(t, func(c *config.Config) {
+		c.Bindings[0].RetryInterrupted = &off
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--fault", "slow-start", "--slow", "1s")
+	})
+	h.post(channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent look"})
+	r, err := h.d.Submit(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q1", RunID: "run-cold", Text: "@agent look"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, func() bool { return r.Snapshot().State == apitype.RunStarting }, testkit.Waiting("the run to start its agent"))
+	h.d.Close(50 * time.Millisecond)
+	if ev, _, _ := r.Result(); ev.Code != apitype.CodeShuttingDown {
+		t.Fatalf("the run at the stop: %+v", ev)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "record.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the agent was prompted before the stop (%v)", err)
+	}
+	h.close()
+	h.open()
+	again, err := h.d.Run("run-cold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ended(again)
+	snap := again.Snapshot()
+	if snap.State != apitype.RunSucceeded || snap.Attempt != 1 {
+		t.Fatalf("the run after the restart: %+v", snap)
+	}
+	for _, l := range again.Read(0, false).Lines {
+		if ev, err := daemon.DecodeEvent(l); err != nil || ev.Event == apitype.EventInterrupted {
+			t.Fatalf("event %+v (%v): a run never prompted was not in flight", ev, err)
+		}
+	}
+	if n := len(prompts()); n != 1 {
+		t.Fatalf("%d prompts for one run", n)
 	}
 }

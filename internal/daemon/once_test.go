@@ -291,14 +291,14 @@ func TestColdReplayIsLean(t *testing.T) {
 
 // A successful turn stores its exchange, moves every watermark it staged
 // and records its run's end in one write transaction, whatever the block
-// showed. Two more record the run: when it is accepted, and when its
-// attempt starts (before the prompt), so a restart neither loses nor
-// repeats it.
+// showed. One more records the run before the prompt, accepted and started
+// at once (its key was free), so a restart neither loses nor repeats it.
 func TestTurnIsOneCommit(t *testing.T) {
 	h := newHarness(t)
-	// Cold: the run accepted, the agent record (durable before the prompt,
-	// for the leftover sweep), the attempt started, then the turn with the
-	// new native id in its one commit.
+	// Cold: the run accepted and started, the agent record (durable before
+	// the prompt, for the leftover sweep), then the turn with the new
+	// native id in its one commit (with who the binding's agent is, for the
+	// next daemon start's policy report).
 	h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: "before the first mention"},
 		channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent first"})
 	before := h.st.Commits()
@@ -306,8 +306,8 @@ func TestTurnIsOneCommit(t *testing.T) {
 	if reply(t, first); first.done.Shape != "cold" || first.done.Context.Lines != 1 {
 		t.Fatalf("first turn: %+v", first.done)
 	}
-	if n := h.st.Commits() - before; n != 4 {
-		t.Fatalf("cold turn: %d commits, want 4", n)
+	if n := h.st.Commits() - before; n != 3 {
+		t.Fatalf("cold turn: %d commits, want 3", n)
 	}
 	if native, _ := h.st.NativeID(session.Key{Channel: "ch", Binding: "b-builtin"}); native == "" {
 		t.Fatal("the cold turn did not save its native session id")
@@ -330,26 +330,28 @@ func TestTurnIsOneCommit(t *testing.T) {
 		before := h.st.Commits()
 		r := h.turn(step.req)
 		reply(t, r)
-		if n := h.st.Commits() - before; n != 3 || r.done.Shape != "warm" {
-			t.Fatalf("%s: %d commits (shape %s), want 3", step.name, n, r.done.Shape)
+		if n := h.st.Commits() - before; n != 2 || r.done.Shape != "warm" {
+			t.Fatalf("%s: %d commits (shape %s), want 2", step.name, n, r.done.Shape)
 		}
 	}
-	// A failed warm turn writes only its run: accepted, started, ended.
+	// A failed warm turn writes only its run: accepted and started, then
+	// ended with what the turn cost.
 	before = h.st.Commits()
 	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "qf", Text: "@agent [[fault:fail-turn]]"}); r.err == nil {
 		t.Fatal("the fault turn succeeded")
 	}
-	if n := h.st.Commits() - before; n != 3 {
-		t.Fatalf("a failed turn made %d commits, want 3", n)
+	if n := h.st.Commits() - before; n != 2 {
+		t.Fatalf("a failed turn made %d commits, want 2", n)
 	}
 	// A failed cold turn keeps its agent record and its native id, so the
-	// session it opened can still be restored, and its run: five commits.
+	// session it opened can still be restored, and its run: accepted and
+	// started, the agent record, then its end with the native id.
 	before = h.st.Commits()
 	if r := h.turn(apitype.TurnRequest{Channel: "ch2", Binding: "b-builtin", MessageID: "qf2", Text: "@agent [[fault:fail-turn]]"}); r.err == nil || r.start.Shape != "cold" {
 		t.Fatalf("the cold fault turn: shape %q err %v", r.start.Shape, r.err)
 	}
-	if n := h.st.Commits() - before; n != 5 {
-		t.Fatalf("a failed cold turn made %d commits, want 5", n)
+	if n := h.st.Commits() - before; n != 3 {
+		t.Fatalf("a failed cold turn made %d commits, want 3", n)
 	}
 	if native, _ := h.st.NativeID(session.Key{Channel: "ch2", Binding: "b-builtin"}); native == "" {
 		t.Fatal("a failed cold turn lost its native session id")

@@ -96,9 +96,14 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	d.cancels[req.RunID] = cancel
 	d.turns.Add(1)
 	d.mu.Unlock()
-	// Accepted once recorded: a restart runs it.
+	// Accepted once recorded: a restart runs it. A run that starts at once
+	// is recorded as started too (one write for both): a restart before
+	// its prompt ends it interrupted, as it was in flight.
 	reqJSON, err := json.Marshal(req)
 	c := &record{d: d, rec: store.RunRecord{ID: r.ID, Request: reqJSON, Created: r.Created}}
+	if d.pool.Free(key) {
+		c.rec.Attempt, c.rec.Running, c.early = 1, true, true
+	}
 	if err == nil {
 		err = d.st.PutRun(c.rec)
 	}
@@ -287,8 +292,10 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	gap, hasGap := d.idleGap(co.Key, start)
 	done, err := d.answer(ctx, r, b, req, co, prep, start, gap, hasGap, c, log)
 	d.turnEnded(co.Key)
-	if err != nil {
-		d.keeper.SaveNative(co.Key, co.Session, log)
+	if err != nil && co.Session.TakeUnsaved() {
+		// A new session's id, saved with the run's end so a later process
+		// can still restore the session the agent keeps.
+		c.native = &unsaved{key: co.Key, native: co.Lease.Native, proc: co.Session}
 	}
 	// Every exit path that did not commit discards: a failed run may never
 	// have shown the agent anything. Discard after Commit is a no-op.
@@ -406,9 +413,7 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		gapS = &v
 	}
 	if err != nil {
-		if serr := d.st.AddSpend(spend); serr != nil {
-			log.Error("storing the failed turn's cost toward its budgets failed; it counts until the daemon restarts", zap.Error(serr))
-		}
+		c.spend = spend // written with the run's end, in one transaction
 		d.m.ObserveTurn(shape, outcome, d.now().Sub(start))
 		log.Info("turn failed", zap.String("shape", shape), zap.String("outcome", string(outcome)), zap.Duration("duration", d.now().Sub(start)), zap.Error(err))
 		return apitype.Event{}, fmt.Errorf("turn %q for binding %q in channel %q: %w", r.ID, b.ID, req.Channel, err)

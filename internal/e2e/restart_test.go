@@ -123,7 +123,11 @@ func TestSIGKILLAtEachStepOfATurn(t *testing.T) {
 		attempts int // attempts the run took
 		prompts  int // prompts its agent received
 	}{
-		{"accepted", 1, 1},   // recorded, never started: it runs after the restart
+		// Its key free, the run is accepted as started (one record): killed
+		// before its prompt, it was in flight, ends attempt 1 interrupted and
+		// is prompted once, as attempt 2. A run accepted behind another
+		// (queued, never started) runs as attempt 1: see mid-prompt.
+		{"accepted", 2, 1},
 		{"started", 2, 1},    // attempt 1 recorded started, killed before its prompt
 		{"mid-prompt", 2, 2}, // attempt 1 prompted, the agent working
 		{"answered", 2, 2},   // the agent answered, nothing committed

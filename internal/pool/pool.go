@@ -936,3 +936,26 @@ func (p *Pool[S]) keyWaiters(k session.Key) int {
 	}
 	return 0
 }
+
+// Free reports whether a turn on k would start at once: no turn holds or
+// waits for the key, and its process is idle, or a slot is free (or an
+// idle process can be evicted for one) with nobody queued for slots. The
+// answer may be stale as soon as it is given: a caller uses it as a hint.
+func (p *Pool[S]) Free(k session.Key) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	e := p.entries[k]
+	if e != nil && (e.held || len(e.waiters) > 0 || len(e.excl) > 0) {
+		return false
+	}
+	if e != nil && e.state == ready {
+		return true
+	}
+	if e != nil && e.state != gone || len(p.slotQ) > 0 {
+		return false
+	}
+	return p.slots < p.cfg.MaxLive || !p.anyStoppingLocked() && p.lruIdleLocked() != nil
+}

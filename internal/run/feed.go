@@ -6,7 +6,6 @@ package run
 
 import (
 	"bytes"
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -22,10 +21,10 @@ type Feed struct {
 	now func() time.Time
 
 	mu      sync.Mutex
-	lines   [][]byte // encoded announcements, seq first-..last
-	first   int64    // the seq of lines[0]
-	last    int64    // the last seq handed out
-	changed chan struct{}
+	lines   [][]byte      // encoded announcements, seq first-..last
+	first   int64         // the seq of lines[0]
+	last    int64         // the last seq handed out
+	changed chan struct{} // closed by the next announcement; made by the first reader that may wait (nil: none)
 }
 
 // NewFeed returns an empty feed keeping the newest max announcements.
@@ -36,7 +35,7 @@ func NewFeed(max int, now func() time.Time) *Feed {
 	if now == nil {
 		now = time.Now
 	}
-	return &Feed{max: max, now: now, first: 1, changed: make(chan struct{})}
+	return &Feed{max: max, now: now, first: 1}
 }
 
 // announce appends ev, numbered and stamped.
@@ -45,18 +44,20 @@ func (f *Feed) announce(ev apitype.FeedEvent) {
 	defer f.mu.Unlock()
 	f.last++
 	ev.Seq, ev.At = f.last, f.now()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(ev) // every field encodes
-	f.lines = append(f.lines, buf.Bytes())
+	e := encoders.Get().(*encoder)
+	e.buf.Reset()
+	_ = e.enc.Encode(ev) // every field encodes
+	f.lines = append(f.lines, bytes.Clone(e.buf.Bytes()))
+	encoders.Put(e)
 	if len(f.lines) > f.max {
 		f.lines[0] = nil
 		f.lines = f.lines[1:]
 		f.first++
 	}
-	close(f.changed)
-	f.changed = make(chan struct{})
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
 }
 
 // FeedBatch is what Feed.Read found.
@@ -71,6 +72,9 @@ type FeedBatch struct {
 func (f *Feed) Read(after int64) FeedBatch {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
 	b := FeedBatch{Last: after, Changed: f.changed}
 	if after+1 < f.first {
 		b.Gone = true

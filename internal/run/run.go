@@ -707,7 +707,8 @@ func (g *Registry) Restore(id string, k session.Key, messageID, fingerprint stri
 		return nil, fmt.Errorf("%w: %q", ErrInUse, id)
 	}
 	r := &Run{
-		ID: id, Key: k, MessageID: messageID, Created: created, limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
+		// Only turns are recorded in the state file.
+		ID: id, Kind: apitype.RunKindTurn, Key: k, MessageID: messageID, Created: created, limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
 		state: apitype.RunQueued, changed: make(chan struct{}), pending: map[string]*ask{}, answered: map[string]bool{},
 		attempt: attempt,
 	}

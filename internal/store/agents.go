@@ -103,10 +103,12 @@ func (s *Store) forgotten(done map[int]uint64) {
 	}
 }
 
+// forgetPending says whether agent records wait for the next write:
+// forgotten ones, or agents seen (SetAgentSeen).
 func (s *Store) forgetPending() bool {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
-	return len(s.forget) > 0
+	return len(s.forget) > 0 || len(s.seen) > 0
 }
 
 func (s *Store) forgetting(pid int) bool {

@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestAgentsSeenSurviveReopen: a binding's remembered agent is read back
-// after the file is closed and opened again, and a newer one replaces it.
+// TestAgentsSeenSurviveReopen: a binding's remembered agent commits nothing
+// of its own, is listed at once, is written by close, is read back after
+// the file is opened again, and a newer one replaces it.
 func TestAgentsSeenSurviveReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	s, err := Open(path, Options{})
@@ -25,6 +26,12 @@ func TestAgentsSeenSurviveReopen(t *testing.T) {
 		if err := s.SetAgentSeen(st.id, st.a); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := s.Commits(); n != 0 {
+		t.Fatalf("%d commits for agents seen, want none of their own", n)
+	}
+	if got, err := s.AgentsSeen(); err != nil || len(got) != 2 || got["b-builtin"] != b {
+		t.Fatalf("agents seen before any write: %+v, %v", got, err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -196,20 +196,64 @@ func (s *Store) AgentsSeen() (map[string]AgentSeen, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: agents seen: %w", err)
 	}
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for binding, v := range s.seen {
+		var a AgentSeen
+		if err := json.Unmarshal(v, &a); err == nil {
+			out[binding] = a
+		}
+	}
 	return out, nil
 }
 
-// SetAgentSeen remembers binding's agent.
+// SetAgentSeen remembers binding's agent. Like ForgetAgent it commits
+// nothing itself: the record goes in the next write transaction (the
+// turn's commit, usually) or when the store closes, so an agent's first
+// start costs no fsync pair of its own. AgentsSeen sees it at once.
 func (s *Store) SetAgentSeen(binding string, a AgentSeen) error {
 	v, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("store: agent seen for binding %q: %w", binding, err)
 	}
-	err = s.update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put([]byte(agentSeenPrefix+binding), v)
-	})
-	if err != nil {
-		return fmt.Errorf("store: agent seen for binding %q: %w", binding, err)
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string][]byte{}
 	}
+	s.seen[binding] = v
 	return nil
+}
+
+// applySeen writes the pending agents seen in tx and returns what it wrote,
+// to be cleared from the pending set once tx commits.
+func (s *Store) applySeen(tx *bolt.Tx) (map[string][]byte, error) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if len(s.seen) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]byte, len(s.seen))
+	for binding, v := range s.seen {
+		if err := tx.Bucket(bucketMeta).Put([]byte(agentSeenPrefix+binding), v); err != nil {
+			return nil, fmt.Errorf("store: agent seen for binding %q: %w", binding, err)
+		}
+		out[binding] = v
+	}
+	return out, nil
+}
+
+// seenWritten clears what a committed transaction wrote, unless the binding
+// was set again since.
+func (s *Store) seenWritten(done map[string][]byte) {
+	if len(done) == 0 {
+		return
+	}
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for binding, v := range done {
+		if bytes.Equal(s.seen[binding], v) {
+			delete(s.seen, binding)
+		}
+	}
 }

@@ -181,10 +181,12 @@ type Store struct {
 	pending []*write   // writes waiting for the next transaction
 
 	// forget holds the agent records to drop in the next write transaction,
-	// by pid, with the generation each was asked in (see ForgetAgent).
+	// by pid, with the generation each was asked in (see ForgetAgent); seen
+	// the agents seen to write in it, by binding (see SetAgentSeen).
 	fmu     sync.Mutex
 	forget  map[int]uint64
 	forgetN uint64
+	seen    map[string][]byte
 
 	commits atomic.Int64 // write transactions committed
 	writes  atomic.Int64 // writes committed (several can share a transaction)
@@ -266,9 +268,13 @@ func (s *Store) commitGroup(group []*write) {
 	for len(group) > 0 {
 		failed := -1
 		var forgot map[int]uint64
+		var seen map[string][]byte
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			var err error
 			if forgot, err = s.applyForget(tx); err != nil {
+				return err
+			}
+			if seen, err = s.applySeen(tx); err != nil {
 				return err
 			}
 			for i, w := range group {
@@ -288,6 +294,7 @@ func (s *Store) commitGroup(group []*write) {
 			s.commits.Add(1)
 			s.writes.Add(int64(len(group)))
 			s.forgotten(forgot)
+			s.seenWritten(seen)
 		}
 		for _, w := range group {
 			w.finish(err)
@@ -373,9 +380,10 @@ func Open(path string, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		if s.forgetPending() {
-			// The agent records still to drop go before the file closes.
+			// The agent records still to drop or to keep go before the
+			// file closes.
 			if err := s.update(func(*bolt.Tx) error { return nil }); err != nil {
-				s.closeErr = fmt.Errorf("store: close %q: drop forgotten agent records: %w", s.path, err)
+				s.closeErr = fmt.Errorf("store: close %q: write pending agent records: %w", s.path, err)
 			}
 		}
 		if err := s.db.Close(); err != nil {
