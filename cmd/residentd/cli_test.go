@@ -352,3 +352,38 @@ func TestAttachReplaysDecisions(t *testing.T) {
 		t.Fatalf("attach --after 99: exit %d, %q %q", code, out.String(), errOut.String())
 	}
 }
+
+// status shows a key whose agent works in the background (ACP v2
+// state_update working) as working, from the sessions listing of a real
+// daemon; start fresh then ends the work and stops the process promptly
+// (the agent answers session/cancel by reporting idle).
+func TestStatusShowsBackgroundWork(t *testing.T) {
+	dir := sockDir(t)
+	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
+	d := startProc(t, serveArgs(state, sock), childEnv())
+	waitHealthy(t, d, sock)
+	cli := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := run(append(args, "--socket", sock), strings.NewReader(""), &out, &errOut); code != exitOK {
+			t.Fatalf("%q: exit %d, %s %s", args, code, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	cli("mention", "--channel", "ch-bg", "--binding", "b-builtin", "@agent [[state:1h]] work on it")
+	var row string
+	for _, l := range strings.Split(cli("status"), "\n") {
+		if strings.HasPrefix(l, "ch-bg/b-builtin ") {
+			row = l
+		}
+	}
+	if f := strings.Fields(row); len(f) < 2 || f[1] != "working" {
+		t.Fatalf("status row of the key with background work: %q, want state working", row)
+	}
+	if out := cli("fresh", "--channel", "ch-bg", "--binding", "b-builtin"); !strings.Contains(out, "process stopped: true") {
+		t.Fatalf("fresh printed %q", out)
+	}
+	if out := cli("status"); strings.Contains(out, "ch-bg/b-builtin ") {
+		t.Fatalf("status after start fresh still lists the key:\n%s", out)
+	}
+}

@@ -165,6 +165,7 @@ type Agent struct {
 	children map[string]string
 	working  map[string]bool // subagent sessions running, by id
 	workedAt time.Time       // when working last changed
+	workCh   chan struct{}   // closed and replaced when working changes
 	closed   bool
 	limit    error // the first output limit the agent hit (ErrLimit)
 }
@@ -273,6 +274,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		early:    make(map[string]*earlyUpdates),
 		children: make(map[string]string),
 		working:  make(map[string]bool),
+		workCh:   make(chan struct{}),
 	}
 	if err := a.spawn(path); err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ package acp
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,8 +176,11 @@ func (a *Agent) route(id string, u *wireUpdate) {
 			} else {
 				delete(a.working, u.SubSession)
 			}
-			a.workedAt = time.Now()
+			a.workChangedLocked()
 		}
+	}
+	if u.Kind == "state_update" && u.State != nil {
+		a.stateLocked(id, u.State)
 	}
 	if len(u.Meta) > 0 {
 		a.claudeTasksLocked(u)
@@ -214,7 +218,7 @@ func (a *Agent) claudeTasksLocked(u *wireUpdate) {
 		}
 		if json.Unmarshal(u.Meta, &m) == nil && m.ClaudeCode.ToolResponse.BackgroundTaskID != "" {
 			a.working["task:"+m.ClaudeCode.ToolResponse.BackgroundTaskID] = true
-			a.workedAt = time.Now()
+			a.workChangedLocked()
 		}
 	case u.Kind == "usage_update" && u.Cost != nil && bytes.Contains(u.Meta, []byte(`"task-notification"`)):
 		for id := range a.working {
@@ -222,8 +226,60 @@ func (a *Agent) claudeTasksLocked(u *wireUpdate) {
 				delete(a.working, id)
 			}
 		}
-		a.workedAt = time.Now()
+		a.workChangedLocked()
 	}
+}
+
+// stateLocked follows an ACP v2 (Preview) state_update of session id: a
+// state of working, running, busy or background is work the agent does
+// whether or not a prompt is in flight; any other state (idle) ends it.
+// a.mu is held.
+func (a *Agent) stateLocked(id string, st *wireState) {
+	switch strings.ToLower(st.State) {
+	case "working", "running", "busy", "background":
+		a.working["state:"+id] = true
+	default:
+		delete(a.working, "state:"+id)
+	}
+	a.workChangedLocked()
+}
+
+// workChangedLocked stamps a change of working and wakes WaitIdle. a.mu
+// is held.
+func (a *Agent) workChangedLocked() {
+	a.workedAt = time.Now()
+	close(a.workCh)
+	a.workCh = make(chan struct{})
+}
+
+// WaitIdle waits until the agent reports no work running, the process is
+// gone or ctx ends, and reports whether the agent went idle.
+func (a *Agent) WaitIdle(ctx context.Context) bool {
+	for {
+		a.mu.Lock()
+		idle, ch := len(a.working) == 0, a.workCh
+		a.mu.Unlock()
+		if idle {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-a.done:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// CancelSession sends session/cancel for native: ACP's one way to ask an
+// agent to stop what it works on in a session, turn or background work.
+// It is a notification: nothing answers it.
+func (a *Agent) CancelSession(ctx context.Context, native string) error {
+	if err := a.conn.Cancel(ctx, sdk.CancelNotification{SessionId: sdk.SessionId(native)}); err != nil {
+		return fmt.Errorf("acp: session/cancel %q: %w", native, err)
+	}
+	return nil
 }
 
 // Working reports whether the agent has work running that it reported
@@ -284,11 +340,37 @@ type wireUpdate struct {
 	Description string `json:"description"`
 	// subagent_update: the subagent's session and its work state
 	SubSession string `json:"sessionId"`
-	State      *struct {
-		State string `json:"state"`
-	} `json:"state"`
+	// state_update (ACP v2 Preview): the session's work state
+	State *wireState `json:"state"`
 
 	raw json.RawMessage
+}
+
+// wireState is a work state: an object with a state (subagent_update,
+// and state_update as ACP v2 Preview sends it) or, accepted defensively
+// for state_update, the state as a bare string.
+type wireState struct {
+	State string `json:"state"`
+}
+
+func (w *wireState) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, &w.State)
+	}
+	var o struct {
+		State  *string `json:"state"`
+		Status *string `json:"status"`
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return nil // a shape residentd does not read: no state, not a broken line
+	}
+	switch {
+	case o.State != nil:
+		w.State = *o.State
+	case o.Status != nil:
+		w.State = *o.Status
+	}
+	return nil
 }
 
 // wireContent is a content block as far as residentd reads it: its text.

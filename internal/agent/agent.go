@@ -106,6 +106,9 @@ var (
 	// running) that ends that long after the prompt returned: the
 	// subagent's output, its end, and the agent's own follow-up.
 	backgroundDirective = lazyRegexp(`\[\[background:([0-9a-z.]+)\]\]`)
+	// stateDirective reports background work the ACP v2 (Preview) way:
+	// state_update working after the prompt returned, idle D later.
+	stateDirective = lazyRegexp(`\[\[state:([0-9a-z.]+)\]\]`)
 	// callsDirective makes the turn N model calls, each reported on its own.
 	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
 )
@@ -307,8 +310,11 @@ type builtin struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	spent    [2]int  // tokens in, out reported so far by this process (--usage total)
-	cost     float64 // cost so far by this process (--cost)
+	// background: session -> its background work still running ([[background:D]],
+	// [[state:D]]), each ended early by session/cancel.
+	background map[string][]*bgWork
+	spent      [2]int  // tokens in, out reported so far by this process (--usage total)
+	cost       float64 // cost so far by this process (--cost)
 }
 
 var (
@@ -407,8 +413,61 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 	return acp.LoadSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
+// Cancel records the session/cancel and ends the session's background
+// work at once, reporting it ended (state idle, stop reason cancelled);
+// the SDK cancels a running prompt's context itself.
 func (b *builtin) Cancel(ctx context.Context, p acp.CancelNotification) error {
-	return nil // the SDK cancels the running prompt's context
+	id := string(p.SessionId)
+	b.mu.Lock()
+	work := b.background[id]
+	delete(b.background, id)
+	b.mu.Unlock()
+	b.record(map[string]any{"method": acp.AgentMethodSessionCancel, "session": id, "background": len(work)})
+	for _, w := range work {
+		w.end(true)
+	}
+	return nil
+}
+
+// bgWork is one piece of background work: its timer, and what reports it
+// ended (once: on time, or cancelled).
+type bgWork struct {
+	once  sync.Once
+	timer *time.Timer
+	done  func(cancelled bool)
+}
+
+func (w *bgWork) end(cancelled bool) {
+	w.once.Do(func() {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.done(cancelled)
+	})
+}
+
+// startWork runs done(false) d from now unless session/cancel for id ends
+// the work first (done(true)).
+func (b *builtin) startWork(id string, d time.Duration, done func(cancelled bool)) {
+	w := &bgWork{done: done}
+	b.mu.Lock()
+	if b.background == nil {
+		b.background = make(map[string][]*bgWork)
+	}
+	b.background[id] = append(b.background[id], w)
+	b.mu.Unlock()
+	w.timer = time.AfterFunc(d, func() {
+		b.mu.Lock()
+		list := b.background[id]
+		for i, x := range list {
+			if x == w {
+				b.background[id] = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		b.mu.Unlock()
+		w.end(false)
+	})
 }
 
 func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
@@ -559,10 +618,22 @@ func (b *builtin) afterwards(id, text string) {
 		if d, err := time.ParseDuration(m[1]); err == nil {
 			sub := id + "-bg"
 			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "title": "builtin background work", "state": map[string]any{"state": "running"}})
-			time.AfterFunc(d, func() {
+			b.startWork(id, d, func(cancelled bool) {
+				if cancelled {
+					_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "state": map[string]any{"state": "idle", "stopReason": "cancelled"}})
+					return
+				}
 				_ = b.send(ctx, sub, acp.UpdateAgentMessageText("background work output"))
 				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "state": map[string]any{"state": "idle", "stopReason": "end_turn"}})
 				_ = b.send(ctx, id, acp.UpdateAgentMessageText("background work done"))
+			})
+		}
+	}
+	if m := stateDirective().FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "state_update", "state": map[string]any{"state": "working"}})
+			b.startWork(id, d, func(cancelled bool) {
+				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "state_update", "state": map[string]any{"state": "idle"}})
 			})
 		}
 	}

@@ -55,6 +55,14 @@ type Worker interface {
 	Working() (working bool, last time.Time)
 }
 
+// Ender is a Session whose process may have work running that must be
+// ended explicitly before it is stopped for start fresh or shutdown (the
+// agent asked to cancel, its agent run closed with the reason). EndWork
+// returns once the work ended or a bounded wait passed.
+type Ender interface {
+	EndWork(reason Reason)
+}
+
 // idleSince reports whether e's process is idle (not working) and since
 // when it has been.
 func idleSince[S Session](e *entry[S]) (bool, time.Time) {
@@ -673,6 +681,9 @@ func (p *Pool[S]) stopLocked(e *entry[S], r Reason) <-chan struct{} {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		if en, ok := any(sess).(Ender); ok && (r == ReasonFresh || r == ReasonShutdown) {
+			en.EndWork(r)
+		}
 		sess.Close()
 		if r != "" {
 			p.cfg.OnEvict(e.key, r)

@@ -9,6 +9,7 @@ package resident
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
+	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -109,6 +111,42 @@ func (bw *between) add(native string, u acp.Update) {
 		bw.text.WriteString(up.Text)
 	}
 	bw.r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
+}
+
+// open reports whether an agent run is open.
+func (bw *between) open() bool {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	return bw.r != nil
+}
+
+// cancelled ends the open agent run, if any, because the process is being
+// stopped for r (start fresh or shutdown): cancelled with the reason, what
+// it said so far kept in the key's conversation. No run opens after it.
+func (bw *between) cancelled(r pool.Reason) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	bw.closed = true
+	run, text, native := bw.r, bw.text.String(), bw.native
+	bw.r = nil
+	if bw.timer != nil {
+		bw.timer.Stop()
+		bw.timer = nil
+	}
+	if run == nil {
+		return
+	}
+	if text != "" {
+		if err := bw.k.st.AppendTurns(bw.key, session.Turn{Role: session.RoleAssistant, Text: text, At: bw.k.now()}); err != nil {
+			bw.log.Error("agent output between prompts: storing it in the key's conversation failed", zap.String("run", run.ID), zap.Error(err))
+		}
+	}
+	code, msg := apitype.CodeCancelled, "cancelled: the session was started fresh while the agent worked in the background"
+	if r == pool.ReasonShutdown {
+		code, msg = apitype.CodeShuttingDown, "cancelled: residentd shut down while the agent worked in the background"
+	}
+	run.Finish(apitype.Event{Event: apitype.EventError, Shape: apitype.ShapeAgent, Native: native, Code: code, Message: msg, Text: text}, errors.New(msg))
+	bw.log.Info("agent output between prompts: agent run cancelled", zap.String("run", run.ID), zap.String("why", string(r)), zap.Int("chars", len(text)))
 }
 
 // agentRunID is a new agent run's id.

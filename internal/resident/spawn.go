@@ -102,10 +102,37 @@ func (s *Process) compacted() {
 // opened, if any (why: the log's word for it).
 func (s *Process) EndAgentRun(why string) { s.between.end(why) }
 
+// EndWork: see pool.Ender. With work running — an agent run open, or
+// background work the agent reported — it sends session/cancel for the
+// session (ACP's stop request; no agent residentd knows advertises one of
+// its own), gives the agent up to its cancel grace to report the work
+// ended, and ends the agent run with the reason.
+func (s *Process) EndWork(r pool.Reason) {
+	works, _ := s.a.Working()
+	if !works && !s.between.open() {
+		return
+	}
+	log := s.between.log
+	log.Info("ending the agent's background work before stopping its process: session/cancel sent", zap.String("reason", string(r)), zap.String("native", s.native), zap.Int("pid", s.a.Pid()))
+	grace := time.Duration(s.between.k.cfg.AgentCancelGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := s.a.CancelSession(ctx, s.native); err != nil {
+		log.Warn("ending background work: session/cancel not sent", zap.String("reason", string(r)), zap.Error(err))
+	}
+	if !s.a.WaitIdle(ctx) {
+		log.Warn("agent still reported work running after session/cancel; stopping its process anyway", zap.String("reason", string(r)), zap.Duration("agent_cancel_grace", grace))
+	}
+	s.between.cancelled(r)
+}
+
 // Working: see pool.Worker.
 func (s *Process) Working() (bool, time.Time) { return s.between.working(s.a) }
 
-var _ pool.Worker = (*Process)(nil)
+var (
+	_ pool.Worker = (*Process)(nil)
+	_ pool.Ender  = (*Process)(nil)
+)
 
 func (s *Process) Native() string        { return s.native }
 func (s *Process) Pid() int              { return s.a.Pid() }
