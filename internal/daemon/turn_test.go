@@ -333,13 +333,13 @@ func TestFailedLoadFallsBackToCold(t *testing.T) {
 	}
 }
 
-// TestColdTurnThatEvictsCommitsTwice: a cold turn that evicts the only live
+// TestEvictingColdTurnAddsNoCommit: a cold turn that evicts the only live
 // process makes a cold turn's commits: its run accepted and started (one
 // record, durable before Submit returns), its agent's record (before the
 // prompt) and its exchange with its run's end; the evicted agent's record
 // is dropped in one of them or a later one, never in a commit of its own.
 // (Two, the target, held before runs were recorded.)
-func TestColdTurnThatEvictsCommitsTwice(t *testing.T) {
+func TestEvictingColdTurnAddsNoCommit(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.MaxLive = 1 })
 	r1 := h.mention("ch-a", "b-builtin", "q1", "@agent first")
 	reply(t, r1)
