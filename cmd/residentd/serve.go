@@ -259,7 +259,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: feed.New(st, m, cfg.Attachments), Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg,
 		Keepalive: time.Duration(cfg.Runs.Keepalive), Listeners: run.Listeners,
 		// Agents' trees may use only their tools (OPERATIONS.md).
-		Agents: &child.Lineage{Self: os.Getpid(), Cgroups: d.AgentCgroups(), Adopts: adopts}})
+		Agents: &child.Lineage{Self: os.Getpid(), Cgroups: d.Keeper().AgentCgroups(), Adopts: adopts}})
 	run.API = srv
 	log.Info("serving", zap.String("socket", ln.Addr().String()), zap.String("state", st.Path()),
 		zap.Int("max_live", cfg.MaxLive), zap.Int("bindings", len(cfg.Bindings)), zap.String("version", version))

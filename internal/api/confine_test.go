@@ -123,7 +123,7 @@ func TestAgentTreeReachesOnlyItsTools(t *testing.T) {
 	}
 	e := newEnvWith(t, func(o *ServerOptions, d *daemon.Daemon) {
 		o.Tools = reg
-		o.Agents = &child.Lineage{Self: os.Getpid(), Cgroups: d.AgentCgroups()}
+		o.Agents = &child.Lineage{Self: os.Getpid(), Cgroups: d.Keeper().AgentCgroups()}
 	}, func(c *config.Config) {
 		exe, _ := os.Executable()
 		// The script stands for an agent that found the socket at its

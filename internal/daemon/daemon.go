@@ -23,7 +23,6 @@ import (
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/channel"
-	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
@@ -338,9 +337,9 @@ func (d *Daemon) Fresh(k session.Key) (bool, error) {
 	return had, nil
 }
 
-// AgentCgroups is the cgroup subtree the agents run in, nil without one:
-// the API tells agents' processes by it.
-func (d *Daemon) AgentCgroups() *child.Cgroups { return d.keeper.AgentCgroups() }
+// Keeper is the keeper of the daemon's agent processes: the serve command
+// asks it for the agents' cgroup, by which the API tells their processes.
+func (d *Daemon) Keeper() *resident.Keeper { return d.keeper }
 
 // Close stops the daemon: new runs are refused and queued ones end at once
 // (shutting_down); runs in flight get grace to finish with their normal
