@@ -336,46 +336,18 @@ type leanUpdate struct {
 	} `json:"update"`
 }
 
-// lineDecoder decodes one whole line at a time, as json.Unmarshal would,
-// with one json.Decoder kept across the lines of a stream: Unmarshal makes
-// its decoding state anew for every call, which is most of what a small
-// event line costs. (internal/acp keeps its twin for an agent's lines.)
-type lineDecoder struct {
-	src bytes.Reader
-	dec *json.Decoder
-	fed int64 // the bytes of the lines before this one, all given to dec
-}
-
-func (d *lineDecoder) decode(line []byte, v any) error {
-	d.src.Reset(line)
-	if d.dec == nil {
-		d.dec, d.fed = json.NewDecoder(&d.src), 0
-	}
-	err := d.dec.Decode(v)
-	// Unmarshal refuses anything but space after the value; what came
-	// before this line was space after the value of the one before.
-	if end := d.dec.InputOffset() - d.fed; err == nil && (end < 0 || end > int64(len(line)) || len(bytes.TrimSpace(line[end:])) > 0) {
-		err = errors.New("invalid character after top-level value")
-	}
-	d.fed += int64(len(line))
-	if err != nil {
-		d.dec = nil // a decoder that failed keeps failing
-	}
-	return err
-}
-
 func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var text strings.Builder
 	var seq int64 // the last seq read; whole while every one followed the one before
 	whole := true
-	var lines lineDecoder
+	var lines apitype.LineDecoder
 	for sc.Scan() {
 		if on == nil && bytes.HasPrefix(sc.Bytes(), updatePrefix) {
 			// Nobody sees the update itself: only its seq and text count.
 			var u leanUpdate
-			if err := lines.decode(sc.Bytes(), &u); err != nil {
+			if err := lines.Decode(sc.Bytes(), &u); err != nil {
 				return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
 			}
 			if u.Seq != seq+1 {
@@ -388,7 +360,7 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 			continue
 		}
 		var ev apitype.Event
-		if err := lines.decode(sc.Bytes(), &ev); err != nil {
+		if err := lines.Decode(sc.Bytes(), &ev); err != nil {
 			return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
 		}
 		if ev.Event == apitype.EventKeepalive {

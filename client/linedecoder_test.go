@@ -26,11 +26,11 @@ func TestLineDecoderAsUnmarshal(t *testing.T) {
 		`not json`,
 		`{"event":"done","seq":8,"usage":{"input_tokens":3}}`,
 	}
-	var d lineDecoder
+	var d apitype.LineDecoder
 	for round := range 2 {
 		for i, l := range lines {
 			var got, want apitype.Event
-			gerr := d.decode([]byte(l), &got)
+			gerr := d.Decode([]byte(l), &got)
 			werr := json.Unmarshal([]byte(l), &want)
 			if (gerr == nil) != (werr == nil) {
 				t.Fatalf("round %d line %d: decode err %v, Unmarshal err %v", round, i, gerr, werr)

@@ -143,7 +143,7 @@ type Agent struct {
 	root string // Spec.Dir with symlinks resolved: the fs confinement root
 	log  *zap.Logger
 
-	lines lineDecoder // the pump's, for update lines
+	lines apitype.LineDecoder // the pump's, for update lines
 
 	proc      *child.Process
 	pid       int

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/residentd/residentd/apitype"
 )
 
 // TestLineDecoderAsUnmarshal: one decoder kept across lines accepts and
@@ -20,16 +22,16 @@ func TestLineDecoderAsUnmarshal(t *testing.T) {
 		`{"method":"session/update"}x` + "\n",
 		`[1,2]` + "\n",
 		`{"method":"session/update","params":{"sessionId":"s3","update":{"sessionUpdate":"usage_update","used":5,"size":9}}}` + "\r\n",
-		`{"method":"session/update","params":{"sessionId":"` + strings.Repeat("a", lineDecoderKeep) + `"}}` + "\n",
+		`{"method":"session/update","params":{"sessionId":"` + strings.Repeat("a", apitype.LineDecoderKeep) + `"}}` + "\n",
 		`{"method":"session/update","params":{"sessionId":"s4"}}` + "\n",
 		`not json` + "\n",
 		`{"method":"session/update","params":{"sessionId":"s5"}}` + "\n",
 	}
-	var d lineDecoder
+	var d apitype.LineDecoder
 	for round := range 2 {
 		for i, l := range lines {
 			var got, want envelope
-			gerr := d.decode([]byte(l), &got)
+			gerr := d.Decode([]byte(l), &got)
 			werr := json.Unmarshal([]byte(l), &want)
 			if (gerr == nil) != (werr == nil) {
 				t.Fatalf("round %d line %d: decode err %v, Unmarshal err %v", round, i, gerr, werr)

@@ -25,6 +25,8 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
 )
 
 // Limits on what one agent may send; hitting one fails the work it hit
@@ -110,7 +112,7 @@ func (a *Agent) dispatch(line []byte) bool {
 		return false
 	}
 	var env envelope
-	if err := a.lines.decode(line, &env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
+	if err := a.lines.Decode(line, &env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
 		return false // the SDK reads it, and logs what it cannot
 	}
 	u := (*wireUpdate)(&env.Params.Update)
@@ -119,7 +121,7 @@ func (a *Agent) dispatch(line []byte) bool {
 		// keeps the same bytes); a plain text chunk, the common update,
 		// needs no second pass.
 		var r rawUpdate
-		if err := a.lines.decode(line, &r); err != nil {
+		if err := a.lines.Decode(line, &r); err != nil {
 			return false
 		}
 		u.raw = r.Params.Update
@@ -128,39 +130,7 @@ func (a *Agent) dispatch(line []byte) bool {
 	return true
 }
 
-// lineDecoder decodes one whole line at a time, as json.Unmarshal would,
-// with one json.Decoder kept across lines: Unmarshal makes its decoding
-// state anew for every call, which is most of what a small line costs.
-// The pump's goroutine alone uses it.
-type lineDecoder struct {
-	src bytes.Reader
-	dec *json.Decoder
-	fed int64 // the bytes of the lines before this one, all given to dec
-}
-
-var contentDecoders = sync.Pool{New: func() any { return new(lineDecoder) }}
-
-// lineDecoderKeep: a decoder whose buffer grew past this for a long line is
-// dropped after it, not kept for the agent's life.
-const lineDecoderKeep = 256 << 10
-
-func (d *lineDecoder) decode(line []byte, v any) error {
-	d.src.Reset(line)
-	if d.dec == nil {
-		d.dec, d.fed = json.NewDecoder(&d.src), 0
-	}
-	err := d.dec.Decode(v)
-	// Unmarshal refuses anything but space after the value; what came
-	// before this line was space after the value of the one before.
-	if end := d.dec.InputOffset() - d.fed; err == nil && (end < 0 || end > int64(len(line)) || len(bytes.TrimSpace(line[end:])) > 0) {
-		err = errors.New("invalid character after top-level value")
-	}
-	d.fed += int64(len(line))
-	if err != nil || len(line) > lineDecoderKeep {
-		d.dec = nil // a decoder that failed keeps failing
-	}
-	return err
-}
+var contentDecoders = sync.Pool{New: func() any { return new(apitype.LineDecoder) }}
 
 // route delivers u to the route of session id (or, for a subagent's
 // session, its parent's), or holds it until the session is known.
@@ -391,8 +361,8 @@ func (c *wireContent) UnmarshalJSON(b []byte) error {
 	}
 	// Every update's content decodes here, nested in its line's decoding:
 	// a pooled decoder spares it a decoding state of its own.
-	d := contentDecoders.Get().(*lineDecoder)
-	err := d.decode(b, &v)
+	d := contentDecoders.Get().(*apitype.LineDecoder)
+	err := d.Decode(b, &v)
 	contentDecoders.Put(d)
 	if err != nil {
 		return err
