@@ -169,16 +169,7 @@ func (r *Run) Finish(ev apitype.Event, err error) {
 		r.mu.Unlock()
 		return
 	}
-	switch {
-	case ev.Event == apitype.EventDone:
-		r.state = apitype.RunSucceeded
-	case ev.Code == apitype.CodeCancelled || ev.Code == apitype.CodeShuttingDown:
-		r.state = apitype.RunCancelled
-	case ev.Code == apitype.CodeInterrupted:
-		r.state = apitype.RunInterrupted
-	default:
-		r.state = apitype.RunFailed
-	}
+	r.state = endState(ev)
 	if ev.Shape == "" {
 		ev.Shape = r.shape
 	}
@@ -733,16 +724,7 @@ func (g *Registry) Restore(id string, k session.Key, messageID, fingerprint stri
 	if last != nil {
 		res := *last
 		r.result, r.ended = &res, res.At
-		switch {
-		case res.Event == apitype.EventDone:
-			r.state = apitype.RunSucceeded
-		case res.Code == apitype.CodeCancelled || res.Code == apitype.CodeShuttingDown:
-			r.state = apitype.RunCancelled
-		case res.Code == apitype.CodeInterrupted:
-			r.state = apitype.RunInterrupted
-		default:
-			r.state = apitype.RunFailed
-		}
+		r.state = endState(res)
 	} else {
 		r.last = (r.last/epoch + 1) * epoch
 	}
@@ -752,4 +734,19 @@ func (g *Registry) Restore(id string, k session.Key, messageID, fingerprint stri
 		g.ended(r)
 	}
 	return r, nil
+}
+
+// endState is the state a run ends in with final event ev (its done or
+// error): as it finishes, and as a restarted daemon reads it back.
+func endState(ev apitype.Event) string {
+	switch {
+	case ev.Event == apitype.EventDone:
+		return apitype.RunSucceeded
+	case ev.Code == apitype.CodeCancelled || ev.Code == apitype.CodeShuttingDown:
+		return apitype.RunCancelled
+	case ev.Code == apitype.CodeInterrupted:
+		return apitype.RunInterrupted
+	default:
+		return apitype.RunFailed
+	}
 }
