@@ -190,8 +190,13 @@ type route struct {
 	mu      sync.Mutex
 	loading bool
 	on      func(Update)
-	text    strings.Builder
-	cut     bool // the reply text reached MaxReplyBytes
+	// answered: the pump has read the agent's answer to the running
+	// prompt, before the SDK hands it to Prompt; what the agent says after
+	// it belongs to no turn (ACP sends a prompt's updates before its
+	// answer), however soon it comes.
+	answered bool
+	text     strings.Builder
+	cut      bool // the reply text reached MaxReplyBytes
 
 	// What the prompt running, or the next one, has cost: cost (increases
 	// of the session's running cost, summed), the calls' tokens.
@@ -572,14 +577,14 @@ func (a *Agent) PromptWith(ctx context.Context, native, text string, atts []Atta
 	if on == nil {
 		on = func(Update) {}
 	}
-	r.on = on
+	r.on, r.answered = on, false
 	r.text.Reset()
 	r.cut = false
 	r.tools = nil
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		r.on = nil
+		r.on, r.answered = nil, false
 		r.mu.Unlock()
 	}()
 

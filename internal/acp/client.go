@@ -74,10 +74,11 @@ func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate, sub string) {
 	}
 	u := su.toUpdate()
 	u.Subagent = sub
-	if tc := u.ToolCall; tc != nil && r.on != nil {
+	inPrompt := r.on != nil && !r.answered
+	if tc := u.ToolCall; tc != nil && inPrompt {
 		r.noteCall(tc.ID, tc.Kind, false)
 	}
-	if r.on == nil {
+	if !inPrompt {
 		if a.spec.Between != nil {
 			a.spec.Between(id, u)
 			return
@@ -314,13 +315,6 @@ func locations(ls []sdk.ToolCallLocation) []apitype.Location {
 		out[i] = apitype.Location{Path: l.Path, Line: l.Line}
 	}
 	return out
-}
-
-func blockText(b sdk.ContentBlock) string {
-	if b.Text != nil {
-		return b.Text.Text
-	}
-	return ""
 }
 
 // RequestPermission answers by the Spec's policy: allow, reject, or ask a

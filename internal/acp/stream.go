@@ -81,6 +81,9 @@ func (a *Agent) pump(src io.Reader, out *io.PipeWriter) {
 			if len(long) > MaxLineBytes {
 				a.limited(fmt.Errorf("%w: a line of the agent's output is longer than %d MiB (max line)", ErrLimit, MaxLineBytes>>20))
 				_ = out.CloseWithError(a.limitErr())
+				// With no prompt in flight nothing else would stop it: the
+				// process, blocked on its stdout, must not stay in the pool.
+				_ = a.stop()
 				return
 			}
 			if err == bufio.ErrBufferFull {
@@ -109,6 +112,9 @@ func (a *Agent) dispatch(line []byte) bool {
 	// The method is all that tells an update line from another; an
 	// update's own fields decode in the same pass.
 	if !bytes.Contains(line, []byte(`"session/update"`)) {
+		if bytes.Contains(line, []byte(`"stopReason"`)) && !bytes.Contains(line, []byte(`"method"`)) {
+			a.promptAnswered()
+		}
 		return false
 	}
 	var env envelope
@@ -131,6 +137,27 @@ func (a *Agent) dispatch(line []byte) bool {
 }
 
 var contentDecoders = sync.Pool{New: func() any { return new(apitype.LineDecoder) }}
+
+// promptAnswered marks the running prompt answered as the pump reads its
+// answer (a response carrying a stopReason), so that an update the agent
+// writes right after it goes to no turn even while the SDK has not yet
+// handed the answer to Prompt. A process serves one session, so at most
+// one prompt runs on it.
+func (a *Agent) promptAnswered() {
+	a.mu.Lock()
+	routes := make([]*route, 0, len(a.routes))
+	for _, r := range a.routes {
+		routes = append(routes, r)
+	}
+	a.mu.Unlock()
+	for _, r := range routes {
+		r.mu.Lock()
+		if r.on != nil {
+			r.answered = true
+		}
+		r.mu.Unlock()
+	}
+}
 
 // route delivers u to the route of session id (or, for a subagent's
 // session, its parent's), or holds it until the session is known.
@@ -158,7 +185,8 @@ func (a *Agent) route(id string, u *wireUpdate) {
 	r, sub := a.routes[id], ""
 	if r == nil {
 		if parent, ok := a.children[id]; ok {
-			r, sub = a.routes[parent], id
+			// A subagent's update is its parent session's, told apart by sub.
+			r, sub, id = a.routes[parent], id, parent
 		}
 	}
 	if r == nil {
