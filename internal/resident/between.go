@@ -35,6 +35,13 @@ type between struct {
 	pid int
 	log *zap.Logger
 
+	// ending is held by an end across its store write and the run's
+	// finish, so the process's exit (which the daemon's Close waits for)
+	// waits for an end the quiet timer began; mu is held only to detach
+	// the run, never across a write: the pool asks working under its own
+	// lock and add runs on the agent's reader, neither may wait for one.
+	ending sync.Mutex
+
 	mu     sync.Mutex
 	r      *run.Run // the open agent run, nil between them
 	native string
@@ -99,7 +106,8 @@ func (bw *between) add(native string, u acp.Update) {
 		r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: apitype.ShapeAgent, Native: native, Pid: bw.pid})
 		bw.k.m.AgentRun()
 		bw.log.Info("agent output between prompts: agent run started", zap.String("run", r.ID), zap.String("native", native))
-		bw.timer = time.AfterFunc(bw.k.agentQuiet, func() { bw.end("quiet") })
+		// A timer that fired for this run must not end a later one.
+		bw.timer = time.AfterFunc(bw.k.agentQuiet, func() { bw.endRun(r, "quiet") })
 	} else {
 		bw.timer.Reset(bw.k.agentQuiet)
 	}
@@ -124,15 +132,9 @@ func (bw *between) open() bool {
 // stopped for r (start fresh or shutdown): cancelled with the reason, what
 // it said so far kept in the key's conversation. No run opens after it.
 func (bw *between) cancelled(r pool.Reason) {
-	bw.mu.Lock()
-	defer bw.mu.Unlock()
-	bw.closed = true
-	run, text, native := bw.r, bw.text.String(), bw.native
-	bw.r = nil
-	if bw.timer != nil {
-		bw.timer.Stop()
-		bw.timer = nil
-	}
+	bw.ending.Lock()
+	defer bw.ending.Unlock()
+	run, text, native := bw.detach(nil, true)
 	if run == nil {
 		return
 	}
@@ -173,21 +175,14 @@ func opensRun(u acp.Update) bool {
 }
 
 // end ends the open agent run, if any: done with its text, which joins the
-// key's conversation. why is logged (quiet, prompt, exit). It holds the
-// lock throughout, so the process's exit (which the daemon's Close waits
-// for) waits for an end the quiet timer began.
-func (bw *between) end(why string) {
-	bw.mu.Lock()
-	defer bw.mu.Unlock()
-	r, text, native := bw.r, bw.text.String(), bw.native
-	bw.r = nil
-	if bw.timer != nil {
-		bw.timer.Stop()
-		bw.timer = nil
-	}
-	if why == "exit" {
-		bw.closed = true
-	}
+// key's conversation. why is logged (quiet, prompt, exit).
+func (bw *between) end(why string) { bw.endRun(nil, why) }
+
+// endRun is end of the open agent run if it is only (nil: any).
+func (bw *between) endRun(only *run.Run, why string) {
+	bw.ending.Lock()
+	defer bw.ending.Unlock()
+	r, text, native := bw.detach(only, why == "exit")
 	if r == nil {
 		return
 	}
@@ -198,4 +193,25 @@ func (bw *between) end(why string) {
 	}
 	r.Finish(apitype.Event{Event: apitype.EventDone, Shape: apitype.ShapeAgent, Native: native, Text: text, Watermark: apitype.WatermarkNone}, nil)
 	bw.log.Info("agent output between prompts: agent run done", zap.String("run", r.ID), zap.String("why", why), zap.Int("chars", len(text)))
+}
+
+// detach takes the open agent run (if it is only, when only is set) with
+// its text and session, stops its quiet timer and, with closing, lets no
+// run open after it.
+func (bw *between) detach(only *run.Run, closing bool) (*run.Run, string, string) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if closing {
+		bw.closed = true
+	}
+	if only != nil && bw.r != only {
+		return nil, "", ""
+	}
+	r, text, native := bw.r, bw.text.String(), bw.native
+	bw.r = nil
+	if bw.timer != nil {
+		bw.timer.Stop()
+		bw.timer = nil
+	}
+	return r, text, native
 }
