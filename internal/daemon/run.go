@@ -108,13 +108,17 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 		err = d.st.PutRun(c.rec)
 	}
 	if err != nil {
+		err = fmt.Errorf("record run %q: %w", req.RunID, err)
 		d.mu.Lock()
 		delete(d.cancels, req.RunID)
 		d.mu.Unlock()
+		// Whoever found the run meanwhile (a second submit of its id, a
+		// follower) sees it end rather than wait for ever.
+		r.Finish(apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: d.now()}, err)
 		d.runs.Drop(r.ID)
 		d.turns.Done()
 		cancel(nil)
-		return nil, fmt.Errorf("record run %q: %w", req.RunID, err)
+		return nil, err
 	}
 	crashAt("accepted")
 	d.goRun(ctx, cancel, r, b, req, c)
@@ -446,10 +450,9 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	case cerr != nil:
 		done.Watermark = apitype.WatermarkFailed
 		log.Error("storing the turn failed: its exchange is not in the conversation and its watermarks did not move", zap.Error(cerr))
-		// The cost was spent all the same: the budgets keep it on their own.
-		if serr := d.st.AddSpend(spend); serr != nil {
-			log.Error("storing the turn's cost toward its budgets failed; it counts until the daemon restarts", zap.Error(serr))
-		}
+		// The cost was spent all the same: it goes with the run's end,
+		// which the failed commit did not write either.
+		c.spend = spend
 	case n == 0:
 		done.Watermark = apitype.WatermarkNone
 	}
