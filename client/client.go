@@ -281,10 +281,12 @@ func (c *Client) Follow(ctx context.Context, runID string, after int64, on func(
 		if rerr != nil {
 			return apitype.Event{}, fmt.Errorf("client: run %q ended with nothing after seq %d; reading its result: %w", runID, after, rerr)
 		}
-		if run.Result != nil {
-			ev = *run.Result
+		if run.Result == nil {
+			// The stream ended (the daemon stopping, a proxy closing an
+			// idle connection) while the run goes on.
+			return apitype.Event{}, fmt.Errorf("client: run %q: the stream ended while the run is %s, with nothing after seq %d yet: %w", runID, run.State, after, errEmptyStream)
 		}
-		return ev, &NothingAfterError{After: after, Run: run}
+		return *run.Result, &NothingAfterError{After: after, Run: run}
 	}
 	return ev, err
 }
@@ -319,10 +321,6 @@ func (c *Client) Version(ctx context.Context) (apitype.Version, error) {
 	return out, err
 }
 
-// readStream reads NDJSON events up to the done or error line. The stream's
-// done event leaves out the reply text its chunks already carried; the
-// returned one has it, joined from the chunks when the stream held every
-// event from the first, else read from the run's result.
 // updatePrefix opens every update event line the daemon writes (the event
 // name is an Event's first field).
 var updatePrefix = []byte(`{"event":"update",`)
@@ -336,6 +334,10 @@ type leanUpdate struct {
 	} `json:"update"`
 }
 
+// readStream reads NDJSON events up to the done or error line. The stream's
+// done event leaves out the reply text its chunks already carried; the
+// returned one has it, joined from the chunks when the stream held every
+// event from the first, else read from the run's result.
 func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
