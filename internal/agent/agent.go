@@ -455,7 +455,8 @@ func (b *builtin) startWork(id string, d time.Duration, done func(cancelled bool
 		b.background = make(map[string][]*bgWork)
 	}
 	b.background[id] = append(b.background[id], w)
-	b.mu.Unlock()
+	// Set under b.mu, which a cancel takes before it reads w.timer; the
+	// timer's own func waits for b.mu too.
 	w.timer = time.AfterFunc(d, func() {
 		b.mu.Lock()
 		list := b.background[id]
@@ -468,6 +469,7 @@ func (b *builtin) startWork(id string, d time.Duration, done func(cancelled bool
 		b.mu.Unlock()
 		w.end(false)
 	})
+	b.mu.Unlock()
 }
 
 func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
