@@ -592,7 +592,6 @@ func readableFile(path string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// Binding returns the binding with id, or false.
 // BindingIDs lists the configured bindings' ids, sorted.
 func (c *Config) BindingIDs() []string {
 	ids := make([]string, 0, len(c.Bindings))
@@ -603,6 +602,7 @@ func (c *Config) BindingIDs() []string {
 	return ids
 }
 
+// Binding returns the binding with id, or false.
 func (c *Config) Binding(id string) (Binding, bool) {
 	for _, b := range c.Bindings {
 		if b.ID == id {

@@ -58,25 +58,6 @@ func (s *Store) PutRun(r RunRecord) error {
 	return nil
 }
 
-// EndRun records run r as ended (r.Ended set) and prunes the ended runs as
-// PruneRuns does, in one transaction.
-func (s *Store) EndRun(r RunRecord, cut time.Time, keep int) error {
-	if err := r.check(); err != nil {
-		return fmt.Errorf("store: end run: %w", err)
-	}
-	err := s.update(func(tx *bolt.Tx) error {
-		if err := putRun(tx, r); err != nil {
-			return err
-		}
-		_, err := pruneRuns(tx, cut, keep)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("store: end run %q: %w", r.ID, err)
-	}
-	return nil
-}
-
 // putRun writes r, and indexes it by its end when it ended.
 func putRun(tx *bolt.Tx, r RunRecord) error {
 	b := tx.Bucket(bucketRuns)

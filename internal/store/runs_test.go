@@ -85,7 +85,8 @@ func TestRunRecords(t *testing.T) {
 	}
 	// Three ended runs, one a minute; run-a still runs.
 	for i, id := range []string{"run-1", "run-2", "run-3"} {
-		if err := s.EndRun(RunRecord{ID: id, Request: json.RawMessage(`{}`), Created: t0, Attempt: 1, Ended: t0.Add(time.Duration(i) * time.Minute)}, t0.Add(-time.Hour), 10); err != nil {
+		rec := RunRecord{ID: id, Request: json.RawMessage(`{}`), Created: t0, Attempt: 1, Ended: t0.Add(time.Duration(i) * time.Minute)}
+		if err := s.FinishTurn(session.Key{Channel: "ch", Binding: "b"}, Finish{Run: &rec, RunsBefore: t0.Add(-time.Hour), RunsKeep: 10}); err != nil {
 			t.Fatal(err)
 		}
 	}
