@@ -291,31 +291,34 @@ func TestAttachReplaysDecisions(t *testing.T) {
 		out, err string
 	}
 	mentioned := make(chan result, 1)
+	// The mention's own output says when it has read the request: answered
+	// before that, the request would reach it already decided.
+	var mout syncBuffer
 	go func() {
-		var out, errOut bytes.Buffer
-		code := run([]string{"mention", "--socket", sock, "--binding", "b-ask", "--channel", "ch", "--run", "run-ask", "--ask", "auto", "[[permission:edit]] fix it"}, devnull, &out, &errOut)
-		mentioned <- result{code, out.String(), errOut.String()}
+		var errOut bytes.Buffer
+		code := run([]string{"mention", "--socket", sock, "--binding", "b-ask", "--channel", "ch", "--run", "run-ask", "--ask", "auto", "[[permission:edit]] fix it"}, devnull, &mout, &errOut)
+		mentioned <- result{code, mout.String(), errOut.String()}
 	}()
-	c := &client.Client{Socket: sock}
-	defer c.Close()
-	var req apitype.PermissionRequest
-	for req.ID == "" {
-		r, err := c.Run(ctx, "run-ask")
-		switch {
-		case client.IsCode(err, apitype.CodeUnknownRun):
-		case err != nil:
-			t.Fatal(err)
-		case r.Result != nil:
-			t.Fatalf("the run ended before it asked: %+v", r.Result)
-		case len(r.Pending) > 0:
-			req = r.Pending[0]
+	for {
+		text, changed := mout.snapshot()
+		if strings.Contains(text, "answer with: residentd answer run-ask ") {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatal("the agent never asked")
-		case <-time.After(5 * time.Millisecond): // polling the API as a UI would
+			t.Fatalf("the mention never showed the request:\n%s", text)
+		case m := <-mentioned:
+			t.Fatalf("the mention ended before it showed the request: exit %d\n%s%s", m.code, m.out, m.err)
+		case <-changed:
 		}
 	}
+	c := &client.Client{Socket: sock}
+	defer c.Close()
+	r, err := c.Run(ctx, "run-ask")
+	if err != nil || len(r.Pending) != 1 {
+		t.Fatalf("run-ask while the mention shows its request: %+v, %v", r, err)
+	}
+	req := r.Pending[0]
 	if err := c.Answer(ctx, "run-ask", req.ID, "allow"); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +345,7 @@ func TestAttachReplaysDecisions(t *testing.T) {
 		}
 	}
 
-	r, err := c.Run(ctx, "run-ask")
+	r, err = c.Run(ctx, "run-ask")
 	if err != nil {
 		t.Fatal(err)
 	}
