@@ -51,17 +51,24 @@ func readGoAPI(t *testing.T) goAPI {
 						return true
 					}
 					var fields []string
+					wire := false
 					for _, fl := range st.Fields.List {
 						if fl.Tag == nil {
 							continue
 						}
 						tag, _ := strconv.Unquote(fl.Tag.Value)
-						name, _, _ := strings.Cut(reflect.StructTag(tag).Get("json"), ",")
+						j, ok := reflect.StructTag(tag).Lookup("json")
+						wire = wire || ok
+						name, _, _ := strings.Cut(j, ",")
 						if name != "" && name != "-" {
 							fields = append(fields, name)
 						}
 					}
-					g.structs[n.Name.Name] = fields
+					// A struct without json tags (a decoder, say) is not
+					// on the wire and has no schema.
+					if wire {
+						g.structs[n.Name.Name] = fields
+					}
 				}
 				return true
 			})
