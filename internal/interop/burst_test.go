@@ -101,7 +101,7 @@ type burst struct {
 	// aborted before they were answered too: a real model may be paid for
 	// those, and no done reports them.
 	sent int64
-	took         time.Duration   // burst start -> every mention answered
+	took time.Duration // burst start -> every mention answered
 }
 
 func (b *burst) String() string {
