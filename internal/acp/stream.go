@@ -136,7 +136,7 @@ func (a *Agent) dispatch(line []byte) bool {
 	return true
 }
 
-var contentDecoders = sync.Pool{New: func() any { return new(apitype.LineDecoder) }}
+var contentDecoders = sync.Pool{New: func() any { return new(contentDecoder) }}
 
 // promptAnswered marks the running prompt answered as the pump reads its
 // answer (a response carrying a stopReason), so that an update the agent
@@ -383,20 +383,32 @@ func (c *wireContent) UnmarshalJSON(b []byte) error {
 	if len(b) == 0 || b[0] != '{' {
 		return nil
 	}
-	var v struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
 	// Every update's content decodes here, nested in its line's decoding:
-	// a pooled decoder spares it a decoding state of its own.
-	d := contentDecoders.Get().(*apitype.LineDecoder)
-	err := d.Decode(b, &v)
+	// a pooled decoder spares it a decoding state of its own, and its
+	// target an allocation.
+	d := contentDecoders.Get().(*contentDecoder)
+	d.v = contentFields{} // a Text left from the last block would be decoded into
+	err := d.lines.Decode(b, &d.v)
+	v := d.v
+	d.v = contentFields{}
 	contentDecoders.Put(d)
 	if err != nil {
 		return err
 	}
 	c.Type, c.Text, c.set = v.Type, v.Text, true
 	return nil
+}
+
+// contentFields is what wireContent reads of a content block.
+type contentFields struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
+// contentDecoder is a pooled decoder for content blocks, with its target.
+type contentDecoder struct {
+	lines apitype.LineDecoder
+	v     contentFields
 }
 
 func (u *wireUpdate) UnmarshalJSON(b []byte) error {
