@@ -144,6 +144,8 @@ type Agent struct {
 	log  *zap.Logger
 
 	lines apitype.LineDecoder // the pump's, for update lines
+	env   envelope            // the pump's target for update lines (see dispatch)
+	raw   rawUpdate           // the pump's target for an update's raw form
 
 	proc      *child.Process
 	pid       int

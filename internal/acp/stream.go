@@ -117,8 +117,12 @@ func (a *Agent) dispatch(line []byte) bool {
 		}
 		return false
 	}
-	var env envelope
-	if err := a.lines.Decode(line, &env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
+	// One target for every line, zeroed first: a decode into pointers or
+	// slices left from the last line would write into what that line
+	// delivered. Nothing keeps u past route (holdEarlyLocked copies it).
+	env := &a.env
+	*env = envelope{}
+	if err := a.lines.Decode(line, env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
 		return false // the SDK reads it, and logs what it cannot
 	}
 	u := (*wireUpdate)(&env.Params.Update)
@@ -126,8 +130,9 @@ func (a *Agent) dispatch(line []byte) bool {
 		// What the typed fields fall short of (wireUpdate.UnmarshalJSON
 		// keeps the same bytes); a plain text chunk, the common update,
 		// needs no second pass.
-		var r rawUpdate
-		if err := a.lines.Decode(line, &r); err != nil {
+		r := &a.raw
+		*r = rawUpdate{}
+		if err := a.lines.Decode(line, r); err != nil {
 			return false
 		}
 		u.raw = r.Params.Update
