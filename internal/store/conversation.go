@@ -129,7 +129,7 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 			}
 		}
 		if f.Run != nil {
-			if err := putRun(tx, *f.Run); err != nil {
+			if err := putRun(tx, f.Run); err != nil {
 				return fmt.Errorf("record run %q: %w", f.Run.ID, err)
 			}
 			if _, err := pruneRuns(tx, f.RunsBefore, f.RunsKeep); err != nil {
@@ -153,12 +153,12 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 	if err != nil {
 		return err
 	}
-	for _, t := range turns {
+	for i := range turns {
 		seq, err := b.NextSequence()
 		if err != nil {
 			return err
 		}
-		v, err := json.Marshal(t)
+		v, err := json.Marshal(&turns[i]) // a pointer: no copy boxed for Marshal
 		if err != nil {
 			return err
 		}
