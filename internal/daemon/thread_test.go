@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"slices"
@@ -245,5 +246,52 @@ func TestThreadKeyLifecycle(t *testing.T) {
 	q7 := h.mention("ch", "b-builtin", "q7", "@agent channel again")
 	if got := reply(t, q7); q7.done.Native != chNative || got["turn"] != "3" {
 		t.Fatalf("the channel after the thread's start fresh: native %s reply %v, want %s at turn=3", q7.done.Native, got, chNative)
+	}
+}
+
+// TestThreadForkWhileChannelBusy: the fork is made on the thread key's own
+// process from the channel's saved session, so a channel turn that runs
+// meanwhile neither blocks it nor takes part in it: the thread answers
+// while the channel's turn still runs, and the channel's process goes on
+// with its own session afterwards.
+func TestThreadForkWhileChannelBusy(t *testing.T) {
+	var rec string
+	h := newHarness(t, threadScope(&rec, true))
+	h.say("ch", "c", 2)
+	q1 := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, q1)
+	chNative := q1.done.Native
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	busy := make(chan result, 1)
+	// Not pushed: its body would show in the channel's next block, and
+	// the agent would hang on that turn too.
+	go func() {
+		busy <- h.turnCtx(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", Text: "@agent [[fault:hang-turn]] take your time"})
+	}()
+	waitFor(t, func() bool {
+		return slices.ContainsFunc(h.d.Sessions(), func(s apitype.Session) bool { return s.ThreadRoot == "" && s.State == "busy" })
+	}, func() string { return fmt.Sprintf("the channel's turn never ran: %+v", h.d.Sessions()) })
+
+	q3 := h.threadMention("ch", "c1", "q3", "@agent meanwhile, in the thread")
+	if got := reply(t, q3); q3.done.Shape != "restored" || got["turn"] != "2" || q3.done.Native == chNative {
+		t.Fatalf("thread turn while the channel's runs: shape %s native %s reply %v, want a fork of %s at turn=2", q3.done.Shape, q3.done.Native, got, chNative)
+	}
+	if fk := forks(t, rec); len(fk) != 1 || fk[0]["source"] != chNative {
+		t.Fatalf("forks %v, want one of %s", fk, chNative)
+	}
+	select {
+	case r := <-busy:
+		t.Fatalf("the channel's hung turn ended while the thread answered: %+v %v", r.done, r.err)
+	default:
+	}
+	cancel()
+	if r := <-busy; r.err == nil {
+		t.Fatalf("the cancelled channel turn succeeded: %+v", r.done)
+	}
+	q4 := h.mention("ch", "b-builtin", "q4", "@agent two")
+	if got := reply(t, q4); q4.done.Shape != "warm" || q4.done.Native != chNative || got["turn"] != "2" {
+		t.Fatalf("the channel after its cancelled turn: shape %s native %s reply %v, want warm on %s at turn=2 (the cancelled turn is not one)", q4.done.Shape, q4.done.Native, got, chNative)
 	}
 }
