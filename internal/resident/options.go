@@ -267,9 +267,9 @@ func (d *Keeper) OptionErrors() []apitype.OptionError {
 // those in effect for its next session (the binding's with the key's on
 // top).
 func (d *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
-	b, ok := d.cfg.Binding(k.Binding)
+	b, ok := d.conf().Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.cfg.BindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.conf().BindingIDs())
 	}
 	if k.Channel == "" {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: channel_id is required", ErrBadRequest)
@@ -290,9 +290,9 @@ func (d *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 // come with the model); whether it fits the key's session is checked when
 // the next turn applies it.
 func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
-	b, ok := d.cfg.Binding(k.Binding)
+	b, ok := d.conf().Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.cfg.BindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.conf().BindingIDs())
 	}
 	if err := k.Check(); err != nil {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
