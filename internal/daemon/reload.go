@@ -42,7 +42,9 @@ func (d *Daemon) Reload() (apitype.ConfigReload, error) {
 	defer d.reloadMu.Unlock()
 	log := d.log.Named("config")
 	if d.load == nil {
-		return apitype.ConfigReload{}, fmt.Errorf("%w: the daemon was started without a config file (the built-in binding only); restart it with --config FILE to bind agents from a file", ErrNoConfigFile)
+		err := fmt.Errorf("%w: the daemon was started without a config file (the built-in binding only); restart it with --config FILE to bind agents from a file", ErrNoConfigFile)
+		log.Warn("config not reloaded", zap.Error(err))
+		return apitype.ConfigReload{}, err
 	}
 	refuse := func(err error) (apitype.ConfigReload, error) {
 		err = fmt.Errorf("%w from %s: %w; the config in force stays", ErrInvalidConfig, d.file, err)
