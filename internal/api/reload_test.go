@@ -483,3 +483,37 @@ func TestReloadWithoutFile(t *testing.T) {
 		t.Fatalf("reload without a file: %v, want 409 no_config_file", err)
 	}
 }
+
+// TestReloadPermissionOnWarmProcess: a changed permission policy answers
+// the warm process's next requests, the process kept.
+func TestReloadPermissionOnWarmProcess(t *testing.T) {
+	e := newReloadEnv(t, "b-perm")
+	decisions := func(text string) (turnResult, []string) {
+		var kinds []string
+		var r turnResult
+		r.done, r.err = e.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-perm", Text: text}, func(ev apitype.Event) {
+			switch ev.Event {
+			case apitype.EventStarted:
+				r.started = ev
+			case apitype.EventPermissionDecision:
+				kinds = append(kinds, ev.Decision.Kind)
+			}
+		})
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r, kinds
+	}
+	r1, k1 := decisions("@agent [[permission:execute]] one")
+	if strings.Join(k1, ",") != "reject_once" {
+		t.Fatalf("deny answered %v", k1)
+	}
+	e.write(t, func(c *config.Config) { e.binding(c, "b-perm").Permission = "allow" })
+	if a := action(t, e.reload(t), "b-perm"); a.Action != apitype.ReloadAppliedNext || a.Changes[0] != (apitype.ReloadChange{Setting: "permission", Class: "next_turn"}) {
+		t.Fatalf("b-perm: %+v", a)
+	}
+	r2, k2 := decisions("@agent [[permission:execute]] two")
+	if r2.started.Pid != r1.started.Pid || strings.Join(k2, ",") != "allow_once" {
+		t.Fatalf("after the reload: pid %d (was %d), decisions %v; want the same process, allowed", r2.started.Pid, r1.started.Pid, k2)
+	}
+}
