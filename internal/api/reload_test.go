@@ -258,7 +258,9 @@ func TestReloadChangedCommandReplacesAtNextTurn(t *testing.T) {
 func TestReloadSessionOptionOnWarmProcess(t *testing.T) {
 	e := newReloadEnv(t, "b-opt")
 	r1 := e.mustTurn(t, "ch", "b-opt", "m1")
-	e.write(t, func(c *config.Config) { e.binding(c, "b-opt").SessionOptions = map[string]string{"model": "builtin-large"} })
+	e.write(t, func(c *config.Config) {
+		e.binding(c, "b-opt").SessionOptions = map[string]string{"model": "builtin-large"}
+	})
 	if a := action(t, e.reload(t), "b-opt"); a.Action != apitype.ReloadAppliedNext || a.Changes[0] != (apitype.ReloadChange{Setting: "session_options", Class: "next_turn"}) {
 		t.Fatalf("b-opt: %+v", a)
 	}
