@@ -1,7 +1,9 @@
 package config
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -190,4 +192,17 @@ func keepRestart(o, n reflect.Value, prefix string) {
 			keepRestart(o.Field(i), n.Field(i), path+".")
 		}
 	}
+}
+
+// SameProcess reports whether a process started with b may serve a turn
+// of n: no field of class ReplaceProcess differs. It is the per-turn form
+// of BindingChanges, without reflection (a warm turn asks it).
+func (b Binding) SameProcess(n Binding) bool {
+	return b.Command == n.Command && slices.Equal(b.Args, n.Args) && maps.Equal(b.Env, n.Env) && b.Dir == n.Dir &&
+		b.Resident == n.Resident && b.SavedSession == n.SavedSession && samePtr(b.Tools, n.Tools) &&
+		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals
+}
+
+func samePtr[T comparable](a, b *T) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }

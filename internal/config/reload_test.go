@@ -134,3 +134,51 @@ func TestCompareAndInForce(t *testing.T) {
 		t.Fatalf("InForce changed its input or lost a default: %+v", n)
 	}
 }
+
+// mutate changes v (settable) to another value of its type.
+func mutate(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(v.String() + "-changed")
+	case reflect.Bool:
+		v.SetBool(!v.Bool())
+	case reflect.Int, reflect.Int64:
+		v.SetInt(v.Int() + 1)
+	case reflect.Uint64:
+		v.SetUint(v.Uint() + 1)
+	case reflect.Float64:
+		v.SetFloat(v.Float() + 1)
+	case reflect.Slice:
+		v.Set(reflect.Append(v, reflect.New(v.Type().Elem()).Elem()))
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		m.SetMapIndex(reflect.ValueOf("k"), reflect.ValueOf("v"))
+		v.Set(m)
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		if !v.IsNil() {
+			p.Elem().Set(v.Elem())
+			mutate(p.Elem())
+		}
+		v.Set(p)
+	case reflect.Struct:
+		mutate(v.Field(0))
+	default:
+		panic("mutate: " + v.Kind().String())
+	}
+}
+
+// TestSameProcessMatchesTheClasses: SameProcess is false exactly when a
+// field of class replace_process changed.
+func TestSameProcessMatchesTheClasses(t *testing.T) {
+	base := Binding{ID: "b", Handle: "@a", Command: "agent", Args: []string{"x"}}
+	bt := reflect.TypeOf(base)
+	for i := 0; i < bt.NumField(); i++ {
+		name, _, _ := strings.Cut(bt.Field(i).Tag.Get("json"), ",")
+		n := base
+		mutate(reflect.ValueOf(&n).Elem().Field(i))
+		if same, replace := base.SameProcess(n), BindingClasses[name] == ReplaceProcess; same == replace {
+			t.Errorf("field %q (class %s): SameProcess = %v", name, BindingClasses[name], same)
+		}
+	}
+}

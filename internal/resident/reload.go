@@ -35,10 +35,8 @@ func (d *Keeper) bindingFor(ctx context.Context, id string) (config.Binding, boo
 // differs, or when b's permission policy needs session _meta the agent's
 // sessions were not opened with (claude-agent-acp's tool rules).
 func (d *Keeper) Reuse(p *Process, b config.Binding) bool {
-	for _, c := range config.BindingChanges(p.binding, b) {
-		if c.Class == config.ReplaceProcess {
-			return false
-		}
+	if !p.binding.SameProcess(b) {
+		return false
 	}
 	if p.binding.Permission != b.Permission {
 		a := policy.Agent(p.a.Info())
