@@ -325,8 +325,8 @@ type unitData struct {
 	// ExecReload is `residentd reload` on the service's socket: a
 	// synchronous reload whose refusal fails `systemctl reload`.
 	ExecReload string
-	PathEnv   string // PATH=… as one Environment= word
-	Listen    string // ListenStream=
+	PathEnv    string // PATH=… as one Environment= word
+	Listen     string // ListenStream=
 }
 
 // renderSystemd renders the unit templates for o (already defaulted).
