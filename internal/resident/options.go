@@ -254,8 +254,9 @@ func (d *Keeper) OptionErrors() []apitype.OptionError {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []apitype.OptionError
+	c := d.conf()
 	for id, h := range d.health {
-		if h.option.n > 0 {
+		if _, ok := c.Binding(id); ok && h.option.n > 0 {
 			out = append(out, apitype.OptionError{Binding: id, Error: h.option.last})
 		}
 	}

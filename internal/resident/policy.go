@@ -154,7 +154,10 @@ func (d *Keeper) PolicyAdvisories() []apitype.PolicyAdvisory {
 		if !h.policySeen || n.c.Enforced && n.err == "" {
 			continue
 		}
-		b, _ := d.conf().Binding(id)
+		b, ok := d.conf().Binding(id)
+		if !ok {
+			continue // removed by a config reload
+		}
 		unasked := n.c.Unasked
 		if n.err != "" {
 			unasked = "its control failed: " + n.err
