@@ -539,3 +539,29 @@ func BenchmarkReload(b *testing.B) {
 		}
 	}
 }
+
+// TestReloadBudgetsAtOnce: a daily budget added by a reload applies from
+// the next turn on.
+func TestReloadBudgetsAtOnce(t *testing.T) {
+	e := newReloadEnv(t, "b-spend")
+	e.write(t, func(c *config.Config) {
+		b := e.binding(c, "b-spend")
+		b.Args = append(b.Args, "--cost", "1")
+	})
+	e.reload(t)
+	if r := e.mustTurn(t, "ch", "b-spend", "m1"); r.done.Usage == nil || r.done.Usage.Cost == nil {
+		t.Fatalf("the turn reported no cost: %+v", r.done.Usage)
+	}
+	e.write(t, func(c *config.Config) { c.Budgets.Bindings = map[string]float64{"b-spend": 0.5} })
+	out := e.reload(t)
+	if len(out.Settings) != 1 || out.Settings[0] != (apitype.ReloadChange{Setting: "budgets", Class: "at_once"}) {
+		t.Fatalf("settings %+v", out.Settings)
+	}
+	// Spending is counted while a limit applies: from the reload on.
+	e.mustTurn(t, "ch", "b-spend", "m2")
+	_, err := e.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-spend", Text: "@agent m3"}, nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != apitype.CodeBudgetExceeded {
+		t.Fatalf("a turn over the reloaded budget: %v, want budget_exceeded", err)
+	}
+}

@@ -123,8 +123,9 @@ func New(cfg Config, now func() time.Time, load Load) *Book {
 	return b
 }
 
-// SetConfig puts new limits in force at once (a config reload); the day's
-// spending so far counts toward them.
+// SetConfig puts new limits in force at once (a config reload); what the
+// day counted so far stays counted toward them (a budget that had no limit
+// counted nothing).
 func (b *Book) SetConfig(cfg Config) {
 	if cfg.Location == nil {
 		cfg.Location = time.Local
