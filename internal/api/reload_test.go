@@ -565,3 +565,27 @@ func TestReloadBudgetsAtOnce(t *testing.T) {
 		t.Fatalf("a turn over the reloaded budget: %v, want budget_exceeded", err)
 	}
 }
+
+// TestReloadFramingForNewSessions: a changed system framing leaves the
+// warm session as it is and reaches the key's next new session.
+func TestReloadFramingForNewSessions(t *testing.T) {
+	e := newReloadEnv(t, "b-frame")
+	r1 := e.mustTurn(t, "ch", "b-frame", "m1")
+	e.write(t, func(c *config.Config) { e.binding(c, "b-frame").System = "You are @agent, now with a new framing." })
+	if a := action(t, e.reload(t), "b-frame"); a.Action != apitype.ReloadNewSession || a.Changes[0] != (apitype.ReloadChange{Setting: "system", Class: "new_session"}) {
+		t.Fatalf("b-frame: %+v", a)
+	}
+	if r := e.mustTurn(t, "ch", "b-frame", "m2"); r.started.Pid != r1.started.Pid || r.done.Shape != "warm" {
+		t.Fatalf("after the reload: pid %d shape %s, want the warm process", r.started.Pid, r.done.Shape)
+	}
+	if _, err := e.c.Fresh(context.Background(), "ch", "b-frame"); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.mustTurn(t, "ch", "b-frame", "m3"); r.done.Shape != "cold" {
+		t.Fatalf("after start fresh: %s", r.done.Shape)
+	}
+	recs := records(t, e.rec("b-frame"))
+	if last := recs[len(recs)-1]; !strings.HasPrefix(last["prompt"].(string), "You are @agent, now with a new framing.") {
+		t.Fatalf("the new session's first prompt: %.80q", last["prompt"])
+	}
+}
