@@ -197,7 +197,7 @@ func keepRestart(o, n reflect.Value, prefix string) {
 // SameProcess reports whether a process started with b may serve a turn
 // of n: no field of class ReplaceProcess differs. It is the per-turn form
 // of BindingChanges, without reflection (a warm turn asks it).
-func (b Binding) SameProcess(n Binding) bool {
+func (b *Binding) SameProcess(n *Binding) bool {
 	return b.Command == n.Command && slices.Equal(b.Args, n.Args) && maps.Equal(b.Env, n.Env) && b.Dir == n.Dir &&
 		b.Resident == n.Resident && b.SavedSession == n.SavedSession && samePtr(b.Tools, n.Tools) &&
 		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals

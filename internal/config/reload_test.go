@@ -177,7 +177,7 @@ func TestSameProcessMatchesTheClasses(t *testing.T) {
 		name, _, _ := strings.Cut(bt.Field(i).Tag.Get("json"), ",")
 		n := base
 		mutate(reflect.ValueOf(&n).Elem().Field(i))
-		if same, replace := base.SameProcess(n), BindingClasses[name] == ReplaceProcess; same == replace {
+		if same, replace := base.SameProcess(&n), BindingClasses[name] == ReplaceProcess; same == replace {
 			t.Errorf("field %q (class %s): SameProcess = %v", name, BindingClasses[name], same)
 		}
 	}

@@ -247,9 +247,10 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	// The turn keeps the binding it was accepted with across a reload: a
 	// process it spawns starts that binding, and a live process started
 	// with settings it does not have is replaced.
-	actx = resident.WithBinding(actx, b)
+	bp := &b
+	actx = resident.WithBinding(actx, bp)
 	co, err := d.pool.Acquire(actx, r.Key, pool.AcquireOptions{Owner: r.ID, Reuse: func(s pool.Session) bool {
-		return d.keeper.Reuse(s.(*resident.Process), b)
+		return d.keeper.Reuse(s.(*resident.Process), bp)
 	}, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
 		if w.Slot {

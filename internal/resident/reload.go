@@ -16,16 +16,16 @@ import (
 // spawns: a turn keeps the binding it was accepted with across a reload.
 type bindingKey struct{}
 
-// WithBinding makes a spawn under ctx start binding b, not the one of
-// that id in the config in force.
-func WithBinding(ctx context.Context, b config.Binding) context.Context {
+// WithBinding makes a spawn under ctx start binding *b (not changed
+// after), not the one of that id in the config in force.
+func WithBinding(ctx context.Context, b *config.Binding) context.Context {
 	return context.WithValue(ctx, bindingKey{}, b)
 }
 
 // bindingFor is the binding a spawn for key binding id starts.
 func (d *Keeper) bindingFor(ctx context.Context, id string) (config.Binding, bool) {
-	if b, ok := ctx.Value(bindingKey{}).(config.Binding); ok && b.ID == id {
-		return b, true
+	if b, ok := ctx.Value(bindingKey{}).(*config.Binding); ok && b.ID == id {
+		return *b, true
 	}
 	return d.conf().Binding(id)
 }
@@ -34,7 +34,7 @@ func (d *Keeper) bindingFor(ctx context.Context, id string) (config.Binding, boo
 // false when a field the process was started with (config.ReplaceProcess)
 // differs, or when b's permission policy needs session _meta the agent's
 // sessions were not opened with (claude-agent-acp's tool rules).
-func (d *Keeper) Reuse(p *Process, b config.Binding) bool {
+func (d *Keeper) Reuse(p *Process, b *config.Binding) bool {
 	if !p.binding.SameProcess(b) {
 		return false
 	}
