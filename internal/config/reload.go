@@ -51,6 +51,7 @@ var BindingClasses = map[string]Class{
 	"turn_timeout": NextTurn, "permission_timeout": NextTurn,
 	"limits": ReplaceProcess, "usage_totals": ReplaceProcess, "prices": NextTurn,
 	"retry_interrupted": NextTurn, "bursts": NextTurn,
+	"scope": NextTurn,
 }
 
 // SettingClasses is how each daemon setting (its JSON path) takes effect on
