@@ -227,7 +227,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	}
 	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
 		// A thread key's first session: a fork of its channel's.
-		s, err := d.fork(ctx, a, k, bw, log)
+		s, err := d.fork(ctx, a, k, b, bw, log)
 		if err != nil || s != nil {
 			if err != nil {
 				a.Close()
@@ -259,7 +259,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 // alone: no other process, the channel's included, ever serves it. A nil
 // process and no error: there is nothing to fork, or the agent refused;
 // the caller starts a new session.
-func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *between, log *zap.Logger) (*Process, error) {
+func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config.Binding, bw *between, log *zap.Logger) (*Process, error) {
 	src, wms, err := d.st.ForkSource(k.Main())
 	if err != nil {
 		return nil, fmt.Errorf("read the channel's session to fork: %w", err)
@@ -290,7 +290,7 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *betw
 		// from its start, as a new session's would.
 		log.Warn("the fork's inherited watermarks were not saved", zap.String("native", native), zap.Error(err))
 	}
-	p := &Process{a: a, key: k, between: bw, native: native, restoredBy: "fork", unsaved: true}
+	p := &Process{a: a, key: k, between: bw, native: native, restoredBy: "fork", unsaved: true, binding: b, served: b}
 	// The fork holds the channel's facts already: its first turn says
 	// them again only when they changed.
 	if conv, err := d.st.Conversation(k.Main()); err == nil {
