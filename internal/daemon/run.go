@@ -148,9 +148,11 @@ func (d *Daemon) goRun(ctx context.Context, cancel context.CancelCauseFunc, r *r
 		d.mu.Lock()
 		delete(d.cancels, r.ID)
 		d.mu.Unlock()
-		// Recorded before a follower can see the end.
-		r.Finish(c.finish(r, done, err), err)
+		// Recorded, and the run's span ended, before a follower can see
+		// the end.
+		final := c.finish(r, done, err)
 		endSpan(trace.SpanFromContext(ctx), err)
+		r.Finish(final, err)
 	}()
 }
 
