@@ -19,11 +19,26 @@ type TurnRequest struct {
 	Text          string  `json:"text"`
 	ChannelAgents []Agent `json:"channel_agents,omitempty"`
 	MaxRecipients int     `json:"max_recipients,omitempty"`
-	// Traceparent and Tracestate are the client's W3C trace context (the
-	// same as the HTTP headers of that name, which win): the run's trace
-	// continues the client's.
+	// *TraceContext is the client's W3C trace context, its fields inline
+	// (the HTTP headers of the same names win); nil when it sent none. A
+	// pointer keeps the request small enough for the daemon's closures
+	// to copy (no allocation per turn).
+	*TraceContext
+}
+
+// TraceContext is a W3C trace context: the run's trace continues the
+// client's.
+type TraceContext struct {
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
+}
+
+// Trace is the request's trace context ("" for none).
+func (r TurnRequest) Trace() (traceparent, tracestate string) {
+	if r.TraceContext == nil {
+		return "", ""
+	}
+	return r.Traceparent, r.Tracestate
 }
 
 // Agent is one agent present in the channel, as the mention payload lists it.

@@ -38,7 +38,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	}
 	// W3C trace context: the headers win over the request's fields.
 	if tp := r.Header.Get("Traceparent"); tp != "" {
-		req.Traceparent, req.Tracestate = tp, r.Header.Get("Tracestate")
+		req.TraceContext = &apitype.TraceContext{Traceparent: tp, Tracestate: r.Header.Get("Tracestate")}
 	}
 	q := r.URL.Query() // parsed once: a turn reads three of its values
 	thread := ""

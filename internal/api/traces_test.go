@@ -444,7 +444,7 @@ func TestTraceRestoredTurn(t *testing.T) {
 	}
 	const tr = "0af7651916cd43dd8448eb211c80319c"
 	res := e.h.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "m2", Text: "@agent where were we with the refund spec",
-		Traceparent: "00-" + tr + "-b7ad6b7169203331-01"})
+		TraceContext: &apitype.TraceContext{Traceparent: "00-" + tr + "-b7ad6b7169203331-01"}})
 	if res.Err != nil || res.Done.Shape != "restored" {
 		t.Fatalf("turn after the restart: shape %q, %v", res.Done.Shape, res.Err)
 	}
@@ -504,4 +504,60 @@ func TestTracePermissionAnsweredByPerson(t *testing.T) {
 		t.Fatalf("run span attributes %v", m["run"].Attrs)
 	}
 	noText(t, spans, "refund", done[len(done)-1].Text)
+}
+
+// BenchmarkWarmTurnTracing is a warm turn over the socket (as
+// BenchmarkWarmTurnSocket) with tracing off and on, in one run: on, every
+// turn's spans go to an OTLP/HTTP receiver in the process through the
+// batch processor, as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT configures it.
+// Compare the two sub-benchmarks' ns/op and allocs/op:
+//
+//	go test -run '^$' -bench WarmTurnTracing -benchmem -count 3 ./internal/api/
+func BenchmarkWarmTurnTracing(b *testing.B) {
+	rc := newReceiver(b)
+	b.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", rc.srv.URL+"/v1/traces")
+	tp, err := tracing.FromEnv(context.Background(), "bench")
+	if err != nil || tp == nil {
+		b.Fatalf("tracing from the environment: %v, %v", tp, err)
+	}
+	b.Cleanup(func() { tp.Shutdown(context.Background()) })
+	for _, mode := range []struct {
+		name string
+		o    daemontest.Options
+	}{
+		{"off", daemontest.Options{Log: zap.NewNop()}},
+		{"on", daemontest.Options{Log: zap.NewNop(), Tracer: tp.Tracer()}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			c, _ := benchClientWith(b, mode.o)
+			req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
+			if _, err := c.Turn(context.Background(), req, nil); err != nil {
+				b.Fatal(err)
+			}
+			if err := tp.ForceFlush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			rc.mu.Lock()
+			before := len(rc.spans)
+			rc.mu.Unlock()
+			b.ReportAllocs()
+			for b.Loop() {
+				ev, err := c.Turn(context.Background(), req, nil)
+				if err != nil || ev.Shape != "warm" {
+					b.Fatalf("turn: shape %q err %v", ev.Shape, err)
+				}
+			}
+			b.StopTimer()
+			if err := tp.ForceFlush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			rc.mu.Lock()
+			n := len(rc.spans) - before
+			rc.mu.Unlock()
+			if mode.o.Tracer == nil && n != 0 || mode.o.Tracer != nil && n < b.N {
+				b.Fatalf("tracing %s: %d spans exported for %d turns", mode.name, n, b.N)
+			}
+			b.ReportMetric(float64(n)/float64(b.N), "spans/turn")
+		})
+	}
 }

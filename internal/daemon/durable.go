@@ -321,7 +321,8 @@ func (d *Daemon) resumeRun(rec store.RunRecord, req apitype.TurnRequest) {
 		return
 	}
 	// The attempt after a restart is a trace of its own, in the client's.
-	tctx, span := tracing.Root(d.tracer, "run", req.Traceparent, req.Tracestate)
+	tp, ts := req.Trace()
+	tctx, span := tracing.Root(d.tracer, "run", tp, ts)
 	traceID, spanID := tracing.IDs(span)
 	r.SetTrace(run.Trace{TraceID: traceID, SpanID: spanID})
 	ctx, cancel := context.WithCancelCause(tctx)

@@ -79,7 +79,8 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	}
 	key := session.Key{Channel: req.Channel, Binding: b.ID}
 	// Every run is a trace: its root span, the client's trace continued.
-	tctx, span := tracing.Root(d.tracer, "run", req.Traceparent, req.Tracestate)
+	tp, ts := req.Trace()
+	tctx, span := tracing.Root(d.tracer, "run", tp, ts)
 	traceID, spanID := tracing.IDs(span)
 	ctx, cancel := context.WithCancelCause(tctx)
 	d.mu.Lock()
