@@ -257,7 +257,7 @@ func newTracedEnv(t *testing.T) *tracedEnv {
 	cfg.Bindings = []config.Binding{b, ask}
 	core, logs := observer.New(zapcore.InfoLevel)
 	e.logs = logs
-	e.h = daemontest.New(t, cfg, daemontest.Options{Log: zap.New(core), Tracer: tp.Tracer()})
+	e.h = daemontest.New(t, cfg, daemontest.Options{Log: zap.New(core), Tracer: tp.Tracer(), AgentQuiet: 100 * time.Millisecond})
 	sdir, err := os.MkdirTemp("", "rd")
 	if err != nil {
 		t.Fatal(err)
@@ -504,6 +504,45 @@ func TestTracePermissionAnsweredByPerson(t *testing.T) {
 		t.Fatalf("run span attributes %v", m["run"].Attrs)
 	}
 	noText(t, spans, "refund", done[len(done)-1].Text)
+}
+
+// What the agent says after its turn (an agent run) is a span of that
+// turn's trace, a child of its prompt span; the run and its feed lines
+// carry the trace.
+func TestTraceAgentRun(t *testing.T) {
+	e := newTracedEnv(t)
+	const tr = "8a3c60f7d188f8fa79d48a391a778fa6"
+	until(t, e.post(t, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "m1", Text: "@agent [[later:10ms]] go on"}, "00-"+tr+"-79d48a391a778fa6-01"))
+	var agent apitype.FeedEvent
+	var seq int64
+	for agent.Event != apitype.FeedRunEnded {
+		b := e.h.RunFeed().Read(seq)
+		for _, l := range b.Lines {
+			var ev apitype.FeedEvent
+			if err := json.Unmarshal(l, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Kind == apitype.RunKindAgent && ev.Event == apitype.FeedRunEnded {
+				agent = ev
+			}
+		}
+		seq = b.Last
+		if agent.Event == "" {
+			select {
+			case <-b.Changed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no agent run ended")
+			}
+		}
+	}
+	spans := e.rc.trace(t, e.tp, tr, "agent run")
+	t.Logf("turn and the agent run after it:\n%s", tree(spans))
+	m := byName(t, spans, "run", "prompt", "agent run")
+	parentOf(t, spans, m["prompt"], m["agent run"])
+	if agent.TraceID != tr || agent.SpanID != m["agent run"].SpanID {
+		t.Fatalf("agent run's feed line has trace %q span %q, want %s %s", agent.TraceID, agent.SpanID, tr, m["agent run"].SpanID)
+	}
+	noText(t, spans, "later output", "go on")
 }
 
 // BenchmarkWarmTurnTracing is a warm turn over the socket (as
