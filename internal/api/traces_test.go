@@ -477,7 +477,7 @@ func TestTracePermissionAnsweredByPerson(t *testing.T) {
 	e := newTracedEnv(t)
 	ctx := context.Background()
 	const tr = "5b8efff798038103d269b633813fc60c"
-	next := e.post(t, apitype.TurnRequest{Channel: "ch", Binding: "b-ask", MessageID: "m1", RunID: "run-ask", Text: "@agent [[permission:execute]] run the refund tests"},
+	next := e.post(t, apitype.TurnRequest{Channel: "ch", Binding: "b-ask", MessageID: "m1", RunID: "run-ask", Text: "@agent [[tool:execute]] run the refund tests"},
 		"00-"+tr+"-eee19b7ec3c1b174-01")
 	var asked apitype.Event
 	for asked.Event != apitype.EventPermissionRequest {
@@ -493,8 +493,12 @@ func TestTracePermissionAnsweredByPerson(t *testing.T) {
 	done := until(t, next)
 	spans := e.rc.trace(t, e.tp, tr, "run")
 	t.Logf("turn with a permission:\n%s", tree(spans))
-	m := byName(t, spans, "run", "spawn", "session mode", "prompt", "permission")
+	m := byName(t, spans, "run", "spawn", "session mode", "prompt", "permission", "tool call")
 	parentOf(t, spans, m["prompt"], m["permission"])
+	parentOf(t, spans, m["prompt"], m["tool call"])
+	if a := m["tool call"].Attrs; a["residentd.tool.kind"] != "execute" || a["residentd.tool.status"] != "completed" {
+		t.Fatalf("tool call span attributes %v", a)
+	}
 	p := m["permission"]
 	if p.Attrs["residentd.permission.decided_by"] != apitype.DecidedByPerson || p.Attrs["residentd.permission.option"] != "allow" ||
 		p.Attrs["residentd.tool.kind"] != "execute" || !p.Start.Before(answered) || p.End.Before(answered) {
