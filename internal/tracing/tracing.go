@@ -72,16 +72,15 @@ func FromEnv(ctx context.Context, version string) (*Provider, error) {
 // New is a provider exporting to e, batched (sync false) or span by span
 // as each ends (sync true; tests).
 func New(e sdktrace.SpanExporter, version string, sync bool) *Provider {
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceVersion(version)))
-	if err != nil {
-		res = resource.Default() // a schema conflict: the version is left out
-	}
-	// resource.Default already read OTEL_SERVICE_NAME; a daemon without it
-	// is residentd rather than unknown_service.
-	if os.Getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(os.Getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
-		if r, err := resource.Merge(res, resource.NewSchemaless(semconv.ServiceName("residentd"))); err == nil {
-			res = r
-		}
+	// Read now, not once per process (resource.Default): later detectors
+	// win, so OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the
+	// name residentd.
+	// A variable that does not parse leaves a partial resource and an
+	// error: the partial one is used.
+	res, _ := resource.New(context.Background(), resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceName("residentd"), semconv.ServiceVersion(version)), resource.WithFromEnv())
+	if res == nil {
+		res = resource.Default()
 	}
 	proc := sdktrace.WithBatcher(e)
 	if sync {
