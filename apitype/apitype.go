@@ -6,6 +6,7 @@ package apitype
 
 import (
 	"encoding/json"
+	"sync"
 	"time"
 )
 
@@ -401,14 +402,31 @@ func (u *Usage) UnmarshalJSON(b []byte) error {
 		*u = Usage{Unknown: true}
 		return nil
 	}
-	type plain Usage
-	var p plain
-	if err := json.Unmarshal(b, &p); err != nil {
+	// Nested in an event's decoding: a pooled decoder spares it a
+	// decoding state of its own, and its target an allocation.
+	d := usageDecoders.Get().(*usageDecoder)
+	d.p = plainUsage{}
+	err := d.lines.Decode(b, &d.p)
+	p := d.p
+	d.p = plainUsage{} // the next decode must not write into this one's Cost
+	usageDecoders.Put(d)
+	if err != nil {
 		return err
 	}
 	*u = Usage(p)
 	return nil
 }
+
+// plainUsage is Usage without its JSON methods.
+type plainUsage Usage
+
+// usageDecoder is a pooled decoder for Usage, with its target.
+type usageDecoder struct {
+	lines LineDecoder
+	p     plainUsage
+}
+
+var usageDecoders = sync.Pool{New: func() any { return new(usageDecoder) }}
 
 // ContextReport says what channel context the turn carried.
 type ContextReport struct {

@@ -144,6 +144,8 @@ type Agent struct {
 	log  *zap.Logger
 
 	lines apitype.LineDecoder // the pump's, for update lines
+	env   envelope            // the pump's target for update lines (see dispatch)
+	raw   rawUpdate           // the pump's target for an update's raw form
 
 	proc      *child.Process
 	pid       int
@@ -417,12 +419,48 @@ func (a *Agent) CanSteer() bool { return a.canSteer }
 // running turn.
 const SteeringMethod = "_session/steering"
 
-// Steer adds text to native's running turn. An error (the agent answers
-// that no turn runs, or refuses) means the text did not join it.
+// ErrNotSteered: the agent did not put the text into a running turn (no
+// turn runs); the text is the caller's to send as a prompt of its own.
+var ErrNotSteered = errors.New("agent did not steer the text into a running turn")
+
+// steeringParams is what SteeringMethod carries: claude-agent-acp takes
+// sessionId and prompt as session/prompt has them, and, with idleBehavior
+// promptRequired in _meta, answers promptRequired when no turn runs
+// instead of starting a turn of its own the caller would know nothing of.
+type steeringParams struct {
+	SessionID string             `json:"sessionId"`
+	Prompt    []sdk.ContentBlock `json:"prompt"`
+	Meta      map[string]any     `json:"_meta"`
+}
+
+// steeringAnswer is SteeringMethod's result: outcome is injected (the text
+// joined the running turn), promptRequired (no turn runs; reason
+// noRunningTurn) or startedNewTurn (an agent that ignored idleBehavior ran
+// it as a turn of its own).
+type steeringAnswer struct {
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
+}
+
+// Steer adds text to native's running turn. It returns nil only when the
+// agent answers that the text joined the turn; ErrNotSteered when it
+// answers otherwise (no turn runs), another error when it refuses.
 func (a *Agent) Steer(ctx context.Context, native, text string) error {
-	params := map[string]any{"sessionId": native, "prompt": []sdk.ContentBlock{sdk.TextBlock(text)}}
-	if _, err := a.conn.CallExtension(ctx, SteeringMethod, params); err != nil {
+	params := steeringParams{
+		SessionID: native,
+		Prompt:    []sdk.ContentBlock{sdk.TextBlock(text)},
+		Meta:      map[string]any{"steering": map[string]any{"idleBehavior": "promptRequired"}},
+	}
+	raw, err := a.conn.CallExtension(ctx, SteeringMethod, params)
+	if err != nil {
 		return fmt.Errorf("steer session %q: %w", native, err)
+	}
+	var ans steeringAnswer
+	if err := json.Unmarshal(raw, &ans); err != nil {
+		return fmt.Errorf("steer session %q: %w: answer %.200s: %w", native, ErrProtocol, raw, err)
+	}
+	if ans.Outcome != "injected" {
+		return fmt.Errorf("steer session %q: %w: outcome %q, reason %q", native, ErrNotSteered, ans.Outcome, ans.Reason)
 	}
 	return nil
 }

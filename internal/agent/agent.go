@@ -697,15 +697,24 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 // running turn.
 const SteeringMethod = "_session/steering"
 
-// steeringParams is what SteeringMethod carries, as session/prompt does.
+// steeringParams is what SteeringMethod carries, as claude-agent-acp takes
+// it: session/prompt's sessionId and prompt, and _meta.steering.idleBehavior.
 type steeringParams struct {
 	SessionID string             `json:"sessionId"`
 	Prompt    []acp.ContentBlock `json:"prompt"`
+	Meta      struct {
+		Steering struct {
+			IdleBehavior string `json:"idleBehavior"`
+		} `json:"steering"`
+	} `json:"_meta"`
 }
 
-// HandleExtensionMethod answers _session/steering: the text joins the
-// session's running turn (its reply says steered=N), or is refused when no
-// turn runs, so the client sends it as a turn of its own.
+// HandleExtensionMethod answers _session/steering as claude-agent-acp
+// does: the text joins the session's running turn (its reply says
+// steered=N) and the answer is {"outcome":"injected"}; when no turn runs
+// and the client opted in (idleBehavior promptRequired) the answer is
+// {"outcome":"promptRequired","reason":"noRunningTurn"}, so the client
+// sends it as a turn of its own; without the opt-in, an error.
 func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, params json.RawMessage) (any, error) {
 	if method != SteeringMethod {
 		return nil, acp.NewMethodNotFound(method)
@@ -713,6 +722,12 @@ func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, para
 	var p steeringParams
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, &acp.RequestError{Code: -32602, Message: "builtin: steering params: " + err.Error()}
+	}
+	if p.SessionID == "" || len(p.Prompt) == 0 {
+		return nil, &acp.RequestError{Code: -32602, Message: "builtin: steering params require a sessionId and a non-empty prompt"}
+	}
+	if ib := p.Meta.Steering.IdleBehavior; ib != "" && ib != "promptRequired" {
+		return nil, &acp.RequestError{Code: -32602, Message: fmt.Sprintf("builtin: unsupported steering idleBehavior %q", ib)}
 	}
 	var parts []string
 	for _, c := range p.Prompt {
@@ -728,10 +743,13 @@ func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, para
 	}
 	b.mu.Unlock()
 	if !running {
+		if p.Meta.Steering.IdleBehavior == "promptRequired" {
+			return map[string]any{"outcome": "promptRequired", "reason": "noRunningTurn"}, nil
+		}
 		return nil, &acp.RequestError{Code: -32002, Message: fmt.Sprintf("builtin: no turn is running in session %q", p.SessionID)}
 	}
 	b.record(map[string]any{"method": SteeringMethod, "session": p.SessionID, "prompt": text})
-	return map[string]any{}, nil
+	return map[string]any{"outcome": "injected"}, nil
 }
 
 // waitFile waits until path exists (true) or ctx ends (false).

@@ -628,13 +628,16 @@ func Builtin(self, stateDir string) Binding {
 
 // ClaudeAgentACP returns a ready binding for claude-agent-acp. A one-hour
 // provider cache outlives the 30-minute idle reaper, so a session restored
-// after a reap still hits it.
+// after a reap still hits it. Bursts coalesce: measured with 0.49 and 0.101
+// (BENCHMARKS.md), a burst of mentions costs 28 % of queue's input tokens
+// and is answered as soon as with steer, which re-sends the context once per
+// steered mention.
 func ClaudeAgentACP() Binding {
 	return Binding{
 		ID: "b-claude", Handle: "@claude", Runtime: "cli:claude:agent",
 		Command:    "claude-agent-acp",
 		Env:        map[string]string{"ENABLE_PROMPT_CACHING_1H": "1"},
 		System:     `You are @claude, a resident coding agent in a team chat. People mention you in channels; each mention arrives as a user turn with the mention payload, a brief, and the channel lines you have not seen yet.`,
-		Supervised: true, Resident: true,
+		Supervised: true, Resident: true, Bursts: BurstsCoalesce,
 	}
 }

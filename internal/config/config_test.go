@@ -42,8 +42,15 @@ func TestExampleConfigLoadsAndValidates(t *testing.T) {
 
 func TestReadyClaudeBindingMatchesExample(t *testing.T) {
 	b := ClaudeAgentACP()
-	if b.Env["ENABLE_PROMPT_CACHING_1H"] != "1" || b.Command != "claude-agent-acp" || !b.KeepsSession() {
+	if b.Env["ENABLE_PROMPT_CACHING_1H"] != "1" || b.Command != "claude-agent-acp" || !b.KeepsSession() || b.Bursts != BurstsCoalesce {
 		t.Fatalf("ClaudeAgentACP = %+v", b)
+	}
+	c, err := Load(filepath.Join("..", "..", "deploy", "config.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, _ := c.Binding("b-claude"); x.Bursts != b.Bursts {
+		t.Fatalf("the example's b-claude has bursts %q, the ready binding %q", x.Bursts, b.Bursts)
 	}
 }
 

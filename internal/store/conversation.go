@@ -129,7 +129,7 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 			}
 		}
 		if f.Run != nil {
-			if err := putRun(tx, *f.Run); err != nil {
+			if err := putRun(tx, f.Run); err != nil {
 				return fmt.Errorf("record run %q: %w", f.Run.ID, err)
 			}
 			if _, err := pruneRuns(tx, f.RunsBefore, f.RunsKeep); err != nil {
@@ -145,20 +145,20 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 }
 
 func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) error {
-	kb, err := tx.Bucket(bucketConversations).CreateBucketIfNotExists(joinKey(k.Channel, k.Binding))
+	kb, err := bucketIn(tx.Bucket(bucketConversations), joinKey(k.Channel, k.Binding))
 	if err != nil {
 		return err
 	}
-	b, err := kb.CreateBucketIfNotExists(keyTurns)
+	b, err := bucketIn(kb, keyTurns)
 	if err != nil {
 		return err
 	}
-	for _, t := range turns {
+	for i := range turns {
 		seq, err := b.NextSequence()
 		if err != nil {
 			return err
 		}
-		v, err := json.Marshal(t)
+		v, err := json.Marshal(&turns[i]) // a pointer: no copy boxed for Marshal
 		if err != nil {
 			return err
 		}
@@ -266,4 +266,14 @@ func (s *Store) Keys() ([]session.Key, error) {
 		return nil, fmt.Errorf("store: list keys: %w", err)
 	}
 	return out, nil
+}
+
+// bucketIn opens parent's bucket name, creating it when it is missing.
+// Opening first spares CreateBucketIfNotExists's copy of the name on every
+// turn of a key that has its buckets.
+func bucketIn(parent *bolt.Bucket, name []byte) (*bolt.Bucket, error) {
+	if b := parent.Bucket(name); b != nil {
+		return b, nil
+	}
+	return parent.CreateBucketIfNotExists(name)
 }
