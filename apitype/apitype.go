@@ -529,20 +529,24 @@ type Listener struct {
 
 // Session is one live agent process in GET /v1/sessions.
 type Session struct {
-	Channel string         `json:"channel_id"`
-	Binding string         `json:"binding_id"`
-	Pid     int            `json:"pid"`
-	Native  string         `json:"native_session"`
-	State   string         `json:"state"` // idle, busy, stopping
-	IdleS   float64        `json:"idle_seconds"`
-	Started time.Time      `json:"started_at"`
-	Turns   map[string]int `json:"turns"` // by shape
+	Channel string `json:"channel_id"`
+	Binding string `json:"binding_id"`
+	// ThreadRoot is set on a thread's own session (a binding of scope
+	// thread): the thread's root message id.
+	ThreadRoot string         `json:"thread_root_id,omitempty"`
+	Pid        int            `json:"pid"`
+	Native     string         `json:"native_session"`
+	State      string         `json:"state"` // idle, busy, stopping
+	IdleS      float64        `json:"idle_seconds"`
+	Started    time.Time      `json:"started_at"`
+	Turns      map[string]int `json:"turns"` // by shape
 	// RSSBytes is the agent's memory: its cgroup's (its whole tree) when
 	// MemorySource is "cgroup", the process's resident set when "rss".
 	RSSBytes     int64  `json:"rss_bytes,omitempty"`
 	MemorySource string `json:"memory_source,omitempty"`
 	// RestoredBy is how the process reopened the key's saved session:
-	// "resume" or "load"; empty for a new session.
+	// "resume" or "load"; "fork" for a thread's session forked from its
+	// channel's; empty for a new session.
 	RestoredBy string `json:"restored_by,omitempty"`
 	// Working is set while the agent works with no turn in flight
 	// (background work it reported, output between prompts): the process
@@ -606,6 +610,9 @@ type Sessions struct {
 type FreshRequest struct {
 	Channel string `json:"channel_id"`
 	Binding string `json:"binding_id"`
+	// ThreadRoot names a thread's own session (a binding of scope
+	// thread); absent or null: the channel's.
+	ThreadRoot *string `json:"thread_root_id,omitempty"`
 }
 
 // FreshResponse says whether a process was (or, behind a running turn,
@@ -629,6 +636,9 @@ type Binding struct {
 	// reminder on warm turns) or turn (in every user turn).
 	BriefPlacement string            `json:"brief_placement"`
 	SessionOptions map[string]string `json:"session_options,omitempty"`
+	// Scope: channel (one session per channel) or thread (a thread's
+	// mentions have a session of their own).
+	Scope string `json:"scope"`
 }
 
 // Bindings is GET /v1/bindings.

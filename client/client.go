@@ -451,6 +451,14 @@ func (c *Client) Fresh(ctx context.Context, channelID, binding string) (bool, er
 	return out.StoppedProcess, err
 }
 
+// FreshThread starts a thread's own session over (a binding of scope
+// thread): the thread of root message root in the channel.
+func (c *Client) FreshThread(ctx context.Context, channelID, binding, root string) (bool, error) {
+	var out apitype.FreshResponse
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/fresh", apitype.FreshRequest{Channel: channelID, Binding: binding, ThreadRoot: &root}, &out)
+	return out.StoppedProcess, err
+}
+
 // SessionOptions returns a key's session options: its own and those in
 // effect (the binding's with the key's on top).
 func (c *Client) SessionOptions(ctx context.Context, channelID, binding string) (apitype.SessionOptions, error) {

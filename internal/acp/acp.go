@@ -153,6 +153,7 @@ type Agent struct {
 	conn      *sdk.ClientSideConnection
 	canLoad   bool
 	canResume bool
+	canFork   bool // sessionCapabilities.fork (session/fork, unstable in ACP)
 	caps      PromptCaps
 	canSteer  bool // _meta.steering.supported in the initialize answer
 	canClose  bool
@@ -308,6 +309,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	a.canLoad = resp.AgentCapabilities.LoadSession
 	a.canClose = resp.AgentCapabilities.SessionCapabilities.Close != nil
 	a.canResume = resp.AgentCapabilities.SessionCapabilities.Resume != nil
+	a.canFork = resp.AgentCapabilities.SessionCapabilities.Fork != nil
 	pc := resp.AgentCapabilities.PromptCapabilities
 	a.caps = PromptCaps{Image: pc.Image, EmbeddedContext: pc.EmbeddedContext}
 	a.canSteer = steeringSupported(resp.Meta) || steeringSupported(resp.AgentCapabilities.Meta)
@@ -548,6 +550,51 @@ func (a *Agent) ResumeSession(ctx context.Context, native string) error {
 		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
 		return resp.ConfigOptions, resp.Modes, err
 	})
+}
+
+// CanFork reports the agent's session/fork capability.
+func (a *Agent) CanFork() bool { return a.canFork }
+
+// ForkSession runs session/fork of session source: the agent starts a new
+// session with source's history (claude-agent-acp reads it from the
+// source's transcript, so the source need not be open in this process)
+// and returns its id, which this process alone then serves.
+func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) {
+	var servers []sdk.UnstableMcpServer
+	if raw, err := json.Marshal(a.spec.MCPServers); err != nil {
+		return "", fmt.Errorf("acp: fork session %q: mcp servers: %w", source, err)
+	} else if err := json.Unmarshal(raw, &servers); err != nil {
+		return "", fmt.Errorf("acp: fork session %q: mcp servers: %w", source, err)
+	}
+	if servers == nil {
+		servers = []sdk.UnstableMcpServer{}
+	}
+	resp, err := a.conn.UnstableForkSession(ctx, sdk.UnstableForkSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(source), Cwd: a.spec.Dir, McpServers: servers})
+	if err != nil {
+		return "", a.callErr(ctx, fmt.Sprintf("fork session %q", source), err)
+	}
+	native := string(resp.SessionId)
+	if native == "" {
+		return "", fmt.Errorf("acp: fork session %q: the agent answered no session id", source)
+	}
+	// The unstable answer lists its options in a type of its own, the
+	// same on the wire.
+	var listed []sdk.SessionConfigOption
+	if len(resp.ConfigOptions) > 0 {
+		if raw, err := json.Marshal(resp.ConfigOptions); err == nil {
+			_ = json.Unmarshal(raw, &listed)
+		}
+	}
+	a.mu.Lock()
+	r, ok := a.routes[native]
+	if !ok {
+		r = &route{}
+		a.routes[native] = r
+	}
+	a.releaseEarlyLocked(native, r)
+	r.setOptions(options(listed))
+	r.setModes(resp.Modes)
+	return native, nil
 }
 
 // reopen routes native while call (session/load or session/resume) runs,

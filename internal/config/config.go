@@ -116,7 +116,19 @@ type Binding struct {
 	// lists each of them) or "steer" (each joins the running turn, where
 	// the agent takes steering; otherwise it queues).
 	Bursts string `json:"bursts,omitempty"`
+
+	// Scope says what a session is kept for: "channel" (the default: one
+	// session per channel, whatever thread a mention is in) or "thread" (a
+	// mention inside a thread has a session of its own, forked from the
+	// channel's where the agent offers session/fork).
+	Scope string `json:"scope,omitempty"`
 }
+
+// Session scopes of a binding.
+const (
+	ScopeChannel = "channel"
+	ScopeThread  = "thread"
+)
 
 // Burst modes of a binding.
 const (
@@ -480,6 +492,9 @@ func (c *Config) SetDefaults() {
 		if b.Bursts == "" {
 			b.Bursts = BurstsQueue
 		}
+		if b.Scope == "" {
+			b.Scope = ScopeChannel
+		}
 		if b.BriefEvery <= 0 {
 			b.BriefEvery = 10
 		}
@@ -534,6 +549,11 @@ func (c *Config) Validate() error {
 		case "", BurstsQueue, BurstsCoalesce, BurstsSteer:
 		default:
 			return fmt.Errorf("%w: binding %q: bursts %q: use queue, coalesce or steer", ErrInvalid, b.ID, b.Bursts)
+		}
+		switch b.Scope {
+		case "", ScopeChannel, ScopeThread:
+		default:
+			return fmt.Errorf("%w: binding %q: scope %q: use channel or thread", ErrInvalid, b.ID, b.Scope)
 		}
 		for id, v := range b.SessionOptions {
 			if id == "" || v == "" {

@@ -7,7 +7,7 @@
 //	  version                    -> uint64 big-endian schema version
 //	  agent-seen/<binding id>    -> AgentSeen (JSON): the binding's agent as it last started (no migration: absent until then)
 //	conversations
-//	  <key>                      bucket per resident key (Key)
+//	  <key>                      bucket per resident key: <channel><binding>, <thread> after them for a thread key (no migration)
 //	    native                   -> native ACP session id
 //	    turns
 //	      <seq uint64>           -> Turn (JSON)
