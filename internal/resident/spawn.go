@@ -288,9 +288,17 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *betw
 	}
 	restoreNote(ctx)("fork")
 	t0 := d.now()
-	fctx, cancel := context.WithTimeout(ctx, time.Duration(d.cfg.RestoreTimeout))
+	sctx, span := tracing.Start(ctx, "session fork")
+	fctx, cancel := context.WithTimeout(sctx, time.Duration(d.cfg.RestoreTimeout))
 	native, err := a.ForkSession(fctx, src)
 	cancel()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("residentd.fork.source", src), attribute.String("residentd.native_session", native))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
