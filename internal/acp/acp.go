@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -159,6 +160,9 @@ type Agent struct {
 	canClose  bool
 	info      Info           // the agentInfo of initialize's answer
 	meta      map[string]any // _meta of the session requests (Spec.SessionMeta)
+	// policy answers permission requests: Spec.Permission, until
+	// SetPermission (a config reload) changes it.
+	policy atomic.Value // permission.Policy
 
 	mu     sync.Mutex
 	routes map[string]*route        // native session id -> its update route
@@ -284,6 +288,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		working:  make(map[string]bool),
 		workCh:   make(chan struct{}),
 	}
+	a.policy.Store(spec.Permission)
 	if err := a.spawn(path); err != nil {
 		return nil, err
 	}
@@ -510,6 +515,23 @@ func (a *Agent) closeSessions() {
 	case <-ctx.Done():
 		a.log.Info("session/close did not answer in time; stopping the agent", zap.Duration("timeout", a.spec.CloseTimeout))
 	}
+}
+
+// Permission is the policy that answers the agent's permission requests.
+func (a *Agent) Permission() permission.Policy { return a.policy.Load().(permission.Policy) }
+
+// SetPermission changes the policy that answers the agent's permission
+// requests from the next one on (a config reload); a bad policy is
+// refused.
+func (a *Agent) SetPermission(p permission.Policy) error {
+	if p == "" {
+		p = permission.Deny
+	}
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("acp: set permission policy: %w", err)
+	}
+	a.policy.Store(p)
+	return nil
 }
 
 // CanLoad reports the agent's loadSession capability.

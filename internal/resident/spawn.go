@@ -50,6 +50,12 @@ type Process struct {
 
 	restoredBy string // "resume" or "load" when the process reopened a saved session, "fork" when it forked its channel's
 
+	// binding is what the process was started with; served what its last
+	// turn was prepared with (guarded by mu). They differ after a config
+	// reload changed the binding in ways a live process takes.
+	binding config.Binding
+	served  config.Binding
+
 	// What the process's turns used, for per-turn deltas and the sessions
 	// listing; guarded by mu.
 	seen     acp.Usage     // the agent's last running token totals (usage_totals)
@@ -117,7 +123,7 @@ func (s *Process) EndWork(r pool.Reason) {
 	}
 	log := s.between.log
 	log.Info("ending the agent's background work before stopping its process: session/cancel sent", zap.String("reason", string(r)), zap.String("native", s.native), zap.Int("pid", s.a.Pid()))
-	grace := time.Duration(s.between.k.cfg.AgentCancelGrace)
+	grace := time.Duration(s.between.k.conf().AgentCancelGrace)
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := s.a.CancelSession(ctx, s.native); err != nil {
@@ -173,8 +179,6 @@ var _ pool.Spawner[*Process] = (*Keeper)(nil)
 // key's saved one reopened (lease.Restored) or a new one (lease.Cold). The
 // pool's exited hook runs once the process has been reaped.
 func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Process, shape lease.Shape, err error) {
-	// The run's spawn span. A spare process taken instead of a spawn is
-	// its own span ("spare taken"), where the spare is handed over.
 	ctx, span := tracing.Start(ctx, "spawn")
 	defer func() {
 		if span.IsRecording() {
@@ -188,7 +192,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		}
 		span.End()
 	}()
-	b, ok := d.cfg.Binding(k.Binding)
+	b, ok := d.bindingFor(ctx, k.Binding)
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
@@ -237,7 +241,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			return d.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how}), lease.Restored, nil
+			return d.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how, binding: b, served: b}), lease.Restored, nil
 		}
 	}
 	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
@@ -265,7 +269,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
-	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}), lease.Cold, nil
 }
 
 // fork opens thread key k's first session on a's process (the key's own,
@@ -289,7 +293,7 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *betw
 	restoreNote(ctx)("fork")
 	t0 := d.now()
 	sctx, span := tracing.Start(ctx, "session fork")
-	fctx, cancel := context.WithTimeout(sctx, time.Duration(d.cfg.RestoreTimeout))
+	fctx, cancel := context.WithTimeout(sctx, time.Duration(d.conf().RestoreTimeout))
 	native, err := a.ForkSession(fctx, src)
 	cancel()
 	if span.IsRecording() {
@@ -338,7 +342,7 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *betw
 func (d *Keeper) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spec, func(), error) {
 	dir := b.Dir
 	if dir == "" {
-		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
+		dir = filepath.Join(d.conf().StateDir, "work", b.ID)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return acp.Spec{}, nil, fmt.Errorf("create working dir: %w", err)
@@ -359,7 +363,7 @@ func (d *Keeper) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spe
 	}
 	return acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask, SessionMeta: d.sessionMeta(b),
-		MCPServers: mcp, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
+		MCPServers: mcp, Grace: time.Duration(d.conf().AgentGrace), CancelGrace: time.Duration(d.conf().AgentCancelGrace),
 		Cgroups: d.cgroups, Limits: limitsOf(b),
 	}, release, nil
 }
