@@ -20,6 +20,26 @@ type TurnRequest struct {
 	Text          string  `json:"text"`
 	ChannelAgents []Agent `json:"channel_agents,omitempty"`
 	MaxRecipients int     `json:"max_recipients,omitempty"`
+	// *TraceContext is the client's W3C trace context, its fields inline
+	// (the HTTP headers of the same names win); nil when it sent none. A
+	// pointer keeps the request small enough for the daemon's closures
+	// to copy (no allocation per turn).
+	*TraceContext
+}
+
+// TraceContext is a W3C trace context: the run's trace continues the
+// client's.
+type TraceContext struct {
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
+}
+
+// Trace is the request's trace context ("" for none).
+func (r TurnRequest) Trace() (traceparent, tracestate string) {
+	if r.TraceContext == nil {
+		return "", ""
+	}
+	return r.Traceparent, r.Tracestate
 }
 
 // Agent is one agent present in the channel, as the mention payload lists it.
@@ -278,6 +298,11 @@ type Run struct {
 	Pending []PermissionRequest `json:"pending_permissions,omitempty"`
 	// Result is the run's final done or error event once it ended.
 	Result *Event `json:"result,omitempty"`
+	// TraceID and SpanID name the run's root span when the daemon traces
+	// (OpenTelemetry, hex); an agent run's span is a child of the prompt
+	// span of the turn before it.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
 }
 
 // ShapeAgent is the shape of an agent run: output of the key's process
@@ -302,7 +327,9 @@ type FeedEvent struct {
 	Channel   string    `json:"channel_id,omitempty"`
 	Binding   string    `json:"binding_id,omitempty"`
 	MessageID string    `json:"message_id,omitempty"`
-	State     string    `json:"state,omitempty"` // the run's state: at its end succeeded, failed or cancelled
+	State     string    `json:"state,omitempty"`    // the run's state: at its end succeeded, failed or cancelled
+	TraceID   string    `json:"trace_id,omitempty"` // the run's trace, when the daemon traces
+	SpanID    string    `json:"span_id,omitempty"`  // the run's root span
 }
 
 // Feed event kinds.

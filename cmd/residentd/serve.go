@@ -29,6 +29,7 @@ import (
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/tools"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 var errLockedState = errors.New("state is locked by another residentd")
@@ -265,7 +266,25 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		adopts = true
 		defer stopReaper()
 	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers, Reload: deps.reload, ConfigFile: deps.configFile})
+	// Traces go where the standard OTEL_* variables say; none by default.
+	tp, err := tracing.FromEnv(ctx, version)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("%w: traces: %w", errUsage, err)
+	}
+	if tp != nil {
+		log.Info("tracing runs: OTLP over HTTP", zap.String("endpoint", firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")))
+		// After the daemon's close (its runs' spans ended): what is left is sent.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn("traces not all sent at shutdown", zap.Error(err))
+			}
+		}()
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers, Reload: deps.reload, ConfigFile: deps.configFile,
+		Tracer: tp.Tracer()})
 	if err != nil {
 		ln.Close()
 		return err
@@ -304,4 +323,14 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("%w: --metrics-addr %q must be a loopback address such as 127.0.0.1:9464", errUsage, addr)
 	}
 	return nil
+}
+
+// firstEnv is the first of vars set, or "(default)".
+func firstEnv(vars ...string) string {
+	for _, v := range vars {
+		if s := os.Getenv(v); s != "" {
+			return s
+		}
+	}
+	return "(default)"
 }

@@ -669,6 +669,12 @@ func (a *Agent) Prompt(ctx context.Context, native, text string, on func(Update)
 // PromptWith is Prompt with attachments, sent as Blocks makes them for
 // this agent.
 func (a *Agent) PromptWith(ctx context.Context, native, text string, atts []Attachment, on func(Update)) (Result, error) {
+	return a.PromptMeta(ctx, native, text, atts, nil, on)
+}
+
+// PromptMeta is PromptWith with _meta for the session/prompt request (the
+// turn's W3C trace context: traceparent, tracestate); nil sends none.
+func (a *Agent) PromptMeta(ctx context.Context, native, text string, atts []Attachment, meta map[string]any, on func(Update)) (Result, error) {
 	op := promptOp(native) // worded only for an error
 	a.mu.Lock()
 	r, ok := a.routes[native]
@@ -705,7 +711,7 @@ func (a *Agent) PromptWith(ctx context.Context, native, text string, atts []Atta
 	reqCtx, stopReq := context.WithCancel(context.Background())
 	go func() {
 		defer close(finished)
-		resp, err := a.conn.Prompt(reqCtx, sdk.PromptRequest{SessionId: sdk.SessionId(native), Prompt: blocks})
+		resp, err := a.conn.Prompt(reqCtx, sdk.PromptRequest{Meta: meta, SessionId: sdk.SessionId(native), Prompt: blocks})
 		answered <- answer{resp, err}
 	}()
 	// The request goroutine ends when its answer arrives, the connection

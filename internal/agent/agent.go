@@ -500,6 +500,12 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 	if len(blocks) > 0 {
 		line["blocks"] = blocks
 	}
+	// The client's trace context for this prompt (W3C, in _meta).
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v, ok := p.Meta[k].(string); ok {
+			line[k] = v
+		}
+	}
 	b.record(line)
 
 	fault := b.opts.fault

@@ -33,6 +33,7 @@ func readGoAPI(t *testing.T) goAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	embeds := map[string][]string{} // struct -> the structs it embeds
 	for _, p := range pkgs {
 		for _, f := range p.Files {
 			ast.Inspect(f, func(n ast.Node) bool {
@@ -54,6 +55,17 @@ func readGoAPI(t *testing.T) goAPI {
 					wire := false
 					for _, fl := range st.Fields.List {
 						if fl.Tag == nil {
+							// An embedded struct's fields are inline on the
+							// wire (resolved below).
+							if len(fl.Names) == 0 {
+								typ := fl.Type
+								if s, ok := typ.(*ast.StarExpr); ok {
+									typ = s.X
+								}
+								if id, ok := typ.(*ast.Ident); ok {
+									embeds[n.Name.Name] = append(embeds[n.Name.Name], id.Name)
+								}
+							}
 							continue
 						}
 						tag, _ := strconv.Unquote(fl.Tag.Value)
@@ -72,6 +84,11 @@ func readGoAPI(t *testing.T) goAPI {
 				}
 				return true
 			})
+		}
+	}
+	for name, in := range embeds {
+		for _, e := range in {
+			g.structs[name] = append(g.structs[name], g.structs[e]...)
 		}
 	}
 	return g

@@ -36,6 +36,10 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	// W3C trace context: the headers win over the request's fields.
+	if tp := r.Header.Get("Traceparent"); tp != "" {
+		req.TraceContext = &apitype.TraceContext{Traceparent: tp, Tracestate: r.Header.Get("Tracestate")}
+	}
 	q := r.URL.Query() // parsed once: a turn reads three of its values
 	thread := ""
 	if req.ThreadRoot != nil {

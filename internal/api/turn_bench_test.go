@@ -28,6 +28,12 @@ const benchText = "@agent why is the refund spec flaky? look at the last runs"
 // and returns a client for it; everything stops when b ends.
 func benchClient(b *testing.B) (*client.Client, *store.Store) {
 	b.Helper()
+	return benchClientWith(b, daemontest.Options{Log: zap.NewNop()})
+}
+
+// benchClientWith is benchClient with the daemon's options o.
+func benchClientWith(b *testing.B, o daemontest.Options) (*client.Client, *store.Store) {
+	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
@@ -37,7 +43,7 @@ func benchClient(b *testing.B) (*client.Client, *store.Store) {
 	cfg.Bindings = []config.Binding{{ID: "b-builtin", Handle: "@agent", Command: exe,
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
 		System: config.BuiltinFraming, Supervised: true, Resident: true}}
-	h := daemontest.New(b, cfg, daemontest.Options{Log: zap.NewNop()})
+	h := daemontest.New(b, cfg, o)
 	sdir, err := os.MkdirTemp("", "rd")
 	if err != nil {
 		b.Fatal(err)

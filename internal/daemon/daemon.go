@@ -18,6 +18,7 @@ import (
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
@@ -90,6 +91,9 @@ type Options struct {
 	// and there is no file to reload. ConfigFile names the file.
 	Reload     func() (*config.Config, error)
 	ConfigFile string
+	// Tracer traces every run (tracing.Provider.Tracer); nil: no traces,
+	// at no cost.
+	Tracer trace.Tracer
 }
 
 // Daemon runs turns. Create it with New; stop it with Close.
@@ -98,6 +102,7 @@ type Daemon struct {
 	st     *store.Store
 	m      *metrics.Metrics
 	log    *zap.Logger
+	tracer trace.Tracer // nil: no traces
 	now    func() time.Time
 	pool   *pool.Pool[*resident.Process]
 	keeper *resident.Keeper
@@ -137,7 +142,7 @@ func New(o Options) (*Daemon, error) {
 		o.Now = time.Now
 	}
 	d := &Daemon{
-		st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), now: o.Now,
+		st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), tracer: o.Tracer, now: o.Now,
 		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{}, warned: map[string]bool{},
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,

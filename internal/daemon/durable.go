@@ -16,6 +16,7 @@ import (
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 // A run is recorded in the state file when it is accepted (Submit, before
@@ -319,7 +320,12 @@ func (d *Daemon) resumeRun(rec store.RunRecord, req apitype.TurnRequest) {
 		r.Finish(last, err)
 		return
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
+	// The attempt after a restart is a trace of its own, in the client's.
+	tp, ts := req.Trace()
+	tctx, span := tracing.Root(d.tracer, "run", tp, ts)
+	traceID, spanID := tracing.IDs(span)
+	r.SetTrace(run.Trace{TraceID: traceID, SpanID: spanID})
+	ctx, cancel := context.WithCancelCause(tctx)
 	d.mu.Lock()
 	d.cancels[rec.ID] = cancel
 	d.turns.Add(1)

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
@@ -21,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 // validate checks a mention before anything else looks at it.
@@ -84,17 +88,23 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 		}
 	}
 	key := d.keyOf(req)
-	ctx, cancel := context.WithCancelCause(context.Background())
+	// Every run is a trace: its root span, the client's trace continued.
+	tp, ts := req.Trace()
+	tctx, span := tracing.Root(d.tracer, "run", tp, ts)
+	traceID, spanID := tracing.IDs(span)
+	ctx, cancel := context.WithCancelCause(tctx)
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
 		cancel(nil)
+		endSpan(span, ErrShuttingDown)
 		return nil, ErrShuttingDown
 	}
-	r, err := d.runs.NewFor(req.RunID, key, req.MessageID, fingerprint(req))
+	r, err := d.runs.NewFor(req.RunID, key, req.MessageID, fingerprint(req), run.Trace{TraceID: traceID, SpanID: spanID})
 	if err != nil {
 		d.mu.Unlock()
 		cancel(nil)
+		endSpan(span, err)
 		if errors.Is(err, run.ErrInUse) {
 			// Submitted twice at once: the second gets the first's run.
 			if r, ok, kerr := d.known(req); kerr != nil || ok {
@@ -128,6 +138,7 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 		d.runs.Drop(r.ID)
 		d.turns.Done()
 		cancel(nil)
+		endSpan(span, err)
 		return nil, err
 	}
 	crashAt("accepted")
@@ -148,9 +159,21 @@ func (d *Daemon) goRun(ctx context.Context, cancel context.CancelCauseFunc, r *r
 		d.mu.Lock()
 		delete(d.cancels, r.ID)
 		d.mu.Unlock()
-		// Recorded before a follower can see the end.
-		r.Finish(c.finish(r, done, err), err)
+		// Recorded, and the run's span ended, before a follower can see
+		// the end.
+		final := c.finish(r, done, err)
+		endSpan(trace.SpanFromContext(ctx), err)
+		r.Finish(final, err)
 	}()
+}
+
+// endSpan ends span, failed with err's code when err is set.
+func endSpan(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("residentd.error_code", Code(err)))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // Turn answers one mention and waits for it: Submit, then every event of
@@ -242,7 +265,15 @@ func (d *Daemon) Answer(runID, requestID, optionID string) error {
 // execute runs the turn for r: the key, a slot, its process, the prompt.
 func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req apitype.TurnRequest, c *record) (apitype.Event, error) {
 	log := d.log.With(zap.Stringer("key", r.Key), zap.String("run", r.ID))
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		log = log.With(tracing.LogFields(span)...)
+		span.SetAttributes(attribute.String("residentd.run", r.ID), attribute.String("residentd.channel", r.Key.Channel),
+			attribute.String("residentd.binding", r.Key.Binding), attribute.String("residentd.message", r.MessageID),
+			attribute.Int("residentd.attempt", r.Attempt()+1))
+	}
 	start := d.now()
+	qstart := time.Now() // the span's clock, not the daemon's (tests swap that)
 	if b.Bursts == config.BurstsSteer {
 		if by, ok := d.steer(ctx, r, req); ok {
 			done, err := awaitAnswer(by)
@@ -294,6 +325,9 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 		return apitype.Event{}, err
 	}
 	d.m.ObserveQueueWait(co.Waited)
+	if span.IsRecording() {
+		d.queueSpan(ctx, qstart, co.Waited)
+	}
 	c.taken = d.takeBurst(r.Key, r, b)
 	keep := b.Resident || b.SavedSession != ""
 	prep, err := d.prepare(ctx, r, b, req, co, start, log)
@@ -330,6 +364,13 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	return done, err
 }
 
+// queueSpan records the run's wait for its key and a slot: from t0, as
+// long as the pool says it waited (the spawn after it is its own span).
+func (d *Daemon) queueSpan(ctx context.Context, t0 time.Time, waited time.Duration) {
+	_, s := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracing.Scope).Start(ctx, "queue wait", trace.WithTimestamp(t0))
+	s.End(trace.WithTimestamp(t0.Add(waited)))
+}
+
 // prepare readies the checked-out session for the turn before it is
 // announced as started: a turn that waited while its budget ran out is
 // refused, and the key's session options are brought to what it wants
@@ -363,8 +404,20 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		req.Text = d.coalescedText(req, c.taken)
 	}
 
+	_, cspan := tracing.Start(ctx, "compose")
 	out, rep, err := d.compose(key, b, req, l, prep)
 	text, user := out.Text, out.Stored
+	if cspan.IsRecording() {
+		cspan.SetAttributes(attribute.String("residentd.shape", shape), attribute.Int("residentd.prompt_bytes", len(text)))
+		if rep != nil {
+			cspan.SetAttributes(attribute.String("residentd.context.header", rep.Header), attribute.Int("residentd.context.lines", rep.Lines),
+				attribute.Int("residentd.context.chars", rep.Chars))
+		}
+		if err != nil {
+			cspan.SetStatus(codes.Error, err.Error())
+		}
+	}
+	cspan.End()
 	if err != nil {
 		d.m.ObserveTurn(shape, lease.OutcomeAgentError, d.now().Sub(start))
 		return apitype.Event{}, err
@@ -381,6 +434,10 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 
 	tctx, tcancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
 	defer tcancel()
+	// The prompt's span goes to the agent (_meta traceparent); its tool
+	// calls and permission requests are its children.
+	tctx, pspan := tracing.Start(tctx, "prompt")
+	tools := newToolSpans(tctx, pspan)
 	unask := d.askThrough(l.Native, r, tctx, time.Duration(b.PermissionTimeout))
 	defer unask()
 	first := true
@@ -397,9 +454,11 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 			d.m.ObserveFirstUpdate(shape, d.now().Sub(turnStart))
 		}
 		if u.Kind == acp.KindPermission {
+			tools.decided(u.Decision)
 			r.Emit(apitype.Event{Event: apitype.EventPermissionDecision, Decision: u.Decision})
 			return
 		}
+		tools.update(u.Update)
 		up := u.Update
 		if n := up.Notice; n != nil {
 			d.m.Notice(b.ID, n.Severity)
@@ -407,6 +466,15 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		}
 		r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 	})
+	tools.end()
+	if pspan.IsRecording() {
+		pspan.SetAttributes(attribute.String("residentd.native_session", l.Native), attribute.String("residentd.stop_reason", res.StopReason),
+			attribute.Int("residentd.prompt_bytes", len(text)))
+		if err != nil {
+			pspan.SetStatus(codes.Error, err.Error())
+		}
+	}
+	pspan.End()
 	crashAt("answered")
 	c.taken = append(c.taken, unsteer()...)
 	if err == nil && !successful(res.StopReason) {
@@ -427,6 +495,9 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 		tc.Cost = u.Cost.Float() // a metric, not a sum anyone reads exactly
 	}
 	d.m.TurnUsage(tc)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		usageAttrs(span, shape, l.Native, u)
+	}
 	spend := d.chargeBudgets(r, b, req.Channel, u, log)
 	var gapS *float64
 	if hasGap {
@@ -451,10 +522,18 @@ func (d *Daemon) answer(ctx context.Context, r *run.Run, b config.Binding, req a
 	ended.Events = append(ended.Events, r.Final(done))
 	cut, keep := d.retention()
 	save := settle.SaveNative
+	_, mspan := tracing.Start(ctx, "commit")
 	n, cerr := l.Commit(store.TurnCommit{Store: d.st, Key: key, Finish: store.Finish{SaveNative: save, Spend: spend, Run: &ended, RunsBefore: cut, RunsKeep: keep, Turns: []session.Turn{
 		{Role: session.RoleUser, Text: user, At: start, MessageID: req.MessageID, MessageSeq: out.MentionSeq, Facts: out.Facts},
 		{Role: session.RoleAssistant, Text: res.Text, At: now},
 	}}})
+	if mspan.IsRecording() {
+		mspan.SetAttributes(attribute.Int("residentd.watermarks", n))
+		if cerr != nil {
+			mspan.SetStatus(codes.Error, cerr.Error())
+		}
+	}
+	mspan.End()
 	if cerr != nil && save {
 		co.Session.KeepUnsaved()
 	}
@@ -515,11 +594,19 @@ func (d *Daemon) ask(ctx context.Context, native string, tc apitype.ToolCall, op
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel) // the agent withdrew the request
 	defer stop()
+	// The request's span lasts until its answer.
+	_, span := tracing.Start(a.ctx, "permission")
 	id, by := a.r.Ask(actx, tc, options, a.timeout)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("residentd.tool.id", tc.ID), attribute.String("residentd.tool.kind", tc.Kind), attribute.String("residentd.tool.title", tc.Title),
+			attribute.String("residentd.permission.decided_by", by), attribute.String("residentd.permission.option", id))
+	}
+	span.End()
 	lvl := zap.InfoLevel
 	if by == apitype.DecidedByLimit {
 		lvl = zap.DebugLevel // an agent flooding requests does not flood the log; the run's events say it
 	}
-	d.log.Log(lvl, "permission decided", zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by))
+	d.log.Log(lvl, "permission decided", append([]zap.Field{zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by)},
+		tracing.LogFields(trace.SpanFromContext(a.ctx))...)...)
 	return id
 }

@@ -7,6 +7,7 @@
 package resident
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
@@ -21,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 // DefaultAgentQuiet is how long an agent run waits for more output before
@@ -43,7 +47,9 @@ type between struct {
 	ending sync.Mutex
 
 	mu     sync.Mutex
-	r      *run.Run // the open agent run, nil between them
+	r      *run.Run   // the open agent run, nil between them
+	span   trace.Span // the open agent run's
+	prompt trace.Span // the last prompt's: the parent of the agent run after it
 	native string
 	text   strings.Builder
 	timer  *time.Timer
@@ -96,12 +102,22 @@ func (bw *between) add(native string, u acp.Update) {
 		return // session state (commands, title, usage), not something said
 	}
 	if bw.r == nil {
-		r, err := bw.k.runs.NewKind(apitype.RunKindAgent, agentRunID(), bw.key, "")
+		span := tracing.None
+		if bw.prompt != nil {
+			_, span = tracing.StartAfter(bw.prompt, "agent run")
+		}
+		traceID, spanID := tracing.IDs(span)
+		r, err := bw.k.runs.NewKind(apitype.RunKindAgent, agentRunID(), bw.key, "", run.Trace{TraceID: traceID, SpanID: spanID})
 		if err != nil {
+			span.End()
 			bw.log.Error("agent output between prompts: open its run", zap.Error(err))
 			return
 		}
-		bw.r, bw.native = r, native
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("residentd.run", r.ID), attribute.String("residentd.channel", bw.key.Channel),
+				attribute.String("residentd.binding", bw.key.Binding), attribute.String("residentd.native_session", native))
+		}
+		bw.r, bw.native, bw.span = r, native, span
 		bw.text.Reset()
 		r.Emit(apitype.Event{Event: apitype.EventStarted, Shape: apitype.ShapeAgent, Native: native, Pid: bw.pid})
 		bw.k.m.AgentRun()
@@ -121,6 +137,14 @@ func (bw *between) add(native string, u acp.Update) {
 	bw.r.Emit(apitype.Event{Event: apitype.EventUpdate, Update: &up})
 }
 
+// prompted notes the span of a prompt the process is given (ctx's).
+func (bw *between) prompted(ctx context.Context) {
+	span := trace.SpanFromContext(ctx)
+	bw.mu.Lock()
+	bw.prompt = span
+	bw.mu.Unlock()
+}
+
 // open reports whether an agent run is open.
 func (bw *between) open() bool {
 	bw.mu.Lock()
@@ -134,10 +158,11 @@ func (bw *between) open() bool {
 func (bw *between) cancelled(r pool.Reason) {
 	bw.ending.Lock()
 	defer bw.ending.Unlock()
-	run, text, native := bw.detach(nil, true)
+	run, text, native, span := bw.detach(nil, true)
 	if run == nil {
 		return
 	}
+	defer span.End()
 	if text != "" {
 		if err := bw.k.st.AppendTurns(bw.key, session.Turn{Role: session.RoleAssistant, Text: text, At: bw.k.now()}); err != nil {
 			bw.log.Error("agent output between prompts: storing it in the key's conversation failed", zap.String("run", run.ID), zap.Error(err))
@@ -182,10 +207,11 @@ func (bw *between) end(why string) { bw.endRun(nil, why) }
 func (bw *between) endRun(only *run.Run, why string) {
 	bw.ending.Lock()
 	defer bw.ending.Unlock()
-	r, text, native := bw.detach(only, why == "exit")
+	r, text, native, span := bw.detach(only, why == "exit")
 	if r == nil {
 		return
 	}
+	defer span.End()
 	if text != "" {
 		if err := bw.k.st.AppendTurns(bw.key, session.Turn{Role: session.RoleAssistant, Text: text, At: bw.k.now()}); err != nil {
 			bw.log.Error("agent output between prompts: storing it in the key's conversation failed", zap.String("run", r.ID), zap.Error(err))
@@ -196,22 +222,22 @@ func (bw *between) endRun(only *run.Run, why string) {
 }
 
 // detach takes the open agent run (if it is only, when only is set) with
-// its text and session, stops its quiet timer and, with closing, lets no
-// run open after it.
-func (bw *between) detach(only *run.Run, closing bool) (*run.Run, string, string) {
+// its text, session and span, stops its quiet timer and, with closing,
+// lets no run open after it.
+func (bw *between) detach(only *run.Run, closing bool) (*run.Run, string, string, trace.Span) {
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
 	if closing {
 		bw.closed = true
 	}
 	if only != nil && bw.r != only {
-		return nil, "", ""
+		return nil, "", "", nil
 	}
-	r, text, native := bw.r, bw.text.String(), bw.native
-	bw.r = nil
+	r, text, native, span := bw.r, bw.text.String(), bw.native, bw.span
+	bw.r, bw.span = nil, nil
 	if bw.timer != nil {
 		bw.timer.Stop()
 		bw.timer = nil
 	}
-	return r, text, native
+	return r, text, native, span
 }

@@ -11,12 +11,15 @@ import (
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 // wanted is what a key asks of its session: the binding's session_options
@@ -104,10 +107,17 @@ func (d *Keeper) setOptions(ctx context.Context, s *Process, b config.Binding, k
 				continue // the next pass, after the options before it moved
 			}
 			t0 := d.now()
+			_, span := tracing.Start(ctx, "session option")
+			if span.IsRecording() {
+				span.SetAttributes(attribute.String("residentd.option.id", o.ID), attribute.String("residentd.option.value", v))
+			}
 			after, err := s.a.SetOption(ctx, s.native, o.ID, v)
 			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+				span.End()
 				return fmt.Errorf("set session option %q = %q for binding %q: %w", o.ID, v, b.ID, err)
 			}
+			span.End()
 			d.noteListing(b.ID, after, true)
 			s.noteApplied(o.ID, v, !reverts[o.ID], cur, after)
 			delete(todo, o.ID)

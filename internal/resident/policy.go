@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
@@ -17,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/policy"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 // policyNote is how a binding's agent was last told its policy.
@@ -130,7 +132,13 @@ func (d *Keeper) applyPolicy(ctx context.Context, s *Process, b config.Binding, 
 	if set == c.Mode && cur == c.Mode {
 		return nil
 	}
-	if err := s.a.SetMode(ctx, s.native, c.Mode); err != nil {
+	_, span := tracing.Start(ctx, "session mode")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("residentd.mode", c.Mode), attribute.String("residentd.permission_policy", string(b.Permission)))
+	}
+	err := s.a.SetMode(ctx, s.native, c.Mode)
+	span.End()
+	if err != nil {
 		d.notePolicy(b, a, c, err.Error(), false)
 		return fmt.Errorf("set session mode %q for binding %q's permission %q: %w", c.Mode, b.ID, b.Permission, err)
 	}

@@ -6,11 +6,14 @@ import (
 	"sort"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 // restoreWay is one way to reopen a saved session.
@@ -55,10 +58,24 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 	for i, w := range ways {
 		t0 := d.now()
 		note(w.method)
-		wctx, cancel := context.WithTimeout(ctx, timeout)
+		sctx, span := tracing.Start(ctx, "restore")
+		wctx, cancel := context.WithTimeout(sctx, timeout)
 		err := w.call(wctx, native)
 		timedOut := err != nil && ctx.Err() == nil && wctx.Err() != nil
 		cancel()
+		if span.IsRecording() {
+			outcome := "ok"
+			switch {
+			case timedOut:
+				outcome = "timeout"
+			case err != nil:
+				outcome = "failed"
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.SetAttributes(attribute.String("residentd.restore.method", w.method), attribute.String("residentd.restore.outcome", outcome),
+				attribute.String("residentd.native_session", native))
+		}
+		span.End()
 		if err == nil {
 			d.m.ObserveSessionReady(w.method, d.now().Sub(t0))
 			d.m.Restore(w.method, true)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
@@ -23,6 +25,7 @@ import (
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/tracing"
 )
 
 // Process is one agent process serving one native session; the pool holds
@@ -156,13 +159,16 @@ func (s *Process) Steer(ctx context.Context, text string) error {
 }
 
 // Prompt sends the turn's text and attachments to the process's session
-// (acp.Agent.PromptWith: as the blocks the agent takes).
+// (acp.Agent.PromptWith: as the blocks the agent takes). ctx's span (the
+// turn's prompt span) goes to the agent as _meta traceparent and
+// tracestate, and is the parent of the agent run its later output opens.
 func (s *Process) Prompt(ctx context.Context, text string, atts []channel.Attachment, on func(acp.Update)) (acp.Result, error) {
 	var with []acp.Attachment
 	for _, a := range atts {
 		with = append(with, acp.Attachment{Message: a.Message, Author: a.Author, Name: a.Name, Type: a.Type, Size: a.Size, Path: a.Path})
 	}
-	return s.a.PromptWith(ctx, s.native, text, with, on)
+	s.between.prompted(ctx)
+	return s.a.PromptMeta(ctx, s.native, text, with, tracing.Meta(ctx), on)
 }
 
 var _ pool.Session = (*Process)(nil)
@@ -173,6 +179,19 @@ var _ pool.Spawner[*Process] = (*Keeper)(nil)
 // key's saved one reopened (lease.Restored) or a new one (lease.Cold). The
 // pool's exited hook runs once the process has been reaped.
 func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Process, shape lease.Shape, err error) {
+	ctx, span := tracing.Start(ctx, "spawn")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("residentd.binding", k.Binding), attribute.String("residentd.shape", shape.String()))
+			if s != nil {
+				span.SetAttributes(attribute.Int("residentd.pid", s.Pid()), attribute.String("residentd.native_session", s.native))
+			}
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		span.End()
+	}()
 	b, ok := d.bindingFor(ctx, k.Binding)
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
@@ -236,11 +255,15 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		}
 	}
 	t1 := d.now()
+	_, nspan := tracing.Start(ctx, "session new")
 	native, err := a.NewSession(ctx)
 	if err != nil {
+		nspan.SetStatus(codes.Error, err.Error())
+		nspan.End()
 		a.Close()
 		return nil, lease.Cold, err
 	}
+	nspan.End()
 	d.m.ObserveSessionReady("new", d.now().Sub(t1))
 	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
 	// The id is saved with the first turn's exchange, in its one commit
@@ -269,9 +292,17 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config
 	}
 	restoreNote(ctx)("fork")
 	t0 := d.now()
-	fctx, cancel := context.WithTimeout(ctx, time.Duration(d.conf().RestoreTimeout))
+	sctx, span := tracing.Start(ctx, "session fork")
+	fctx, cancel := context.WithTimeout(sctx, time.Duration(d.conf().RestoreTimeout))
 	native, err := a.ForkSession(fctx, src)
 	cancel()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("residentd.fork.source", src), attribute.String("residentd.native_session", native))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

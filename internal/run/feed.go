@@ -103,5 +103,5 @@ func (f *Feed) Last() int64 {
 func (r *Run) announcement(event string) apitype.FeedEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return apitype.FeedEvent{Event: event, RunID: r.ID, Kind: r.Kind, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID, State: r.state}
+	return apitype.FeedEvent{Event: event, RunID: r.ID, Kind: r.Kind, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID, State: r.state, TraceID: r.traceID, SpanID: r.spanID}
 }

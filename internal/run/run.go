@@ -82,6 +82,9 @@ type Run struct {
 	// a resubmission of the run's id with the same fingerprint is the same
 	// mention sent again.
 	Fingerprint string
+	// TraceID and SpanID name the run's root span when the daemon traces
+	// (set at its creation, or by SetTrace before it goes on).
+	traceID, spanID string
 
 	limits Limits
 	now    func() time.Time
@@ -357,7 +360,7 @@ func (r *Run) Snapshot() apitype.Run {
 	out := apitype.Run{
 		ID: r.ID, Kind: r.Kind, State: r.state, Channel: r.Key.Channel, Binding: r.Key.Binding, MessageID: r.MessageID,
 		Shape: r.shape, QueueReason: r.qReason, QueuePosition: r.qPos, CreatedAt: r.Created, LastSeq: r.last,
-		Attempt: r.attempt,
+		Attempt: r.attempt, TraceID: r.traceID, SpanID: r.spanID,
 	}
 	if !r.started.IsZero() {
 		t := r.started
@@ -520,21 +523,33 @@ func (g *Registry) Feed() *Feed { return g.feed }
 // has them. An id still held by a run, running or ended
 // and retained, is refused with ErrInUse.
 func (g *Registry) New(id string, k session.Key, messageID string) (*Run, error) {
-	return g.newRun(apitype.RunKindTurn, id, k, messageID, "")
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, "", Trace{})
 }
 
-// NewFor is New with the run's Fingerprint.
-func (g *Registry) NewFor(id string, k session.Key, messageID, fingerprint string) (*Run, error) {
-	return g.newRun(apitype.RunKindTurn, id, k, messageID, fingerprint)
+// NewFor is New with the run's Fingerprint and its Trace ("" ids when it
+// is not traced).
+func (g *Registry) NewFor(id string, k session.Key, messageID, fingerprint string, t Trace) (*Run, error) {
+	return g.newRun(apitype.RunKindTurn, id, k, messageID, fingerprint, t)
 }
 
-// NewKind is New for a run of kind (apitype.RunKindTurn, RunKindAgent).
-// The feed announces it.
-func (g *Registry) NewKind(kind, id string, k session.Key, messageID string) (*Run, error) {
-	return g.newRun(kind, id, k, messageID, "")
+// NewKind is New for a run of kind (apitype.RunKindTurn, RunKindAgent),
+// with its Trace. The feed announces it.
+func (g *Registry) NewKind(kind, id string, k session.Key, messageID string, t Trace) (*Run, error) {
+	return g.newRun(kind, id, k, messageID, "", t)
 }
 
-func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint string) (*Run, error) {
+// Trace names a run's root span: its trace and span ids, hex.
+type Trace struct{ TraceID, SpanID string }
+
+// SetTrace names the run's root span (a run restored from the state file
+// that goes on in a new trace).
+func (r *Run) SetTrace(t Trace) {
+	r.mu.Lock()
+	r.traceID, r.spanID = t.TraceID, t.SpanID
+	r.mu.Unlock()
+}
+
+func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint string, t Trace) (*Run, error) {
 	g.mu.Lock()
 	g.pruneLocked()
 	if _, ok := g.runs[id]; ok {
@@ -543,6 +558,7 @@ func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint
 	}
 	r := &Run{
 		ID: id, Kind: kind, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
+		traceID: t.TraceID, spanID: t.SpanID,
 		state: apitype.RunStarting,
 		// Room for a turn's usual events (started, a few updates, done)
 		// in one allocation; pending and answered are made by Ask.
