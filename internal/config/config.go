@@ -116,6 +116,32 @@ type Binding struct {
 	// lists each of them) or "steer" (each joins the running turn, where
 	// the agent takes steering; otherwise it queues).
 	Bursts string `json:"bursts,omitempty"`
+
+	// Spare is how many of the binding's agent processes are kept spawned
+	// and initialized ahead, with no key yet, so a cold or restored turn
+	// takes one instead of waiting for a spawn: 0 to 2; default 1
+	// (DefaultSpare), 0 for the built-in agent, which starts in
+	// milliseconds.
+	Spare *int `json:"spare,omitempty"`
+	// SpareAtStart starts the binding's spares when the daemon starts;
+	// without it (the default) they start only after the binding's first
+	// turn since the daemon started.
+	SpareAtStart bool `json:"spare_at_start,omitempty"`
+}
+
+// DefaultSpare is a binding's spare processes when it sets none (see
+// docs/CONFIGURATION.md for the measurement behind it).
+const DefaultSpare = 1
+
+// MaxSpare bounds a binding's spare setting.
+const MaxSpare = 2
+
+// Spares is the binding's spare processes.
+func (b Binding) Spares() int {
+	if b.Spare == nil {
+		return DefaultSpare
+	}
+	return *b.Spare
 }
 
 // Burst modes of a binding.
@@ -218,6 +244,11 @@ type Config struct {
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
 	AgentCancelGrace Duration `json:"agent_cancel_grace,omitempty"`
+
+	// MaxProcesses caps every agent process at once: the max_live
+	// key-bound ones and the bindings' spares together; a spare is started
+	// only below it. Default max_live + 2; less than max_live is an error.
+	MaxProcesses int `json:"max_processes,omitempty"`
 
 	Runs Runs `json:"runs,omitempty"`
 
@@ -392,6 +423,9 @@ func (c *Config) SetDefaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = Duration(30 * time.Minute)
 	}
+	if c.MaxProcesses <= 0 {
+		c.MaxProcesses = c.MaxLive + 2
+	}
 	if c.QueueLen <= 0 {
 		c.QueueLen = 64
 	}
@@ -500,6 +534,9 @@ func (c *Config) Validate() error {
 	if d := c.Attachments.Dir; d != "" && !filepath.IsAbs(d) {
 		return fmt.Errorf("%w: attachments.dir %q must be an absolute path", ErrInvalid, d)
 	}
+	if c.MaxProcesses > 0 && c.MaxProcesses < c.MaxLive {
+		return fmt.Errorf("%w: max_processes %d is below max_live %d; it caps the key-bound processes and the spares together", ErrInvalid, c.MaxProcesses, c.MaxLive)
+	}
 	seen := map[string]bool{}
 	for i, b := range c.Bindings {
 		switch {
@@ -534,6 +571,9 @@ func (c *Config) Validate() error {
 		case "", BurstsQueue, BurstsCoalesce, BurstsSteer:
 		default:
 			return fmt.Errorf("%w: binding %q: bursts %q: use queue, coalesce or steer", ErrInvalid, b.ID, b.Bursts)
+		}
+		if n := b.Spares(); n < 0 || n > MaxSpare {
+			return fmt.Errorf("%w: binding %q: spare %d must be 0 to %d", ErrInvalid, b.ID, n, MaxSpare)
 		}
 		for id, v := range b.SessionOptions {
 			if id == "" || v == "" {
@@ -623,6 +663,7 @@ func Builtin(self, stateDir string) Binding {
 		ID: "b-builtin", Handle: "@agent", Runtime: "builtin:residentd:agent",
 		Command: self, Args: []string{"agent", "--state", filepath.Join(stateDir, "builtin-agent")},
 		System: BuiltinFraming, Supervised: true, Resident: true,
+		Spare: new(int), // it starts in milliseconds: a spare would save nothing
 	}
 }
 

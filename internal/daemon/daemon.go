@@ -166,6 +166,7 @@ func New(o Options) (*Daemon, error) {
 			plog.Info("evicted", zap.String("key", k.String()), zap.String("reason", string(r)))
 		},
 	}, d.keeper)
+	d.keeper.RunSpares(d.pool.Live)
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
@@ -359,6 +360,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 	}
 	d.mu.Unlock()
+	d.keeper.StopSpares() // no turn will take one now
 	if !already {
 		done := make(chan struct{})
 		go func() { d.turns.Wait(); close(done) }()

@@ -88,6 +88,7 @@ type Keeper struct {
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
 
 	procs sync.Map // agent pid -> *Process, while it lives
+	sp    spares   // the bindings' spare processes (spare.go)
 
 	mu       sync.Mutex                        // guards health, keyLoops, keyOpts, seen and warned
 	health   map[string]*health                // binding id -> what its agents did lately
@@ -148,6 +149,7 @@ func New(o Options) (*Keeper, error) {
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
 		runs: o.Runs, agentQuiet: o.AgentQuiet,
+		sp: spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1)},
 	}
 	if k.agentQuiet <= 0 {
 		k.agentQuiet = DefaultAgentQuiet
@@ -178,11 +180,12 @@ func New(o Options) (*Keeper, error) {
 	return k, nil
 }
 
-// Close waits for every exit hook and removes the
-// agents' cgroup. Call it after the pool has stopped the processes.
-// Idempotent.
+// Close stops the spares and their goroutine, waits for every exit hook
+// and removes the agents' cgroup. Call it after the pool has stopped the
+// processes. Idempotent.
 func (k *Keeper) Close() {
 	k.closeOnce.Do(func() {
+		k.StopSpares()
 		k.watchers.Wait()
 		if k.cgroups != nil {
 			if err := k.cgroups.Close(); err != nil {

@@ -29,6 +29,7 @@ type Prepared struct {
 // brought to what the key wants, and its mode to what the binding's
 // permission policy needs (bounded by ctx).
 func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
+	d.spareWanted(b.ID) // a warm turn keeps the binding's spares too
 	if err := d.setOptions(ctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
 		return Prepared{}, err
 	}

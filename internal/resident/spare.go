@@ -1,0 +1,335 @@
+package resident
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/child"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// Spares are agent processes spawned and initialized ahead for a binding,
+// with no key yet, so a cold or restored turn takes one (and sends its
+// session/new or session/resume on it) instead of waiting for a spawn. They
+// start through the one spawn path (startAgent), so they are contained like
+// any agent; nothing in a process is specific to a key (see agentSpec), so
+// any spare fits any key of its binding.
+//
+// One goroutine keeps them (RunSpares starts it, Close stops it): it
+// starts a binding's spares, one at a time, while the binding had a turn
+// within idle_timeout (or has spare_at_start), it has fewer than its
+// spare setting, and the pool's processes and all spares together stay
+// below max_processes; it stops a binding's spares once the binding has
+// been idle for idle_timeout. A spare that fails to start, or exits before
+// a turn took it, counts as a failure of its binding's agent in the crash
+// loop, whose backoff the goroutine waits out like a turn would.
+type spares struct {
+	mu       sync.Mutex
+	ready    map[string][]*agentProc // binding id -> its spares, oldest first
+	starting int                     // spares being started (the goroutine starts one at a time)
+	lastTurn map[string]time.Time    // binding id -> its last turn (or the start, with spare_at_start)
+
+	kick     chan struct{} // wakes the goroutine: a turn, an exit
+	poolLive func() int    // the pool's processes (alive, starting or stopping)
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	closed   bool
+}
+
+// RunSpares starts the goroutine that keeps the bindings' spares; live
+// counts the pool's processes, for max_processes. Call it once, after the
+// pool exists; Close stops it. A keeper it is never called on keeps no
+// spares.
+func (d *Keeper) RunSpares(live func() int) {
+	s := &d.sp
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.stop != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop, s.poolLive = cancel, live
+	for _, b := range d.cfg.Bindings {
+		if b.SpareAtStart && b.Spares() > 0 {
+			s.lastTurn[b.ID] = d.now()
+		}
+	}
+	s.wg.Add(1)
+	go d.keepSpares(ctx)
+}
+
+// StopSpares stops the goroutine and every spare, for good: a daemon
+// that shuts down calls it first, Close again. Idempotent.
+func (d *Keeper) StopSpares() {
+	s := &d.sp
+	s.mu.Lock()
+	s.closed = true
+	stop := s.stop
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.wg.Wait()
+	s.mu.Lock()
+	var all []*agentProc
+	for id, list := range s.ready {
+		all = append(all, list...)
+		delete(s.ready, id)
+		d.m.SpareProcesses.WithLabelValues(id).Set(0)
+	}
+	s.mu.Unlock()
+	d.stopEach(all, "shutdown")
+}
+
+// spareWanted notes a turn of binding: its spares are kept (and started)
+// for idle_timeout from now.
+func (d *Keeper) spareWanted(binding string) {
+	b, ok := d.cfg.Binding(binding)
+	if !ok || b.Spares() == 0 {
+		return
+	}
+	s := &d.sp
+	s.mu.Lock()
+	s.lastTurn[binding] = d.now()
+	s.mu.Unlock()
+	d.kickSpares()
+}
+
+// kickSpares wakes the goroutine without waiting for it.
+func (d *Keeper) kickSpares() {
+	select {
+	case d.sp.kick <- struct{}{}:
+	default:
+	}
+}
+
+// takeSpare hands out binding's oldest spare, or nil when it has none.
+func (d *Keeper) takeSpare(binding string) *agentProc {
+	s := &d.sp
+	s.mu.Lock()
+	list := s.ready[binding]
+	if len(list) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	p := list[0]
+	s.ready[binding] = list[1:]
+	n := len(list) - 1
+	s.mu.Unlock()
+	d.m.SpareProcesses.WithLabelValues(binding).Set(float64(n))
+	d.m.SpareEvents.WithLabelValues(binding, "taken").Inc()
+	d.kickSpares()
+	return p
+}
+
+// makeRoom stops the oldest spare when a turn's spawn (the pool counts it
+// already) takes every process to more than max_processes: the key-bound
+// processes come first.
+func (d *Keeper) makeRoom() {
+	s := &d.sp
+	s.mu.Lock()
+	poolLive := s.poolLive
+	s.mu.Unlock()
+	if poolLive == nil {
+		return
+	}
+	live := poolLive() // outside mu: it takes the pool's lock
+	s.mu.Lock()
+	var oldest *agentProc
+	n := s.starting
+	for _, list := range s.ready {
+		n += len(list)
+		if len(list) > 0 && (oldest == nil || list[0].born.Before(oldest.born)) {
+			oldest = list[0]
+		}
+	}
+	if oldest == nil || live+n <= d.cfg.MaxProcesses {
+		s.mu.Unlock()
+		return
+	}
+	s.ready[oldest.binding] = s.ready[oldest.binding][1:]
+	left := len(s.ready[oldest.binding])
+	s.mu.Unlock()
+	d.m.SpareProcesses.WithLabelValues(oldest.binding).Set(float64(left))
+	d.stopEach([]*agentProc{oldest}, "capacity")
+}
+
+// spareExited is an unbound process's exit: a spare that died before a
+// turn took it is dropped and counts as a failure of its binding's agent.
+func (d *Keeper) spareExited(p *agentProc) {
+	s := &d.sp
+	s.mu.Lock()
+	list := s.ready[p.binding]
+	found := false
+	for i, q := range list {
+		if q == p {
+			s.ready[p.binding] = append(list[:i:i], list[i+1:]...)
+			found = true
+			break
+		}
+	}
+	left := len(s.ready[p.binding])
+	s.mu.Unlock()
+	if !found {
+		return // taken meanwhile, or being stopped
+	}
+	d.m.SpareProcesses.WithLabelValues(p.binding).Set(float64(left))
+	d.m.SpareEvents.WithLabelValues(p.binding, "exited").Inc()
+	err := fmt.Errorf("spare agent pid %d of binding %q exited before a turn took it: %w", p.a.Pid(), p.binding, p.a.ExitErr())
+	d.log.Warn("spare agent exited", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("stderr", p.a.StderrTail()), zap.Error(err))
+	d.spawnFailed(p.binding, err)
+	d.kickSpares()
+}
+
+// stopEach stops spares the keeper no longer keeps, counted by why.
+func (d *Keeper) stopEach(ps []*agentProc, why string) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		p.mu.Lock()
+		p.ending = true
+		p.mu.Unlock()
+		d.m.SpareEvents.WithLabelValues(p.binding, "stopped").Inc()
+		d.log.Info("spare agent stopped", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("why", why))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.a.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// keepSpares is the spares' goroutine.
+func (d *Keeper) keepSpares(ctx context.Context) {
+	defer d.sp.wg.Done()
+	idle := time.Duration(d.cfg.IdleTimeout)
+	tick := time.NewTicker(min(idle/10, time.Minute))
+	defer tick.Stop()
+	var retry <-chan time.Time
+	for {
+		if wait := d.fillSpares(ctx); wait > 0 && retry == nil {
+			retry = time.After(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.sp.kick:
+		case <-retry:
+			retry = nil
+		case <-tick.C:
+			d.reapSpares()
+		}
+	}
+}
+
+// fillSpares starts the spares the bindings lack, within max_processes,
+// and returns how long to wait before trying again after a failure or a
+// backoff (0: nothing to retry).
+func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
+	s := &d.sp
+	idle := time.Duration(d.cfg.IdleTimeout)
+	for _, b := range d.cfg.Bindings {
+		want := b.Spares()
+		if want == 0 {
+			continue
+		}
+		k := session.Key{Binding: b.ID}
+		for ctx.Err() == nil {
+			live := s.poolLive() // outside mu: it takes the pool's lock
+			s.mu.Lock()
+			last, had := s.lastTurn[b.ID]
+			have := len(s.ready[b.ID])
+			total := 0
+			for _, list := range s.ready {
+				total += len(list)
+			}
+			full := live+total >= d.cfg.MaxProcesses
+			s.mu.Unlock()
+			if !had || d.now().Sub(last) >= idle || have >= want {
+				break
+			}
+			if full {
+				return 0 // an exit wakes the goroutine again
+			}
+			if err := d.checkBackoff(b.ID, k); err != nil {
+				return d.backoffBase
+			}
+			log := d.log.Named("agent").With(zap.String("binding", b.ID), zap.Bool("spare", true))
+			s.mu.Lock()
+			s.starting++
+			s.mu.Unlock()
+			p, err := d.startAgent(ctx, b, k, log)
+			s.mu.Lock()
+			s.starting--
+			if err == nil {
+				s.ready[b.ID] = append(s.ready[b.ID], p)
+				have = len(s.ready[b.ID])
+			}
+			s.mu.Unlock()
+			if err != nil {
+				if ctx.Err() != nil {
+					return 0
+				}
+				d.m.SpareEvents.WithLabelValues(b.ID, "failed").Inc()
+				log.Warn("spare agent failed to start", zap.Error(err))
+				d.spawnFailed(b.ID, fmt.Errorf("spare: %w", err))
+				return d.backoffBase
+			}
+			d.m.SpareEvents.WithLabelValues(b.ID, "started").Inc()
+			d.m.SpareProcesses.WithLabelValues(b.ID).Set(float64(have))
+			log.Info("spare agent ready", zap.Int("pid", p.a.Pid()))
+			select {
+			case <-p.a.Done(): // died at once: its exit hook may have run before the append
+				d.spareExited(p)
+			default:
+			}
+		}
+	}
+	return 0
+}
+
+// reapSpares stops the spares of bindings idle for idle_timeout: no turn
+// since, so no spare until their next turn.
+func (d *Keeper) reapSpares() {
+	s := &d.sp
+	idle := time.Duration(d.cfg.IdleTimeout)
+	var stop []*agentProc
+	s.mu.Lock()
+	for id, last := range s.lastTurn {
+		if d.now().Sub(last) < idle {
+			continue
+		}
+		delete(s.lastTurn, id)
+		stop = append(stop, s.ready[id]...)
+		delete(s.ready, id)
+		d.m.SpareProcesses.WithLabelValues(id).Set(0)
+	}
+	s.mu.Unlock()
+	d.stopEach(stop, "idle")
+}
+
+// Spares lists the spare processes, by binding then age, for the sessions
+// listing.
+func (d *Keeper) Spares() []apitype.Spare {
+	s := &d.sp
+	s.mu.Lock()
+	var ps []*agentProc
+	for _, b := range d.cfg.Bindings {
+		ps = append(ps, s.ready[b.ID]...)
+	}
+	s.mu.Unlock()
+	out := make([]apitype.Spare, 0, len(ps))
+	for _, p := range ps {
+		sp := apitype.Spare{Binding: p.binding, Pid: p.a.Pid(), Started: p.born, IdleS: d.now().Sub(p.born).Seconds()}
+		if rss, source, err := child.Memory(sp.Pid); err == nil {
+			sp.RSSBytes, sp.MemorySource = rss, source
+		}
+		out = append(out, sp)
+	}
+	return out
+}
