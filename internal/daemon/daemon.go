@@ -83,6 +83,9 @@ type Options struct {
 	// AgentQuiet is how long an agent run waits for more output before it
 	// ends (default 2s); tests shorten it.
 	AgentQuiet time.Duration
+	// OnSpare, when set, hears of every spare process as it becomes ready
+	// (tests wait on it).
+	OnSpare func(binding string, pid int)
 }
 
 // Daemon runs turns. Create it with New; stop it with Close.
@@ -144,7 +147,7 @@ func New(o Options) (*Daemon, error) {
 	d.keeper, err = resident.New(resident.Options{
 		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
 		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
-		Runs: d.runs, AgentQuiet: o.AgentQuiet,
+		Runs: d.runs, AgentQuiet: o.AgentQuiet, OnSpare: o.OnSpare,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

@@ -68,6 +68,8 @@ type Options struct {
 	// ends (default DefaultAgentQuiet).
 	Runs       *run.Registry
 	AgentQuiet time.Duration
+	// OnSpare, when set, hears of every spare process as it becomes ready.
+	OnSpare func(binding string, pid int)
 }
 
 // Keeper keeps the agent processes. Create it with New; stop it with Close
@@ -84,6 +86,7 @@ type Keeper struct {
 	backoffBase, backoffCap time.Duration
 	runs                    *run.Registry
 	agentQuiet              time.Duration
+	onSpare                 func(binding string, pid int)
 
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
 
@@ -148,7 +151,7 @@ func New(o Options) (*Keeper, error) {
 		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
-		runs: o.Runs, agentQuiet: o.AgentQuiet,
+		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,
 		sp: spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1)},
 	}
 	if k.agentQuiet <= 0 {

@@ -283,6 +283,9 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			d.m.SpareEvents.WithLabelValues(b.ID, "started").Inc()
 			d.m.SpareProcesses.WithLabelValues(b.ID).Set(float64(have))
 			log.Info("spare agent ready", zap.Int("pid", p.a.Pid()))
+			if d.onSpare != nil {
+				d.onSpare(b.ID, p.a.Pid())
+			}
 			select {
 			case <-p.a.Done(): // died at once: its exit hook may have run before the append
 				d.spareExited(p)
