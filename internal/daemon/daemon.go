@@ -83,8 +83,8 @@ type Options struct {
 	// AgentQuiet is how long an agent run waits for more output before it
 	// ends (default 2s); tests shorten it.
 	AgentQuiet time.Duration
-	// OnSpare, when set, hears of every spare process as it becomes ready
-	// (tests wait on it).
+	// OnSpare, when set, hears of every spare process as it becomes ready,
+	// and with pid 0 of one that failed to start (tests wait on it).
 	OnSpare func(binding string, pid int)
 }
 

@@ -48,7 +48,8 @@ type harness struct {
 	agentQuiet              time.Duration // how long an agent run waits for more output (0: the default)
 	mu                      sync.Mutex
 	evic                    []string // "key reason", in order
-	// spares hears of every spare process as it becomes ready.
+	// spares hears of every spare process as it becomes ready (pid 0: one
+	// that failed to start).
 	spares chan readySpare
 }
 

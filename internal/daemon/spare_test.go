@@ -1,14 +1,21 @@
 package daemon_test
 
 import (
+	"errors"
 	"slices"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // withSpares gives the first binding n spares, and adds b-idle (spare 1)
@@ -112,5 +119,107 @@ func TestColdAndRestoredTurnsTakeASpare(t *testing.T) {
 	}
 	if next := h.nextSpare(); next.pid == sp.pid {
 		t.Fatalf("replacement spare has the taken one's pid %d", sp.pid)
+	}
+}
+
+// A cold turn that evicts and takes a spare makes two commits of its own
+// (the run accepted and started, then the turn): the spare's agent record
+// was written when it started, off any turn's path, and the evicted
+// agent's record is forgotten in a later write. The replacement spare's
+// record is the one other commit, made in the background.
+func TestEvictingColdTurnOnASpareMakesTwoCommits(t *testing.T) {
+	h := newHarness(t, withSpares(1), func(c *config.Config) { c.MaxLive = 1 })
+	r1 := h.mention("ch-a", "b-builtin", "q1", "@agent first")
+	reply(t, r1)
+	sp := h.nextSpare()
+	h.post(channel.Message{ID: "q2", Channel: "ch-b", Author: "carla", AuthorKind: channel.KindUser, Body: "@agent second"})
+	before := h.st.Commits()
+	r2 := h.turn(apitype.TurnRequest{Channel: "ch-b", Binding: "b-builtin", MessageID: "q2", Text: "@agent second"})
+	reply(t, r2)
+	if r2.done.Shape != "cold" || r2.start.Pid != sp.pid || len(h.evictions()) != 1 {
+		t.Fatalf("second turn %s on pid %d (spare %d), evictions %v; want a cold turn on the spare that evicted one", r2.done.Shape, r2.start.Pid, sp.pid, h.evictions())
+	}
+	h.nextSpare() // its record is written before it is ready
+	testkit.WaitFor(t, 10*time.Second, func() bool {
+		ag, err := h.st.Agents()
+		return err == nil && !slices.ContainsFunc(ag, func(a store.AgentRecord) bool { return a.Pid == r1.start.Pid })
+	}, testkit.Waiting("the evicted agent %d to be forgotten", r1.start.Pid))
+	if n := h.st.Commits() - before; n != 3 {
+		t.Fatalf("the cold turn that evicted, with the replacement spare's record: %d commits, want 2 + 1", n)
+	}
+}
+
+// Spares stay within max_processes with the key-bound processes, and stop
+// once their binding has had no turn for idle_timeout.
+func TestSparesCappedAndStoppedWhenIdle(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	h := newHarnessAt(t, clock, withSpares(2), func(c *config.Config) {
+		c.MaxLive, c.MaxProcesses, c.IdleTimeout = 1, 2, config.Duration(time.Second)
+	})
+	reply(t, h.mention("ch-a", "b-builtin", "q1", "@agent first"))
+	sp := h.nextSpare()
+	r := h.mention("ch-b", "b-builtin", "q2", "@agent second")
+	if reply(t, r); r.start.Pid != sp.pid {
+		t.Fatalf("second turn on pid %d, not the spare %d", r.start.Pid, sp.pid)
+	}
+	h.nextSpare()
+	// One key-bound process and one spare fill max_processes 2: spare 2
+	// never got its second.
+	if n, ss := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "started")), h.d.Spares(); n != 2 || len(ss) != 1 {
+		t.Fatalf("spares started %v, listed %+v; want 2 started, 1 left within max_processes", n, ss)
+	}
+
+	mu.Lock()
+	now = now.Add(2 * time.Second)
+	mu.Unlock()
+	testkit.WaitFor(t, 10*time.Second, func() bool { return len(h.d.Spares()) == 0 && len(h.d.Sessions()) == 0 },
+		testkit.Waiting("the idle spare and process to stop"))
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "stopped")); n != 1 {
+		t.Fatalf("spares stopped: %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(h.m.SpareProcesses.WithLabelValues("b-builtin")); n != 0 {
+		t.Fatalf("spare gauge %v after the idle stop", n)
+	}
+}
+
+// A spare that dies before a turn takes it is dropped, counted, and
+// replaced; spares that fail to start count in the binding's crash loop,
+// whose backoff holds the next start (a turn's or a spare's) back.
+func TestSpareDeathsAndFailuresCount(t *testing.T) {
+	h := newHarness(t, withSpares(1))
+	reply(t, h.mention("ch-a", "b-builtin", "q1", "@agent first"))
+	sp := h.nextSpare()
+	if err := syscall.Kill(sp.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	next := h.nextSpare()
+	if next.pid == sp.pid || slices.Contains(sparePids(h.d.Spares(), "b-builtin"), sp.pid) {
+		t.Fatalf("after the spare %d died: new spare %d, listed %+v", sp.pid, next.pid, h.d.Spares())
+	}
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "exited")); n != 1 {
+		t.Fatalf("spares exited: %v, want 1", n)
+	}
+
+	// An agent that cannot initialize: the turn's spawn fails, then the
+	// spare's; the second failure in a row starts the backoff.
+	b := newHarness(t, withSpares(1), func(c *config.Config) {
+		c.Bindings[1].Args = append(c.Bindings[1].Args, "--fault", "exit-initialize")
+	})
+	b.close()
+	b.backoffBase, b.backoffCap = time.Hour, time.Hour
+	b.open()
+	if r := b.mention("ch-a", "b-builtin", "q1", "@agent first"); r.err == nil {
+		t.Fatal("a turn on an agent that exits in initialize succeeded")
+	}
+	if sp := b.nextSpare(); sp.pid != 0 {
+		t.Fatalf("spare %+v of an agent that exits in initialize", sp)
+	}
+	if r := b.mention("ch-a", "b-builtin", "q2", "@agent again"); !errors.Is(r.err, daemon.ErrBackoff) {
+		t.Fatalf("turn after two failed starts: %v, want the binding's backoff", r.err)
+	}
+	if n := testutil.ToFloat64(b.m.SpareEvents.WithLabelValues("b-builtin", "failed")); n != 1 {
+		t.Fatalf("spare starts failed: %v, want 1 (the backoff holds the next)", n)
 	}
 }

@@ -68,7 +68,8 @@ type Options struct {
 	// ends (default DefaultAgentQuiet).
 	Runs       *run.Registry
 	AgentQuiet time.Duration
-	// OnSpare, when set, hears of every spare process as it becomes ready.
+	// OnSpare, when set, hears of every spare process as it becomes ready
+	// (pid 0: one that failed to start).
 	OnSpare func(binding string, pid int)
 }
 

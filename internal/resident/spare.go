@@ -278,6 +278,9 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 				d.m.SpareEvents.WithLabelValues(b.ID, "failed").Inc()
 				log.Warn("spare agent failed to start", zap.Error(err))
 				d.spawnFailed(b.ID, fmt.Errorf("spare: %w", err))
+				if d.onSpare != nil {
+					d.onSpare(b.ID, 0)
+				}
 				return d.backoffBase
 			}
 			d.m.SpareEvents.WithLabelValues(b.ID, "started").Inc()
