@@ -87,8 +87,11 @@ func (d *Keeper) StopSpares() {
 }
 
 // spareWanted notes a turn of binding: its spares are kept (and started)
-// for idle_timeout from now.
-func (d *Keeper) spareWanted(binding string) {
+// for idle_timeout from now. With kick the goroutine starts what is
+// missing at once: a turn's Prepare kicks, once its process is ready, so a
+// replacement spare's spawn does not compete with the turn's own session
+// request for the machine.
+func (d *Keeper) spareWanted(binding string, kick bool) {
 	b, ok := d.cfg.Binding(binding)
 	if !ok || b.Spares() == 0 {
 		return
@@ -97,7 +100,9 @@ func (d *Keeper) spareWanted(binding string) {
 	s.mu.Lock()
 	s.lastTurn[binding] = d.now()
 	s.mu.Unlock()
-	d.kickSpares()
+	if kick {
+		d.kickSpares()
+	}
 }
 
 // kickSpares wakes the goroutine without waiting for it.
@@ -123,7 +128,6 @@ func (d *Keeper) takeSpare(binding string) *agentProc {
 	s.mu.Unlock()
 	d.m.SpareProcesses.WithLabelValues(binding).Set(float64(n))
 	d.m.SpareEvents.WithLabelValues(binding, "taken").Inc()
-	d.kickSpares()
 	return p
 }
 

@@ -29,7 +29,6 @@ type Prepared struct {
 // brought to what the key wants, and its mode to what the binding's
 // permission policy needs (bounded by ctx).
 func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
-	d.spareWanted(b.ID) // a warm turn keeps the binding's spares too
 	if err := d.setOptions(ctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
 		return Prepared{}, err
 	}
@@ -38,6 +37,7 @@ func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p
 	if err := d.applyPolicy(ctx, p, b, log); err != nil {
 		return Prepared{}, err
 	}
+	d.spareWanted(b.ID, true) // any turn keeps the binding's spares; a taken one is replaced now
 	n, due, facts := p.Brief()
 	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts}, nil
 }
