@@ -117,4 +117,3 @@ func TestClaudeSpareTimings(t *testing.T) {
 	t.Logf("time to started, median of %d: cold %v with a spare, %v without (%.2f×); restored %v with a spare, %v without (%.2f×)",
 		rounds, cs.Round(time.Millisecond), cn.Round(time.Millisecond), float64(cs)/float64(cn), rs.Round(time.Millisecond), rn.Round(time.Millisecond), float64(rs)/float64(rn))
 }
-
