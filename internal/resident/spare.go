@@ -212,7 +212,7 @@ func (d *Keeper) stopEach(ps []*agentProc, why string) {
 func (d *Keeper) keepSpares(ctx context.Context) {
 	defer d.sp.wg.Done()
 	idle := time.Duration(d.cfg.IdleTimeout)
-	tick := time.NewTicker(min(idle/10, time.Minute))
+	tick := time.NewTicker(max(min(idle/10, time.Minute), 10*time.Millisecond))
 	defer tick.Stop()
 	var retry <-chan time.Time
 	for {
