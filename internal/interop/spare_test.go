@@ -73,6 +73,11 @@ func TestClaudeSpareTimings(t *testing.T) {
 		}
 		for _, s := range order {
 			pid := waitSpare(s)
+			for _, sp := range s.h.d.Spares() {
+				if sp.Pid == pid {
+					t.Logf("round %d: the idle spare's memory: %d KiB (%s)", i, sp.RSSBytes>>10, sp.MemorySource)
+				}
+			}
 			r := s.h.mention(ctx, ch, "b-claude", ch+"-q1", "@claude first look")
 			if r.err != nil || r.start.Shape != "cold" {
 				t.Fatalf("%s round %d cold: %v shape %q", s.name, i, r.err, r.start.Shape)
