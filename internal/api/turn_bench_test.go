@@ -36,7 +36,7 @@ func benchClient(b *testing.B) (*client.Client, *store.Store) {
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	cfg.Bindings = []config.Binding{{ID: "b-builtin", Handle: "@agent", Command: exe,
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
-		System: config.BuiltinFraming, Supervised: true, Resident: true}}
+		System: config.BuiltinFraming, Supervised: true, Resident: true, Spare: new(int)}}
 	h := daemontest.New(b, cfg, daemontest.Options{Log: zap.NewNop()})
 	sdir, err := os.MkdirTemp("", "rd")
 	if err != nil {

@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -188,38 +190,51 @@ func TestSparesCappedAndStoppedWhenIdle(t *testing.T) {
 // replaced; spares that fail to start count in the binding's crash loop,
 // whose backoff holds the next start (a turn's or a spare's) back.
 func TestSpareDeathsAndFailuresCount(t *testing.T) {
-	h := newHarness(t, withSpares(1))
+	flag := filepath.Join(t.TempDir(), "broken")
+	h := newHarness(t, withSpares(1), func(c *config.Config) {
+		// The agent starts while the flag file is absent.
+		b := &c.Bindings[1]
+		b.Args = append([]string{"-c", `test -e "$SPARE_FLAG" && exit 3; exec "$0" "$@"`, b.Command}, b.Args...)
+		b.Command = "/bin/sh"
+		b.Env["SPARE_FLAG"] = flag
+	})
+	h.close()
+	h.backoffBase, h.backoffCap = time.Hour, time.Hour
+	h.open()
 	reply(t, h.mention("ch-a", "b-builtin", "q1", "@agent first"))
 	sp := h.nextSpare()
 	if err := syscall.Kill(sp.pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	next := h.nextSpare()
-	if next.pid == sp.pid || slices.Contains(sparePids(h.d.Spares(), "b-builtin"), sp.pid) {
+	if next.pid == 0 || next.pid == sp.pid || slices.Contains(sparePids(h.d.Spares(), "b-builtin"), sp.pid) {
 		t.Fatalf("after the spare %d died: new spare %d, listed %+v", sp.pid, next.pid, h.d.Spares())
 	}
 	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "exited")); n != 1 {
 		t.Fatalf("spares exited: %v, want 1", n)
 	}
 
-	// An agent that cannot initialize: the turn's spawn fails, then the
-	// spare's; the second failure in a row starts the backoff.
-	b := newHarness(t, withSpares(1), func(c *config.Config) {
-		c.Bindings[1].Args = append(c.Bindings[1].Args, "--fault", "exit-initialize")
-	})
-	b.close()
-	b.backoffBase, b.backoffCap = time.Hour, time.Hour
-	b.open()
-	if r := b.mention("ch-a", "b-builtin", "q1", "@agent first"); r.err == nil {
-		t.Fatal("a turn on an agent that exits in initialize succeeded")
+	// A turn takes the new spare and succeeds, which ends the crash loop.
+	if r := h.mention("ch-b", "b-builtin", "q2", "@agent second"); r.err != nil || r.start.Pid != next.pid {
+		t.Fatalf("turn on the new spare %d: pid %d, %v", next.pid, r.start.Pid, r.err)
 	}
-	if sp := b.nextSpare(); sp.pid != 0 {
-		t.Fatalf("spare %+v of an agent that exits in initialize", sp)
+	next = h.nextSpare()
+	// Now the agent cannot start: the spare dies (a crash loop of 1), its
+	// replacement fails to start (2), and the backoff holds every start
+	// back, the next turn's included.
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if r := b.mention("ch-a", "b-builtin", "q2", "@agent again"); !errors.Is(r.err, daemon.ErrBackoff) {
-		t.Fatalf("turn after two failed starts: %v, want the binding's backoff", r.err)
+	if err := syscall.Kill(next.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
-	if n := testutil.ToFloat64(b.m.SpareEvents.WithLabelValues("b-builtin", "failed")); n != 1 {
+	if sp := h.nextSpare(); sp.pid != 0 {
+		t.Fatalf("spare %+v of an agent that cannot start", sp)
+	}
+	if r := h.mention("ch-c", "b-builtin", "q3", "@agent again"); !errors.Is(r.err, daemon.ErrBackoff) {
+		t.Fatalf("turn after the failed starts: %v, want the binding's backoff", r.err)
+	}
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "failed")); n != 1 {
 		t.Fatalf("spare starts failed: %v, want 1 (the backoff holds the next)", n)
 	}
 }

@@ -86,12 +86,12 @@ func (d *Keeper) StopSpares() {
 	d.stopEach(all, "shutdown")
 }
 
-// spareWanted notes a turn of binding: its spares are kept (and started)
-// for idle_timeout from now. With kick the goroutine starts what is
-// missing at once: a turn's Prepare kicks, once its process is ready, so a
-// replacement spare's spawn does not compete with the turn's own session
-// request for the machine.
-func (d *Keeper) spareWanted(binding string, kick bool) {
+// spareWanted notes a turn of binding that got its process (Prepare calls
+// it): its spares are kept, and started now, for idle_timeout from now.
+// Once the turn's process is ready, so a replacement spare's spawn does
+// not compete with the turn's own session request for the machine, and
+// never for a binding whose agent cannot start.
+func (d *Keeper) spareWanted(binding string) {
 	b, ok := d.cfg.Binding(binding)
 	if !ok || b.Spares() == 0 {
 		return
@@ -100,9 +100,7 @@ func (d *Keeper) spareWanted(binding string, kick bool) {
 	s.mu.Lock()
 	s.lastTurn[binding] = d.now()
 	s.mu.Unlock()
-	if kick {
-		d.kickSpares()
-	}
+	d.kickSpares()
 }
 
 // kickSpares wakes the goroutine without waiting for it.

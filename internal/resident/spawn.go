@@ -180,7 +180,6 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		}
 	}()
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
-	d.spareWanted(b.ID, false) // Prepare starts the replacement
 	// What the session needs of its key goes in its request (mcpServers),
 	// so a spare spawned before the key was known serves it.
 	servers, release := d.servers(k, b)
