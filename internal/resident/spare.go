@@ -192,9 +192,7 @@ func (d *Keeper) spareExited(p *agentProc) {
 func (d *Keeper) stopEach(ps []*agentProc, why string) {
 	var wg sync.WaitGroup
 	for _, p := range ps {
-		p.mu.Lock()
-		p.ending = true
-		p.mu.Unlock()
+		// Out of the list already: its exit does not count as a death.
 		d.m.SpareEvents.WithLabelValues(p.binding, "stopped").Inc()
 		d.log.Info("spare agent stopped", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("why", why))
 		wg.Add(1)

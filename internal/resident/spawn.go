@@ -290,10 +290,9 @@ type agentProc struct {
 	binding string
 	born    time.Time
 
-	mu     sync.Mutex
-	hook   func() // what its exit runs once it is bound to a key (the pool's hook)
-	gone   bool   // it exited
-	ending bool   // the keeper stops it (idle, cap, shutdown): not a crash
+	mu   sync.Mutex
+	hook func() // what its exit runs once it is bound to a key (the pool's hook)
+	gone bool   // it exited
 }
 
 // exit runs on the reaper once the process is gone.
