@@ -153,8 +153,8 @@ func New(o Options) (*Keeper, error) {
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
 		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,
-		sp: spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1)},
 	}
+	k.sp.init(o.Config)
 	if k.agentQuiet <= 0 {
 		k.agentQuiet = DefaultAgentQuiet
 	}

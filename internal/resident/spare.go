@@ -10,6 +10,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/child"
+	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -34,11 +35,42 @@ type spares struct {
 	starting int                     // spares being started (the goroutine starts one at a time)
 	lastTurn map[string]time.Time    // binding id -> its last turn (or the start, with spare_at_start)
 
+	// want is each binding's spare setting, in configuration order, for
+	// the bindings that have one: read once, when the keeper is made.
+	want []bindingSpares
+
 	kick     chan struct{} // wakes the goroutine: a turn, an exit
 	poolLive func() int    // the pool's processes (alive, starting or stopping)
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 	closed   bool
+}
+
+// bindingSpares is a binding's spare setting.
+type bindingSpares struct {
+	id      string
+	n       int
+	atStart bool
+}
+
+// init reads the bindings' spare settings.
+func (s *spares) init(cfg *config.Config) {
+	*s = spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+	for _, b := range cfg.Bindings {
+		if n := b.Spares(); n > 0 {
+			s.want = append(s.want, bindingSpares{b.ID, n, b.SpareAtStart})
+		}
+	}
+}
+
+// spares reports binding's spare setting.
+func (s *spares) of(binding string) int {
+	for _, w := range s.want {
+		if w.id == binding {
+			return w.n
+		}
+	}
+	return 0
 }
 
 // RunSpares starts the goroutine that keeps the bindings' spares; live
@@ -54,9 +86,9 @@ func (d *Keeper) RunSpares(live func() int) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop, s.poolLive = cancel, live
-	for _, b := range d.cfg.Bindings {
-		if b.SpareAtStart && b.Spares() > 0 {
-			s.lastTurn[b.ID] = d.now()
+	for _, w := range s.want {
+		if w.atStart {
+			s.lastTurn[w.id] = d.now()
 		}
 	}
 	s.wg.Add(1)
@@ -92,11 +124,10 @@ func (d *Keeper) StopSpares() {
 // not compete with the turn's own session request for the machine, and
 // never for a binding whose agent cannot start.
 func (d *Keeper) spareWanted(binding string) {
-	b, ok := d.cfg.Binding(binding)
-	if !ok || b.Spares() == 0 {
+	s := &d.sp
+	if s.of(binding) == 0 {
 		return
 	}
-	s := &d.sp
 	s.mu.Lock()
 	s.lastTurn[binding] = d.now()
 	s.mu.Unlock()
@@ -233,61 +264,59 @@ func (d *Keeper) keepSpares(ctx context.Context) {
 func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 	s := &d.sp
 	idle := time.Duration(d.cfg.IdleTimeout)
-	for _, b := range d.cfg.Bindings {
-		want := b.Spares()
-		if want == 0 {
-			continue
-		}
-		k := session.Key{Binding: b.ID}
+	for _, w := range s.want {
+		k := session.Key{Binding: w.id}
 		for ctx.Err() == nil {
 			live := s.poolLive() // outside mu: it takes the pool's lock
 			s.mu.Lock()
-			last, had := s.lastTurn[b.ID]
-			have := len(s.ready[b.ID])
+			last, had := s.lastTurn[w.id]
+			have := len(s.ready[w.id])
 			total := 0
 			for _, list := range s.ready {
 				total += len(list)
 			}
 			full := live+total >= d.cfg.MaxProcesses
 			s.mu.Unlock()
-			if !had || d.now().Sub(last) >= idle || have >= want {
+			if !had || d.now().Sub(last) >= idle || have >= w.n {
 				break
 			}
 			if full {
 				return 0 // an exit wakes the goroutine again
 			}
-			if err := d.checkBackoff(b.ID, k); err != nil {
+			if err := d.checkBackoff(w.id, k); err != nil {
 				return d.backoffBase
 			}
-			log := d.log.Named("agent").With(zap.String("binding", b.ID), zap.Bool("spare", true))
+			log := d.log.Named("agent").With(zap.String("binding", w.id), zap.Bool("spare", true))
 			s.mu.Lock()
 			s.starting++
 			s.mu.Unlock()
+			// Read as a turn's spawn reads it: only to start one.
+			b, _ := d.cfg.Binding(w.id)
 			p, err := d.startAgent(ctx, b, k, log)
 			s.mu.Lock()
 			s.starting--
 			if err == nil {
-				s.ready[b.ID] = append(s.ready[b.ID], p)
-				have = len(s.ready[b.ID])
+				s.ready[w.id] = append(s.ready[w.id], p)
+				have = len(s.ready[w.id])
 			}
 			s.mu.Unlock()
 			if err != nil {
 				if ctx.Err() != nil {
 					return 0
 				}
-				d.m.SpareEvents.WithLabelValues(b.ID, "failed").Inc()
+				d.m.SpareEvents.WithLabelValues(w.id, "failed").Inc()
 				log.Warn("spare agent failed to start", zap.Error(err))
-				d.spawnFailed(b.ID, fmt.Errorf("spare: %w", err))
+				d.spawnFailed(w.id, fmt.Errorf("spare: %w", err))
 				if d.onSpare != nil {
-					d.onSpare(b.ID, 0)
+					d.onSpare(w.id, 0)
 				}
 				return d.backoffBase
 			}
-			d.m.SpareEvents.WithLabelValues(b.ID, "started").Inc()
-			d.m.SpareProcesses.WithLabelValues(b.ID).Set(float64(have))
+			d.m.SpareEvents.WithLabelValues(w.id, "started").Inc()
+			d.m.SpareProcesses.WithLabelValues(w.id).Set(float64(have))
 			log.Info("spare agent ready", zap.Int("pid", p.a.Pid()))
 			if d.onSpare != nil {
-				d.onSpare(b.ID, p.a.Pid())
+				d.onSpare(w.id, p.a.Pid())
 			}
 			select {
 			case <-p.a.Done(): // died at once: its exit hook may have run before the append
@@ -325,8 +354,8 @@ func (d *Keeper) Spares() []apitype.Spare {
 	s := &d.sp
 	s.mu.Lock()
 	var ps []*agentProc
-	for _, b := range d.cfg.Bindings {
-		ps = append(ps, s.ready[b.ID]...)
+	for _, w := range s.want {
+		ps = append(ps, s.ready[w.id]...)
 	}
 	s.mu.Unlock()
 	out := make([]apitype.Spare, 0, len(ps))
