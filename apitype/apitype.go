@@ -6,6 +6,7 @@ package apitype
 
 import (
 	"encoding/json"
+	"sync"
 	"time"
 )
 
@@ -374,14 +375,31 @@ func (u *Usage) UnmarshalJSON(b []byte) error {
 		*u = Usage{Unknown: true}
 		return nil
 	}
-	type plain Usage
-	var p plain
-	if err := json.Unmarshal(b, &p); err != nil {
+	// Nested in an event's decoding: a pooled decoder spares it a
+	// decoding state of its own, and its target an allocation.
+	d := usageDecoders.Get().(*usageDecoder)
+	d.p = plainUsage{}
+	err := d.lines.Decode(b, &d.p)
+	p := d.p
+	d.p = plainUsage{} // the next decode must not write into this one's Cost
+	usageDecoders.Put(d)
+	if err != nil {
 		return err
 	}
 	*u = Usage(p)
 	return nil
 }
+
+// plainUsage is Usage without its JSON methods.
+type plainUsage Usage
+
+// usageDecoder is a pooled decoder for Usage, with its target.
+type usageDecoder struct {
+	lines LineDecoder
+	p     plainUsage
+}
+
+var usageDecoders = sync.Pool{New: func() any { return new(usageDecoder) }}
 
 // ContextReport says what channel context the turn carried.
 type ContextReport struct {
@@ -484,20 +502,24 @@ type Listener struct {
 
 // Session is one live agent process in GET /v1/sessions.
 type Session struct {
-	Channel string         `json:"channel_id"`
-	Binding string         `json:"binding_id"`
-	Pid     int            `json:"pid"`
-	Native  string         `json:"native_session"`
-	State   string         `json:"state"` // idle, busy, stopping
-	IdleS   float64        `json:"idle_seconds"`
-	Started time.Time      `json:"started_at"`
-	Turns   map[string]int `json:"turns"` // by shape
+	Channel string `json:"channel_id"`
+	Binding string `json:"binding_id"`
+	// ThreadRoot is set on a thread's own session (a binding of scope
+	// thread): the thread's root message id.
+	ThreadRoot string         `json:"thread_root_id,omitempty"`
+	Pid        int            `json:"pid"`
+	Native     string         `json:"native_session"`
+	State      string         `json:"state"` // idle, busy, stopping
+	IdleS      float64        `json:"idle_seconds"`
+	Started    time.Time      `json:"started_at"`
+	Turns      map[string]int `json:"turns"` // by shape
 	// RSSBytes is the agent's memory: its cgroup's (its whole tree) when
 	// MemorySource is "cgroup", the process's resident set when "rss".
 	RSSBytes     int64  `json:"rss_bytes,omitempty"`
 	MemorySource string `json:"memory_source,omitempty"`
 	// RestoredBy is how the process reopened the key's saved session:
-	// "resume" or "load"; empty for a new session.
+	// "resume" or "load"; "fork" for a thread's session forked from its
+	// channel's; empty for a new session.
 	RestoredBy string `json:"restored_by,omitempty"`
 	// Working is set while the agent works with no turn in flight
 	// (background work it reported, output between prompts): the process
@@ -576,6 +598,9 @@ type Sessions struct {
 type FreshRequest struct {
 	Channel string `json:"channel_id"`
 	Binding string `json:"binding_id"`
+	// ThreadRoot names a thread's own session (a binding of scope
+	// thread); absent or null: the channel's.
+	ThreadRoot *string `json:"thread_root_id,omitempty"`
 }
 
 // FreshResponse says whether a process was (or, behind a running turn,
@@ -599,6 +624,9 @@ type Binding struct {
 	// reminder on warm turns) or turn (in every user turn).
 	BriefPlacement string            `json:"brief_placement"`
 	SessionOptions map[string]string `json:"session_options,omitempty"`
+	// Scope: channel (one session per channel) or thread (a thread's
+	// mentions have a session of their own).
+	Scope string `json:"scope"`
 }
 
 // Bindings is GET /v1/bindings.

@@ -334,21 +334,37 @@ type leanUpdate struct {
 	} `json:"update"`
 }
 
+// streamReader is what readStream reuses from one stream to the next: its
+// scanner's buffer (most of a turn's bytes on the client) and its line
+// decoder. Nothing read keeps a reference into the buffer: decoding copies.
+type streamReader struct {
+	buf   []byte
+	lines apitype.LineDecoder
+}
+
+var streamReaders = sync.Pool{New: func() any { return &streamReader{buf: make([]byte, 64<<10)} }}
+
 // readStream reads NDJSON events up to the done or error line. The stream's
 // done event leaves out the reply text its chunks already carried; the
 // returned one has it, joined from the chunks when the stream held every
 // event from the first, else read from the run's result.
 func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Event)) (apitype.Event, error) {
+	rs := streamReaders.Get().(*streamReader)
+	defer streamReaders.Put(rs)
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(rs.buf, 16<<20)
+	lines := &rs.lines
 	var text strings.Builder
 	var seq int64 // the last seq read; whole while every one followed the one before
 	whole := true
-	var lines apitype.LineDecoder
+	// One of each, decoded into line after line: a decoding target is
+	// an allocation.
+	var u leanUpdate
+	var ev apitype.Event
 	for sc.Scan() {
 		if on == nil && bytes.HasPrefix(sc.Bytes(), updatePrefix) {
 			// Nobody sees the update itself: only its seq and text count.
-			var u leanUpdate
+			u = leanUpdate{}
 			if err := lines.Decode(sc.Bytes(), &u); err != nil {
 				return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
 			}
@@ -361,7 +377,7 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 			}
 			continue
 		}
-		var ev apitype.Event
+		ev = apitype.Event{} // fresh pointers: the last one went to on
 		if err := lines.Decode(sc.Bytes(), &ev); err != nil {
 			return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
 		}
@@ -432,6 +448,14 @@ func (c *Client) Bindings(ctx context.Context) ([]apitype.Binding, error) {
 func (c *Client) Fresh(ctx context.Context, channelID, binding string) (bool, error) {
 	var out apitype.FreshResponse
 	err := c.do(ctx, http.MethodPost, "/v1/sessions/fresh", apitype.FreshRequest{Channel: channelID, Binding: binding}, &out)
+	return out.StoppedProcess, err
+}
+
+// FreshThread starts a thread's own session over (a binding of scope
+// thread): the thread of root message root in the channel.
+func (c *Client) FreshThread(ctx context.Context, channelID, binding, root string) (bool, error) {
+	var out apitype.FreshResponse
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/fresh", apitype.FreshRequest{Channel: channelID, Binding: binding, ThreadRoot: &root}, &out)
 	return out.StoppedProcess, err
 }
 

@@ -440,7 +440,11 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 		if s.Working && state == "idle" {
 			state = "working" // background work: not reaped nor evicted
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", s.Channel, s.Binding, state,
+		key := s.Channel + "/" + s.Binding
+		if s.ThreadRoot != "" {
+			key += "#" + s.ThreadRoot // a thread's own session
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", key, state,
 			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"], by,
 			(time.Duration(s.IdleS) * time.Second).Round(time.Second), s.Pid, humanBytes(s.RSSBytes), s.Native)
 	}
@@ -534,6 +538,7 @@ func cmdFresh(ctx context.Context, args []string, stdout io.Writer) error {
 	fs, sock := clientFlags("fresh")
 	ch := fs.String("channel", "", "channel id (required)")
 	binding := fs.String("binding", "b-builtin", "binding id")
+	thread := fs.String("thread", "", "a thread's root message id: start the thread's own session fresh (a binding with scope thread)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -542,11 +547,19 @@ func cmdFresh(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	c := &client.Client{Socket: *sock}
 	defer c.Close()
-	stopped, err := c.Fresh(ctx, *ch, *binding)
+	key := *ch + "/" + *binding
+	var stopped bool
+	var err error
+	if *thread != "" {
+		key += "#" + *thread
+		stopped, err = c.FreshThread(ctx, *ch, *binding, *thread)
+	} else {
+		stopped, err = c.Fresh(ctx, *ch, *binding)
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s/%s starts fresh (process stopped: %v)\n", *ch, *binding, stopped)
+	fmt.Fprintf(stdout, "%s starts fresh (process stopped: %v)\n", key, stopped)
 	return nil
 }
 

@@ -25,7 +25,7 @@ var synopses = map[string]string{
 	"runs":      "runs [flags]",
 	"attach":    "attach [flags] RUN_ID",
 	"answer":    "answer [flags] RUN_ID REQUEST_ID OPTION_ID",
-	"fresh":     "fresh --channel ID [--binding ID] [flags]",
+	"fresh":     "fresh --channel ID [--binding ID] [--thread ROOT] [flags]",
 	"options":   "options --channel ID [--binding ID] [--clear] [flags] [ID=VALUE...]",
 	"budgets":   "budgets [flags]",
 	"cancel":    "cancel [flags] RUN_ID",

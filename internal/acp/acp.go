@@ -145,6 +145,8 @@ type Agent struct {
 	log  *zap.Logger
 
 	lines apitype.LineDecoder // the pump's, for update lines
+	env   envelope            // the pump's target for update lines (see dispatch)
+	raw   rawUpdate           // the pump's target for an update's raw form
 
 	proc      *child.Process
 	pid       int
@@ -152,6 +154,7 @@ type Agent struct {
 	conn      *sdk.ClientSideConnection
 	canLoad   bool
 	canResume bool
+	canFork   bool // sessionCapabilities.fork (session/fork, unstable in ACP)
 	caps      PromptCaps
 	canSteer  bool // _meta.steering.supported in the initialize answer
 	canClose  bool
@@ -311,6 +314,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	a.canLoad = resp.AgentCapabilities.LoadSession
 	a.canClose = resp.AgentCapabilities.SessionCapabilities.Close != nil
 	a.canResume = resp.AgentCapabilities.SessionCapabilities.Resume != nil
+	a.canFork = resp.AgentCapabilities.SessionCapabilities.Fork != nil
 	pc := resp.AgentCapabilities.PromptCapabilities
 	a.caps = PromptCaps{Image: pc.Image, EmbeddedContext: pc.EmbeddedContext}
 	a.canSteer = steeringSupported(resp.Meta) || steeringSupported(resp.AgentCapabilities.Meta)
@@ -422,12 +426,48 @@ func (a *Agent) CanSteer() bool { return a.canSteer }
 // running turn.
 const SteeringMethod = "_session/steering"
 
-// Steer adds text to native's running turn. An error (the agent answers
-// that no turn runs, or refuses) means the text did not join it.
+// ErrNotSteered: the agent did not put the text into a running turn (no
+// turn runs); the text is the caller's to send as a prompt of its own.
+var ErrNotSteered = errors.New("agent did not steer the text into a running turn")
+
+// steeringParams is what SteeringMethod carries: claude-agent-acp takes
+// sessionId and prompt as session/prompt has them, and, with idleBehavior
+// promptRequired in _meta, answers promptRequired when no turn runs
+// instead of starting a turn of its own the caller would know nothing of.
+type steeringParams struct {
+	SessionID string             `json:"sessionId"`
+	Prompt    []sdk.ContentBlock `json:"prompt"`
+	Meta      map[string]any     `json:"_meta"`
+}
+
+// steeringAnswer is SteeringMethod's result: outcome is injected (the text
+// joined the running turn), promptRequired (no turn runs; reason
+// noRunningTurn) or startedNewTurn (an agent that ignored idleBehavior ran
+// it as a turn of its own).
+type steeringAnswer struct {
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
+}
+
+// Steer adds text to native's running turn. It returns nil only when the
+// agent answers that the text joined the turn; ErrNotSteered when it
+// answers otherwise (no turn runs), another error when it refuses.
 func (a *Agent) Steer(ctx context.Context, native, text string) error {
-	params := map[string]any{"sessionId": native, "prompt": []sdk.ContentBlock{sdk.TextBlock(text)}}
-	if _, err := a.conn.CallExtension(ctx, SteeringMethod, params); err != nil {
+	params := steeringParams{
+		SessionID: native,
+		Prompt:    []sdk.ContentBlock{sdk.TextBlock(text)},
+		Meta:      map[string]any{"steering": map[string]any{"idleBehavior": "promptRequired"}},
+	}
+	raw, err := a.conn.CallExtension(ctx, SteeringMethod, params)
+	if err != nil {
 		return fmt.Errorf("steer session %q: %w", native, err)
+	}
+	var ans steeringAnswer
+	if err := json.Unmarshal(raw, &ans); err != nil {
+		return fmt.Errorf("steer session %q: %w: answer %.200s: %w", native, ErrProtocol, raw, err)
+	}
+	if ans.Outcome != "injected" {
+		return fmt.Errorf("steer session %q: %w: outcome %q, reason %q", native, ErrNotSteered, ans.Outcome, ans.Reason)
 	}
 	return nil
 }
@@ -528,6 +568,51 @@ func (a *Agent) ResumeSession(ctx context.Context, native string) error {
 		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.mcpServers()})
 		return resp.ConfigOptions, resp.Modes, err
 	})
+}
+
+// CanFork reports the agent's session/fork capability.
+func (a *Agent) CanFork() bool { return a.canFork }
+
+// ForkSession runs session/fork of session source: the agent starts a new
+// session with source's history (claude-agent-acp reads it from the
+// source's transcript, so the source need not be open in this process)
+// and returns its id, which this process alone then serves.
+func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) {
+	var servers []sdk.UnstableMcpServer
+	if raw, err := json.Marshal(a.mcpServers()); err != nil {
+		return "", fmt.Errorf("acp: fork session %q: mcp servers: %w", source, err)
+	} else if err := json.Unmarshal(raw, &servers); err != nil {
+		return "", fmt.Errorf("acp: fork session %q: mcp servers: %w", source, err)
+	}
+	if servers == nil {
+		servers = []sdk.UnstableMcpServer{}
+	}
+	resp, err := a.conn.UnstableForkSession(ctx, sdk.UnstableForkSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(source), Cwd: a.spec.Dir, McpServers: servers})
+	if err != nil {
+		return "", a.callErr(ctx, fmt.Sprintf("fork session %q", source), err)
+	}
+	native := string(resp.SessionId)
+	if native == "" {
+		return "", fmt.Errorf("acp: fork session %q: the agent answered no session id", source)
+	}
+	// The unstable answer lists its options in a type of its own, the
+	// same on the wire.
+	var listed []sdk.SessionConfigOption
+	if len(resp.ConfigOptions) > 0 {
+		if raw, err := json.Marshal(resp.ConfigOptions); err == nil {
+			_ = json.Unmarshal(raw, &listed)
+		}
+	}
+	a.mu.Lock()
+	r, ok := a.routes[native]
+	if !ok {
+		r = &route{}
+		a.routes[native] = r
+	}
+	a.releaseEarlyLocked(native, r)
+	r.setOptions(options(listed))
+	r.setModes(resp.Modes)
+	return native, nil
 }
 
 // reopen routes native while call (session/load or session/resume) runs,

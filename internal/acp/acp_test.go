@@ -649,3 +649,67 @@ func TestUpdateRawOnlyWhereTypedFieldsFallShort(t *testing.T) {
 		})
 	}
 }
+
+// TestSteer: _session/steering as claude-agent-acp 0.101 answers it, here
+// from the built-in agent. With no turn running the agent answers
+// promptRequired (Steer sends idleBehavior promptRequired) and Steer
+// returns ErrNotSteered; while a turn runs the text joins it (injected)
+// and the turn's reply counts it.
+func TestSteer(t *testing.T) {
+	record := filepath.Join(t.TempDir(), "record.jsonl")
+	a := start(t, builtinSpec(t, "--record", record, "--state", t.TempDir()))
+	if !a.CanSteer() {
+		t.Fatal("the built-in agent advertises _meta.steering.supported; CanSteer is false")
+	}
+	native := newSession(t, a)
+	ctx := context.Background()
+	if err := a.Steer(ctx, native, "before any turn"); !errors.Is(err, ErrNotSteered) {
+		t.Fatalf("steer with no turn running: %v, want ErrNotSteered", err)
+	}
+	gate := filepath.Join(t.TempDir(), "gate")
+	holding := make(chan struct{}, 1)
+	type answer struct {
+		res Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := a.Prompt(ctx, native, "wait [[hold:"+gate+"]]", func(u Update) {
+			if strings.HasPrefix(u.Text, "holding until") {
+				holding <- struct{}{}
+			}
+		})
+		done <- answer{res, err}
+	}()
+	select {
+	case <-holding:
+	case ans := <-done:
+		t.Fatalf("the turn ended before it held: %+v", ans)
+	}
+	for _, text := range []string{"also this", "and that"} {
+		if err := a.Steer(ctx, native, text); err != nil {
+			t.Fatalf("steer %q into the running turn: %v", text, err)
+		}
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ans := <-done
+	if ans.err != nil || !strings.HasSuffix(ans.res.Text, " steered=2") {
+		t.Fatalf("turn: %v, text %q, want it to end with steered=2", ans.err, ans.res.Text)
+	}
+	var steered []string
+	for _, l := range readRecord(t, record) {
+		if string(l["method"]) == `"_session/steering"` {
+			var p string
+			_ = json.Unmarshal(l["prompt"], &p)
+			steered = append(steered, p)
+		}
+	}
+	if strings.Join(steered, "|") != "also this|and that" {
+		t.Fatalf("the agent recorded steers %q, want the two texts once each", steered)
+	}
+	if err := a.Steer(ctx, native, "after the turn"); !errors.Is(err, ErrNotSteered) {
+		t.Fatalf("steer after the turn ended: %v, want ErrNotSteered", err)
+	}
+}

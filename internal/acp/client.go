@@ -172,7 +172,8 @@ func (a *Agent) holdEarlyLocked(id string, su *wireUpdate) {
 		a.early[id] = e
 	}
 	if len(e.updates) < maxEarly {
-		e.updates = append(e.updates, su)
+		held := *su // su is the pump's decoding target, decoded into again by the next line
+		e.updates = append(e.updates, &held)
 	} else {
 		e.dropped++
 	}

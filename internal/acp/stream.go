@@ -117,8 +117,12 @@ func (a *Agent) dispatch(line []byte) bool {
 		}
 		return false
 	}
-	var env envelope
-	if err := a.lines.Decode(line, &env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
+	// One target for every line, zeroed first: a decode into pointers or
+	// slices left from the last line would write into what that line
+	// delivered. Nothing keeps u past route (holdEarlyLocked copies it).
+	env := &a.env
+	*env = envelope{}
+	if err := a.lines.Decode(line, env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
 		return false // the SDK reads it, and logs what it cannot
 	}
 	u := (*wireUpdate)(&env.Params.Update)
@@ -126,8 +130,9 @@ func (a *Agent) dispatch(line []byte) bool {
 		// What the typed fields fall short of (wireUpdate.UnmarshalJSON
 		// keeps the same bytes); a plain text chunk, the common update,
 		// needs no second pass.
-		var r rawUpdate
-		if err := a.lines.Decode(line, &r); err != nil {
+		r := &a.raw
+		*r = rawUpdate{}
+		if err := a.lines.Decode(line, r); err != nil {
 			return false
 		}
 		u.raw = r.Params.Update
@@ -136,7 +141,7 @@ func (a *Agent) dispatch(line []byte) bool {
 	return true
 }
 
-var contentDecoders = sync.Pool{New: func() any { return new(apitype.LineDecoder) }}
+var contentDecoders = sync.Pool{New: func() any { return new(contentDecoder) }}
 
 // promptAnswered marks the running prompt answered as the pump reads its
 // answer (a response carrying a stopReason), so that an update the agent
@@ -383,20 +388,32 @@ func (c *wireContent) UnmarshalJSON(b []byte) error {
 	if len(b) == 0 || b[0] != '{' {
 		return nil
 	}
-	var v struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
 	// Every update's content decodes here, nested in its line's decoding:
-	// a pooled decoder spares it a decoding state of its own.
-	d := contentDecoders.Get().(*apitype.LineDecoder)
-	err := d.Decode(b, &v)
+	// a pooled decoder spares it a decoding state of its own, and its
+	// target an allocation.
+	d := contentDecoders.Get().(*contentDecoder)
+	d.v = contentFields{} // a Text left from the last block would be decoded into
+	err := d.lines.Decode(b, &d.v)
+	v := d.v
+	d.v = contentFields{}
 	contentDecoders.Put(d)
 	if err != nil {
 		return err
 	}
 	c.Type, c.Text, c.set = v.Type, v.Text, true
 	return nil
+}
+
+// contentFields is what wireContent reads of a content block.
+type contentFields struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
+// contentDecoder is a pooled decoder for content blocks, with its target.
+type contentDecoder struct {
+	lines apitype.LineDecoder
+	v     contentFields
 }
 
 func (u *wireUpdate) UnmarshalJSON(b []byte) error {

@@ -124,6 +124,7 @@ type options struct {
 	noLoad    bool
 	noClose   bool
 	noResume  bool
+	fork      bool // advertise session/fork
 	noOptions bool
 	image     bool // advertise promptCapabilities.image
 	embedded  bool // advertise promptCapabilities.embeddedContext
@@ -155,6 +156,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
+	fs.BoolVar(&o.fork, "fork", false, "advertise session/fork (unstable in ACP): a new session starts with a copy of another's history")
 	fs.BoolVar(&o.noOptions, "no-options", false, "list no session config options (model, mode, verbose)")
 	fs.BoolVar(&o.image, "image", false, "advertise promptCapabilities.image: take image blocks in a prompt")
 	fs.BoolVar(&o.embedded, "embedded-context", false, "advertise promptCapabilities.embeddedContext: take embedded resource blocks in a prompt")
@@ -691,15 +693,24 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 // running turn.
 const SteeringMethod = "_session/steering"
 
-// steeringParams is what SteeringMethod carries, as session/prompt does.
+// steeringParams is what SteeringMethod carries, as claude-agent-acp takes
+// it: session/prompt's sessionId and prompt, and _meta.steering.idleBehavior.
 type steeringParams struct {
 	SessionID string             `json:"sessionId"`
 	Prompt    []acp.ContentBlock `json:"prompt"`
+	Meta      struct {
+		Steering struct {
+			IdleBehavior string `json:"idleBehavior"`
+		} `json:"steering"`
+	} `json:"_meta"`
 }
 
-// HandleExtensionMethod answers _session/steering: the text joins the
-// session's running turn (its reply says steered=N), or is refused when no
-// turn runs, so the client sends it as a turn of its own.
+// HandleExtensionMethod answers _session/steering as claude-agent-acp
+// does: the text joins the session's running turn (its reply says
+// steered=N) and the answer is {"outcome":"injected"}; when no turn runs
+// and the client opted in (idleBehavior promptRequired) the answer is
+// {"outcome":"promptRequired","reason":"noRunningTurn"}, so the client
+// sends it as a turn of its own; without the opt-in, an error.
 func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, params json.RawMessage) (any, error) {
 	if method != SteeringMethod {
 		return nil, acp.NewMethodNotFound(method)
@@ -707,6 +718,12 @@ func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, para
 	var p steeringParams
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, &acp.RequestError{Code: -32602, Message: "builtin: steering params: " + err.Error()}
+	}
+	if p.SessionID == "" || len(p.Prompt) == 0 {
+		return nil, &acp.RequestError{Code: -32602, Message: "builtin: steering params require a sessionId and a non-empty prompt"}
+	}
+	if ib := p.Meta.Steering.IdleBehavior; ib != "" && ib != "promptRequired" {
+		return nil, &acp.RequestError{Code: -32602, Message: fmt.Sprintf("builtin: unsupported steering idleBehavior %q", ib)}
 	}
 	var parts []string
 	for _, c := range p.Prompt {
@@ -722,10 +739,13 @@ func (b *builtin) HandleExtensionMethod(ctx context.Context, method string, para
 	}
 	b.mu.Unlock()
 	if !running {
+		if p.Meta.Steering.IdleBehavior == "promptRequired" {
+			return map[string]any{"outcome": "promptRequired", "reason": "noRunningTurn"}, nil
+		}
 		return nil, &acp.RequestError{Code: -32002, Message: fmt.Sprintf("builtin: no turn is running in session %q", p.SessionID)}
 	}
 	b.record(map[string]any{"method": SteeringMethod, "session": p.SessionID, "prompt": text})
-	return map[string]any{}, nil
+	return map[string]any{"outcome": "injected"}, nil
 }
 
 // waitFile waits until path exists (true) or ctx ends (false).
@@ -928,7 +948,59 @@ func (b *builtin) capabilities() acp.AgentCapabilities {
 	if !b.opts.noResume {
 		c.SessionCapabilities.Resume = &acp.SessionResumeCapabilities{}
 	}
+	if b.opts.fork {
+		c.SessionCapabilities.Fork = &acp.SessionForkCapabilities{}
+	}
 	return c
+}
+
+// UnstableForkSession (session/fork, with --fork) starts a new session
+// with a copy of the source session's history, found as session/load finds
+// it (in memory, or in --state), and its turn count: the fork's first reply
+// says turn=<source's turns + 1>. The source goes on unchanged. --record
+// gets a session/fork line with the source and the turns copied.
+func (b *builtin) UnstableForkSession(ctx context.Context, p acp.UnstableForkSessionRequest) (acp.UnstableForkSessionResponse, error) {
+	mcp, _ := json.Marshal(p.McpServers)
+	rec := map[string]any{"method": acp.AgentMethodSessionFork, "source": string(p.SessionId), "cwd": p.Cwd, "mcp_servers": json.RawMessage(mcp)}
+	if !b.opts.fork {
+		b.record(rec)
+		return acp.UnstableForkSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionFork)
+	}
+	src, err := b.lookup(string(p.SessionId))
+	if err != nil {
+		b.record(rec)
+		return acp.UnstableForkSessionResponse{}, err
+	}
+	var raw [8]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return acp.UnstableForkSessionResponse{}, fmt.Errorf("builtin: session id: %w", err)
+	}
+	s := &session{ID: "nat-" + hex.EncodeToString(raw[:]), Cwd: p.Cwd, MCPServers: mcp, options: defaultOptions(), mode: modeAuto}
+	b.mu.Lock()
+	s.turns = append([]turn(nil), src.turns...)
+	s.count = src.count
+	b.mu.Unlock()
+	rec["session"], rec["turns"] = s.ID, s.count
+	b.record(rec)
+	if b.opts.state != "" {
+		if err := b.compact(s); err != nil {
+			return acp.UnstableForkSessionResponse{}, err
+		}
+	}
+	b.mu.Lock()
+	b.sessions[s.ID] = s
+	b.mu.Unlock()
+	return acp.UnstableForkSessionResponse{SessionId: acp.SessionId(s.ID), ConfigOptions: unstableOptions(b.configOptions(s)), Modes: b.modes(s)}, nil
+}
+
+// unstableOptions is opts in the unstable answers' type, the same on the
+// wire.
+func unstableOptions(opts []acp.SessionConfigOption) []acp.UnstableSessionConfigOption {
+	var out []acp.UnstableSessionConfigOption
+	if raw, err := json.Marshal(opts); err == nil {
+		_ = json.Unmarshal(raw, &out)
+	}
+	return out
 }
 
 func (b *builtin) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -570,4 +571,51 @@ func (e *env) rawBody(t *testing.T, method, path, body string) (int, []byte) {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, data
+}
+
+// TestThreadSessionsOverTheSocket: with a binding of scope thread, a
+// mention in a thread gets a session row of its own (thread_root_id,
+// restored_by fork), the bindings listing says the scope, and start fresh
+// with thread_root_id stops the thread's process alone.
+func TestThreadSessionsOverTheSocket(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		c.Bindings[0].Scope = config.ScopeThread
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--fork")
+	})
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	e.push(t, apitype.Message{ID: "r1", Channel: "ch", Author: "aiko", AuthorKind: apitype.AuthorUser, CreatedAt: at, Body: "the refund spec is flaky"},
+		apitype.Message{ID: "q1", Channel: "ch", Author: "ben", AuthorKind: apitype.AuthorUser, CreatedAt: at.Add(time.Second), Body: "@agent why?"})
+	if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q1", Text: "@agent why?"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	root := "r1"
+	e.push(t, apitype.Message{ID: "q2", Channel: "ch", ThreadRoot: root, Author: "ben", AuthorKind: apitype.AuthorUser, CreatedAt: at.Add(2 * time.Second), Body: "@agent and here?"})
+	done, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q2", ThreadRoot: &root, Text: "@agent and here?"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := e.c.Sessions(ctx)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("sessions %+v, %v; want the channel's and the thread's", rows, err)
+	}
+	i := slices.IndexFunc(rows, func(s apitype.Session) bool { return s.ThreadRoot == root })
+	if i < 0 || rows[i].Native != done.Native || rows[i].RestoredBy != "fork" || rows[1-i].ThreadRoot != "" {
+		t.Fatalf("sessions %+v, want a row for thread %s restored_by fork", rows, root)
+	}
+	bs, err := e.c.Bindings(ctx)
+	if err != nil || bs[0].Scope != config.ScopeThread || bs[1].Scope != config.ScopeChannel {
+		t.Fatalf("bindings %+v, %v; want scopes thread, channel", bs, err)
+	}
+	stopped, err := e.c.FreshThread(ctx, "ch", "b-builtin", root)
+	if err != nil || !stopped {
+		t.Fatalf("start fresh of the thread: stopped %v, %v", stopped, err)
+	}
+	rows, err = e.c.Sessions(ctx)
+	if err != nil || len(rows) != 1 || rows[0].ThreadRoot != "" {
+		t.Fatalf("sessions after the thread's start fresh %+v, %v; want the channel's alone", rows, err)
+	}
+	if code, body := e.raw(t, "POST", "/v1/sessions/fresh", `{"channel_id":"ch","binding_id":"b-builtin","thread_root_id":""}`); code != 400 || body.Code != "bad_request" {
+		t.Fatalf("empty thread_root_id: %d %+v", code, body)
+	}
 }

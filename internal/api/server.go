@@ -424,6 +424,13 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if req.ThreadRoot != nil {
+		if *req.ThreadRoot == "" {
+			fail(w, fmt.Errorf("%w: thread_root_id must be null or a message id, not empty", errBadRequest))
+			return
+		}
+		k.Thread = *req.ThreadRoot
+	}
 	had, err := s.keys.Fresh(k)
 	if err != nil {
 		fail(w, err)

@@ -3,6 +3,7 @@
 package child
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,15 +13,29 @@ import (
 )
 
 // startSleeper starts a process outside any agent's tree; env adds to its
-// environment.
+// environment. It returns once the process runs its own code: a process
+// is visible the moment exec closes its descriptors, but its environment
+// (what the mark check reads) only a little later, when the new program's
+// stack is built.
 func startSleeper(t testing.TB, env ...string) int {
 	t.Helper()
-	cmd := exec.Command("sleep", "300")
+	cmd := exec.Command("sh", "-c", "echo up; read -r _")
 	cmd.Env = append(CleanEnv(os.Environ()), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatalf("sleeper %d never said it is up: %v", cmd.Process.Pid, err)
+	}
 	return cmd.Process.Pid
 }
 

@@ -117,6 +117,12 @@ type Binding struct {
 	// the agent takes steering; otherwise it queues).
 	Bursts string `json:"bursts,omitempty"`
 
+	// Scope says what a session is kept for: "channel" (the default: one
+	// session per channel, whatever thread a mention is in) or "thread" (a
+	// mention inside a thread has a session of its own, forked from the
+	// channel's where the agent offers session/fork).
+	Scope string `json:"scope,omitempty"`
+
 	// Spare is how many of the binding's agent processes are kept spawned
 	// and initialized ahead, with no key yet, so a cold or restored turn
 	// takes one instead of waiting for a spawn: 0 to 2; default 1
@@ -143,6 +149,12 @@ func (b Binding) Spares() int {
 	}
 	return *b.Spare
 }
+
+// Session scopes of a binding.
+const (
+	ScopeChannel = "channel"
+	ScopeThread  = "thread"
+)
 
 // Burst modes of a binding.
 const (
@@ -514,6 +526,9 @@ func (c *Config) SetDefaults() {
 		if b.Bursts == "" {
 			b.Bursts = BurstsQueue
 		}
+		if b.Scope == "" {
+			b.Scope = ScopeChannel
+		}
 		if b.BriefEvery <= 0 {
 			b.BriefEvery = 10
 		}
@@ -571,6 +586,11 @@ func (c *Config) Validate() error {
 		case "", BurstsQueue, BurstsCoalesce, BurstsSteer:
 		default:
 			return fmt.Errorf("%w: binding %q: bursts %q: use queue, coalesce or steer", ErrInvalid, b.ID, b.Bursts)
+		}
+		switch b.Scope {
+		case "", ScopeChannel, ScopeThread:
+		default:
+			return fmt.Errorf("%w: binding %q: scope %q: use channel or thread", ErrInvalid, b.ID, b.Scope)
 		}
 		if n := b.Spares(); n < 0 || n > MaxSpare {
 			return fmt.Errorf("%w: binding %q: spare %d must be 0 to %d", ErrInvalid, b.ID, n, MaxSpare)
@@ -669,13 +689,16 @@ func Builtin(self, stateDir string) Binding {
 
 // ClaudeAgentACP returns a ready binding for claude-agent-acp. A one-hour
 // provider cache outlives the 30-minute idle reaper, so a session restored
-// after a reap still hits it.
+// after a reap still hits it. Bursts coalesce: measured with 0.49 and 0.101
+// (BENCHMARKS.md), a burst of mentions costs 28 % of queue's input tokens
+// and is answered as soon as with steer, which re-sends the context once per
+// steered mention.
 func ClaudeAgentACP() Binding {
 	return Binding{
 		ID: "b-claude", Handle: "@claude", Runtime: "cli:claude:agent",
 		Command:    "claude-agent-acp",
 		Env:        map[string]string{"ENABLE_PROMPT_CACHING_1H": "1"},
 		System:     `You are @claude, a resident coding agent in a team chat. People mention you in channels; each mention arrives as a user turn with the mention payload, a brief, and the channel lines you have not seen yet.`,
-		Supervised: true, Resident: true,
+		Supervised: true, Resident: true, Bursts: BurstsCoalesce,
 	}
 }

@@ -42,8 +42,15 @@ func TestExampleConfigLoadsAndValidates(t *testing.T) {
 
 func TestReadyClaudeBindingMatchesExample(t *testing.T) {
 	b := ClaudeAgentACP()
-	if b.Env["ENABLE_PROMPT_CACHING_1H"] != "1" || b.Command != "claude-agent-acp" || !b.KeepsSession() {
+	if b.Env["ENABLE_PROMPT_CACHING_1H"] != "1" || b.Command != "claude-agent-acp" || !b.KeepsSession() || b.Bursts != BurstsCoalesce {
 		t.Fatalf("ClaudeAgentACP = %+v", b)
+	}
+	c, err := Load(filepath.Join("..", "..", "deploy", "config.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, _ := c.Binding("b-claude"); x.Bursts != b.Bursts {
+		t.Fatalf("the example's b-claude has bursts %q, the ready binding %q", x.Bursts, b.Bursts)
 	}
 }
 
@@ -59,7 +66,7 @@ func TestDefaults(t *testing.T) {
 	// A resident binding gets the brief with its framing; one that starts
 	// fresh every turn keeps the source's brief in every turn.
 	b := c.Bindings[0]
-	if b.Permission != permission.Deny || b.BriefPlacement != delivery.InFraming || b.BriefEvery != 10 || !b.OmitOwn() || !b.ToolsOn() || b.RestoreMethod != RestoreAuto {
+	if b.Permission != permission.Deny || b.BriefPlacement != delivery.InFraming || b.BriefEvery != 10 || !b.OmitOwn() || !b.ToolsOn() || b.RestoreMethod != RestoreAuto || b.Scope != ScopeChannel {
 		t.Fatalf("binding defaults = %+v", b)
 	}
 	if f := c.Bindings[1]; f.BriefPlacement != delivery.InTurn {
@@ -92,6 +99,7 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		{"cpu weight", func(c *Config) { c.Bindings[0].Limits.CPUWeight = 20000 }, "limits.cpu_weight 20000 must be 1..10000"},
 		{"system_file a directory", func(c *Config) { c.Bindings[0].System, c.Bindings[0].SystemFile = "", os.TempDir() }, "is not a readable file"},
 		{"restore method", func(c *Config) { c.Bindings[0].RestoreMethod = "replay" }, `restore_method "replay": use auto, resume or load`},
+		{"scope", func(c *Config) { c.Bindings[0].Scope = "message" }, `scope "message": use channel or thread`},
 		{"empty option value", func(c *Config) { c.Bindings[0].SessionOptions = map[string]string{"model": ""} }, `session_options: option "model" = ""`},
 		{"budget of an unknown binding", func(c *Config) { c.Budgets.Bindings = map[string]float64{"b-nope": 5} }, `budgets: bindings: "b-nope" is not a configured binding`},
 		{"zero budget", func(c *Config) { c.Budgets.Bindings = map[string]float64{"b": 0} }, `binding "b": a daily limit must be more than 0`},

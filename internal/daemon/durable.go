@@ -61,7 +61,7 @@ func (d *Daemon) known(req apitype.TurnRequest) (*run.Run, bool, error) {
 		if err := json.Unmarshal(rec.Request, &old); err != nil {
 			return nil, false, fmt.Errorf("run %q: read its recorded request: %w", rec.ID, err)
 		}
-		r, err = d.runs.Restore(rec.ID, session.Key{Channel: old.Channel, Binding: old.Binding}, old.MessageID, fingerprint(old), rec.Created, rec.Attempt, raw(rec.Events))
+		r, err = d.runs.Restore(rec.ID, d.keyOf(old), old.MessageID, fingerprint(old), rec.Created, rec.Attempt, raw(rec.Events))
 		if errors.Is(err, run.ErrInUse) {
 			r, ok = d.runs.Get(req.RunID)
 			if !ok {
@@ -262,7 +262,7 @@ func (d *Daemon) resume() error {
 		}
 		if !rec.Ended.IsZero() {
 			if rec.Ended.After(cut) {
-				key := session.Key{Channel: req.Channel, Binding: req.Binding}
+				key := d.keyOf(req)
 				if _, err := d.runs.Restore(rec.ID, key, req.MessageID, fingerprint(req), rec.Created, rec.Attempt, raw(rec.Events)); err != nil {
 					d.log.Error("restore a recorded run", zap.String("run", rec.ID), zap.Error(err))
 				}
@@ -288,7 +288,7 @@ func sortByCreated[T any](s []T, at func(T) time.Time) {
 
 // resumeRun restores one unended run and goes on with it.
 func (d *Daemon) resumeRun(rec store.RunRecord, req apitype.TurnRequest) {
-	key := session.Key{Channel: req.Channel, Binding: req.Binding}
+	key := d.keyOf(req)
 	r, err := d.runs.Restore(rec.ID, key, req.MessageID, fingerprint(req), rec.Created, rec.Attempt, raw(rec.Events))
 	if err != nil {
 		d.log.Error("restore a recorded run", zap.String("run", rec.ID), zap.Error(err))

@@ -42,6 +42,16 @@ func validate(r apitype.TurnRequest) error {
 	return nil
 }
 
+// keyOf is the key a mention runs on: its channel's, or with a binding of
+// scope thread and a mention inside a thread, the thread's own.
+func (d *Daemon) keyOf(req apitype.TurnRequest) session.Key {
+	k := session.Key{Channel: req.Channel, Binding: req.Binding}
+	if b, ok := d.cfg.Binding(req.Binding); ok && b.Scope == config.ScopeThread && req.ThreadRoot != nil {
+		k.Thread = *req.ThreadRoot
+	}
+	return k
+}
+
 // Submit starts a run for a mention and returns it at once; the run goes
 // on, in a goroutine the daemon owns, until it ends, whoever follows it.
 // Only Cancel, the binding's turn time limit, start fresh and shutdown end
@@ -73,7 +83,7 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 			return nil, fmt.Errorf("%w %q in channel %q: push the thread's root message (POST /v1/messages) before mentioning an agent in it", ErrUnknownThread, *req.ThreadRoot, req.Channel)
 		}
 	}
-	key := session.Key{Channel: req.Channel, Binding: b.ID}
+	key := d.keyOf(req)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	d.mu.Lock()
 	if d.closing {

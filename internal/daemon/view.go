@@ -22,7 +22,7 @@ func (d *Daemon) Sessions() []apitype.Session {
 	out := make([]apitype.Session, 0, len(infos))
 	for _, in := range infos {
 		ses := apitype.Session{
-			Channel: in.Key.Channel, Binding: in.Key.Binding, Pid: in.Pid, Native: in.Native, State: in.State,
+			Channel: in.Key.Channel, Binding: in.Key.Binding, ThreadRoot: in.Key.Thread, Pid: in.Pid, Native: in.Native, State: in.State,
 			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns,
 		}
 		d.keeper.Describe(&ses)
@@ -52,6 +52,7 @@ func (d *Daemon) Bindings() []apitype.Binding {
 			ID: b.ID, Handle: b.Handle, Runtime: b.Runtime, Command: b.Command,
 			Supervised: b.Supervised, Resident: b.Resident, Restore: b.RestoreOn(),
 			RestoreMethod: b.RestoreMethod, BriefPlacement: string(b.BriefPlacement), SessionOptions: b.SessionOptions,
+			Scope: b.Scope,
 		})
 	}
 	return out

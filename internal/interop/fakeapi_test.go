@@ -184,6 +184,19 @@ func (f *fakeAPI) modelCalls(t *testing.T, marker string) []messagesRequest {
 	return out
 }
 
+// calls returns the decoded POST /v1/messages bodies from the from-th
+// request on, in order (those that do not decode are left out).
+func (f *fakeAPI) calls(from int) []messagesRequest {
+	var out []messagesRequest
+	for _, r := range f.requests()[from:] {
+		var m messagesRequest
+		if r.Method == http.MethodPost && r.Path == "/v1/messages" && json.Unmarshal(r.Body, &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	f.mu.Lock()

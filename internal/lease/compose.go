@@ -32,7 +32,8 @@ type Input struct {
 	BriefDue bool
 	// SeenFacts is the facts JSON the warm process was last given
 	// (delivery.InFraming); a restored turn compares with the newest stored
-	// user turn's instead.
+	// user turn's instead, and with SeenFacts when the key has none (a
+	// fork, given its source's).
 	SeenFacts string
 
 	// Conversation returns the key's stored turns, oldest first, for a replay.
@@ -245,7 +246,8 @@ func floor(in Input, out *Output, brief, block string, blank bool, conv []sessio
 		if err != nil {
 			return err
 		}
-		seen = ""
+		// A fork's key has no turn yet: the process holds its source's
+		// facts (SeenFacts).
 		for i := len(conv) - 1; i >= 0; i-- {
 			if conv[i].Role == session.RoleUser {
 				seen = conv[i].Facts

@@ -30,7 +30,7 @@ var (
 	Outcomes        = labels(lease.Outcomes)
 	EvictReasons    = labels(pool.Reasons)
 	ExitKinds       = child.ExitKinds
-	ReadyMethods    = []string{"new", "resume", "load"}
+	ReadyMethods    = []string{"new", "resume", "load", "fork"}
 	RestoreMethods  = []string{"resume", "load"}
 	RestoreResults  = []string{"ok", "failed", "timeout"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}

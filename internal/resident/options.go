@@ -27,10 +27,11 @@ type wanted struct {
 	own  map[string]string
 }
 
-// wantOptions is what key k asks of its session.
+// wantOptions is what key k asks of its session; a thread key asks what
+// its channel's key does (options are set per channel).
 func (d *Keeper) wantOptions(k session.Key, b config.Binding) wanted {
 	d.mu.Lock()
-	own := maps.Clone(d.keyOpts[k])
+	own := maps.Clone(d.keyOpts[k.Main()])
 	d.mu.Unlock()
 	w := wanted{opts: maps.Clone(b.SessionOptions), own: own}
 	if w.opts == nil {

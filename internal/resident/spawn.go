@@ -45,7 +45,7 @@ type Process struct {
 	// permission policy ("" before it set one).
 	policyMode string
 
-	restoredBy string // "resume" or "load" when the process reopened a saved session
+	restoredBy string // "resume" or "load" when the process reopened a saved session, "fork" when it forked its channel's
 
 	// What the process's turns used, for per-turn deltas and the sessions
 	// listing; guarded by mu.
@@ -228,6 +228,16 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 			return d.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how}), lease.Restored, nil
 		}
 	}
+	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
+		// A thread key's first session: a fork of its channel's.
+		s, err := d.fork(ctx, a, k, bw, log)
+		if err != nil || s != nil {
+			if err != nil {
+				a.Close()
+			}
+			return s, lease.Restored, err
+		}
+	}
 	t1 := d.now()
 	native, err := a.NewSession(ctx)
 	if err != nil {
@@ -240,6 +250,62 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
 	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+}
+
+// fork opens thread key k's first session on a's process (the key's own,
+// new one) as a fork of the channel key's saved session, and files the
+// channel session's watermarks under k for the fork: it has seen what its
+// source had. The source's id and watermarks are read together, before the
+// fork, so the fork holds at least what they say it saw (a turn the
+// source commits meanwhile is in the fork or not; its lines show again in
+// the thread at worst, never go missing). The fork's id is this process's
+// alone: no other process, the channel's included, ever serves it. A nil
+// process and no error: there is nothing to fork, or the agent refused;
+// the caller starts a new session.
+func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *between, log *zap.Logger) (*Process, error) {
+	src, wms, err := d.st.ForkSource(k.Main())
+	if err != nil {
+		return nil, fmt.Errorf("read the channel's session to fork: %w", err)
+	}
+	if src == "" {
+		return nil, nil
+	}
+	restoreNote(ctx)("fork")
+	t0 := d.now()
+	fctx, cancel := context.WithTimeout(ctx, time.Duration(d.cfg.RestoreTimeout))
+	native, err := a.ForkSession(fctx, src)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		select {
+		case <-a.Done():
+			return nil, fmt.Errorf("agent exited during session/fork of %q: %w", src, a.ExitErr())
+		default:
+		}
+		log.Warn("session/fork of the channel's session failed; starting a new session with the thread's snapshot", zap.String("source", src), zap.Error(err))
+		return nil, nil
+	}
+	d.m.ObserveSessionReady("fork", d.now().Sub(t0))
+	if err := d.st.InheritWatermarks(k, native, wms); err != nil {
+		// The fork stands; without them its first turn shows the thread
+		// from its start, as a new session's would.
+		log.Warn("the fork's inherited watermarks were not saved", zap.String("native", native), zap.Error(err))
+	}
+	p := &Process{a: a, key: k, between: bw, native: native, restoredBy: "fork", unsaved: true}
+	// The fork holds the channel's facts already: its first turn says
+	// them again only when they changed.
+	if conv, err := d.st.Conversation(k.Main()); err == nil {
+		for i := len(conv) - 1; i >= 0; i-- {
+			if conv[i].Role == session.RoleUser {
+				p.facts = conv[i].Facts
+				break
+			}
+		}
+	}
+	log.Info("session forked from the channel's", zap.String("native", native), zap.String("source", src), zap.Int("watermarks", len(wms)), zap.Int("pid", a.Pid()))
+	return d.live(p), nil
 }
 
 // agentSpec is how to start binding b's agent. Nothing in it is specific

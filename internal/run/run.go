@@ -280,11 +280,11 @@ func fullLine(ev apitype.Event) []byte {
 		cu.Raw, _ = json.Marshal(c)
 		ev.Update = &cu
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(ev)
-	return buf.Bytes()
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.buf.Reset()
+	_ = e.enc.Encode(ev)
+	return bytes.Clone(e.buf.Bytes())
 }
 
 // Batch is what Read found.
@@ -310,6 +310,9 @@ func (r *Run) Read(after int64, lean bool) Batch {
 		return b
 	}
 	i := sort.Search(len(r.lines), func(i int) bool { return r.lines[i].seq > after })
+	if i < len(r.lines) {
+		b.Lines = make([][]byte, 0, len(r.lines)-i)
+	}
 	for j := i; j < len(r.lines); j++ {
 		l := &r.lines[j]
 		data := l.data
@@ -390,6 +393,9 @@ func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.Pe
 	if r.result != nil {
 		r.mu.Unlock()
 		return "", apitype.DecidedByCancel
+	}
+	if r.pending == nil {
+		r.pending, r.answered = map[string]*ask{}, map[string]bool{}
 	}
 	if len(r.pending) >= r.limits.Pending {
 		r.nextAsk++
@@ -537,7 +543,10 @@ func (g *Registry) newRun(kind, id string, k session.Key, messageID, fingerprint
 	}
 	r := &Run{
 		ID: id, Kind: kind, Key: k, MessageID: messageID, Created: g.now(), limits: g.limits, now: g.now, reg: g, Fingerprint: fingerprint,
-		state: apitype.RunStarting, pending: map[string]*ask{}, answered: map[string]bool{},
+		state: apitype.RunStarting,
+		// Room for a turn's usual events (started, a few updates, done)
+		// in one allocation; pending and answered are made by Ask.
+		lines: make([]line, 0, 8),
 	}
 	g.runs[id] = r
 	g.mu.Unlock()

@@ -10,16 +10,31 @@ import (
 	"time"
 )
 
-// Key names one resident session: a binding answering in a channel. At most
-// one agent process serves a key at a time.
+// Key names one resident session: a binding answering in a channel, or in
+// one thread of it (a binding with scope "thread"). At most one agent
+// process serves a key at a time.
 type Key struct {
 	Channel string `json:"channel"`
 	Binding string `json:"binding"`
+	// Thread is the thread's root message id for a thread key, "" for the
+	// channel's own key: a key without a thread is the same value, and is
+	// stored the same way, as before thread keys existed.
+	Thread string `json:"thread,omitempty"`
 }
 
-// String is the key's one string form, "<channel>/<binding>", used in logs,
-// errors and as the session part of a watermark's key.
-func (k Key) String() string { return k.Channel + "/" + k.Binding }
+// String is the key's one string form, "<channel>/<binding>" or, for a
+// thread key, "<channel>/<binding>#<thread>", used in logs, errors and as
+// the session part of a watermark's key. A binding id holds neither '/'
+// nor '#' (config refuses them), so no two keys share a form.
+func (k Key) String() string {
+	if k.Thread == "" {
+		return k.Channel + "/" + k.Binding
+	}
+	return k.Channel + "/" + k.Binding + "#" + k.Thread
+}
+
+// Main is the channel's own key of k: k without its thread.
+func (k Key) Main() Key { return Key{Channel: k.Channel, Binding: k.Binding} }
 
 // ErrBadKey classifies a key with a missing part.
 var ErrBadKey = errors.New("session key needs both a channel and a binding")
@@ -32,8 +47,10 @@ func (k Key) Check() error {
 	return nil
 }
 
-// ParseKey reads the String form back. The binding id never holds a '/'
-// (config refuses it), so the last '/' separates the parts.
+// ParseKey reads the String form of a channel's own key back. The binding
+// id never holds a '/' (config refuses it), so the last '/' separates the
+// parts. (A thread key's form is for people: a thread id may hold both
+// separators.)
 func ParseKey(s string) (Key, error) {
 	i := strings.LastIndexByte(s, '/')
 	if i < 0 {

@@ -10,8 +10,8 @@ func TestKeyString(t *testing.T) {
 		k    Key
 		want string
 	}{
-		{Key{"ch-backend", "b-claude"}, "ch-backend/b-claude"},
-		{Key{"team/backend", "b-1"}, "team/backend/b-1"},
+		{Key{Channel: "ch-backend", Binding: "b-claude"}, "ch-backend/b-claude"},
+		{Key{Channel: "team/backend", Binding: "b-1"}, "team/backend/b-1"},
 	} {
 		if got := tt.k.String(); got != tt.want {
 			t.Errorf("%#v.String() = %q, want %q", tt.k, got, tt.want)
@@ -25,6 +25,10 @@ func TestKeyString(t *testing.T) {
 		if _, err := ParseKey(bad); !errors.Is(err, ErrBadKey) {
 			t.Errorf("ParseKey(%q) error = %v, want ErrBadKey", bad, err)
 		}
+	}
+	th := Key{Channel: "ch", Binding: "b", Thread: "m1/x"}
+	if th.String() != "ch/b#m1/x" || th.Main() != (Key{Channel: "ch", Binding: "b"}) {
+		t.Errorf("thread key: String %q, Main %#v", th.String(), th.Main())
 	}
 	if err := (Key{Channel: "ch"}).Check(); !errors.Is(err, ErrBadKey) {
 		t.Errorf("a key without binding passed Check: %v", err)

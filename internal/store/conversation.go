@@ -17,7 +17,7 @@ import (
 func (s *Store) Conversation(k session.Key) ([]session.Turn, error) {
 	var out []session.Turn
 	err := s.view(func(tx *bolt.Tx) error {
-		kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding))
+		kb := tx.Bucket(bucketConversations).Bucket(convName(k))
 		if kb == nil {
 			return nil
 		}
@@ -129,7 +129,7 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 			}
 		}
 		if f.Run != nil {
-			if err := putRun(tx, *f.Run); err != nil {
+			if err := putRun(tx, f.Run); err != nil {
 				return fmt.Errorf("record run %q: %w", f.Run.ID, err)
 			}
 			if _, err := pruneRuns(tx, f.RunsBefore, f.RunsKeep); err != nil {
@@ -145,20 +145,20 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 }
 
 func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) error {
-	kb, err := tx.Bucket(bucketConversations).CreateBucketIfNotExists(joinKey(k.Channel, k.Binding))
+	kb, err := bucketIn(tx.Bucket(bucketConversations), convName(k))
 	if err != nil {
 		return err
 	}
-	b, err := kb.CreateBucketIfNotExists(keyTurns)
+	b, err := bucketIn(kb, keyTurns)
 	if err != nil {
 		return err
 	}
-	for _, t := range turns {
+	for i := range turns {
 		seq, err := b.NextSequence()
 		if err != nil {
 			return err
 		}
-		v, err := json.Marshal(t)
+		v, err := json.Marshal(&turns[i]) // a pointer: no copy boxed for Marshal
 		if err != nil {
 			return err
 		}
@@ -185,7 +185,7 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 func (s *Store) NativeID(k session.Key) (string, error) {
 	var native string
 	err := s.view(func(tx *bolt.Tx) error {
-		if kb := tx.Bucket(bucketConversations).Bucket(joinKey(k.Channel, k.Binding)); kb != nil {
+		if kb := tx.Bucket(bucketConversations).Bucket(convName(k)); kb != nil {
 			native = string(kb.Get(keyNative))
 		}
 		return nil
@@ -210,7 +210,7 @@ func (s *Store) SetNativeID(k session.Key, native string) error {
 
 func setNativeID(tx *bolt.Tx, k session.Key, native string) error {
 	convs := tx.Bucket(bucketConversations)
-	name := joinKey(k.Channel, k.Binding)
+	name := convName(k)
 	if native == "" {
 		kb := convs.Bucket(name)
 		if kb == nil {
@@ -235,7 +235,7 @@ func setNativeID(tx *bolt.Tx, k session.Key, native string) error {
 func (s *Store) Forget(k session.Key) error {
 	err := s.update(func(tx *bolt.Tx) error {
 		convs := tx.Bucket(bucketConversations)
-		name := joinKey(k.Channel, k.Binding)
+		name := convName(k)
 		if convs.Bucket(name) != nil {
 			if err := convs.DeleteBucket(name); err != nil {
 				return err
@@ -249,16 +249,43 @@ func (s *Store) Forget(k session.Key) error {
 	return nil
 }
 
+// convName is key k's bucket name in the conversations bucket: (channel,
+// binding), and the thread after them only for a thread key, so a
+// channel's own key is stored as it always was.
+func convName(k session.Key) []byte {
+	if k.Thread == "" {
+		return joinKey(k.Channel, k.Binding)
+	}
+	return joinKey(k.Channel, k.Binding, k.Thread)
+}
+
+// convKey decodes a convName.
+func convKey(name []byte) (session.Key, error) {
+	parts, rest, err := cutKey(name, 2)
+	if err != nil {
+		return session.Key{}, err
+	}
+	k := session.Key{Channel: parts[0], Binding: parts[1]}
+	if len(rest) > 0 {
+		th, err := splitKey(rest, 1)
+		if err != nil {
+			return session.Key{}, err
+		}
+		k.Thread = th[0]
+	}
+	return k, nil
+}
+
 // Keys lists every key with a saved conversation or native id.
 func (s *Store) Keys() ([]session.Key, error) {
 	var out []session.Key
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketConversations).ForEachBucket(func(name []byte) error {
-			parts, err := splitKey(name, 2)
+			k, err := convKey(name)
 			if err != nil {
 				return fmt.Errorf("conversation %x: %w", name, err)
 			}
-			out = append(out, session.Key{Channel: parts[0], Binding: parts[1]})
+			out = append(out, k)
 			return nil
 		})
 	})
@@ -266,4 +293,14 @@ func (s *Store) Keys() ([]session.Key, error) {
 		return nil, fmt.Errorf("store: list keys: %w", err)
 	}
 	return out, nil
+}
+
+// bucketIn opens parent's bucket name, creating it when it is missing.
+// Opening first spares CreateBucketIfNotExists's copy of the name on every
+// turn of a key that has its buckets.
+func bucketIn(parent *bolt.Bucket, name []byte) (*bolt.Bucket, error) {
+	if b := parent.Bucket(name); b != nil {
+		return b, nil
+	}
+	return parent.CreateBucketIfNotExists(name)
 }

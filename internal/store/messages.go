@@ -744,7 +744,7 @@ func redactTurns(tx *bolt.Tx, ch, id string) error {
 	c := convs.Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		if v == nil { // a key's bucket
-			if parts, err := splitKey(k, 2); err == nil && parts[0] == ch {
+			if key, err := convKey(k); err == nil && key.Channel == ch {
 				keys = append(keys, bytes.Clone(k))
 			}
 		}

@@ -52,14 +52,15 @@ func (s *Store) PutRun(r RunRecord) error {
 	if err := r.check(); err != nil {
 		return fmt.Errorf("store: put run: %w", err)
 	}
-	if err := s.update(func(tx *bolt.Tx) error { return putRun(tx, r) }); err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return putRun(tx, &r) }); err != nil {
 		return fmt.Errorf("store: put run %q: %w", r.ID, err)
 	}
 	return nil
 }
 
-// putRun writes r, and indexes it by its end when it ended.
-func putRun(tx *bolt.Tx, r RunRecord) error {
+// putRun writes r, and indexes it by its end when it ended. r is a
+// pointer so that Marshal boxes no copy of it.
+func putRun(tx *bolt.Tx, r *RunRecord) error {
 	b := tx.Bucket(bucketRuns)
 	if b == nil {
 		return fmt.Errorf("bucket %q missing", bucketRuns)

@@ -7,7 +7,7 @@
 //	  version                    -> uint64 big-endian schema version
 //	  agent-seen/<binding id>    -> AgentSeen (JSON): the binding's agent as it last started (no migration: absent until then)
 //	conversations
-//	  <key>                      bucket per resident key (Key)
+//	  <key>                      bucket per resident key: <channel><binding>, <thread> after them for a thread key (no migration)
 //	    native                   -> native ACP session id
 //	    turns
 //	      <seq uint64>           -> Turn (JSON)
@@ -176,9 +176,10 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	gmu     sync.Mutex // guards leading and pending
+	gmu     sync.Mutex // guards leading, pending and spare
 	leading bool       // a caller is running write transactions for the group
 	pending []*write   // writes waiting for the next transaction
+	spare   []*write   // an empty array for pending: a committed group's, reused
 
 	// forget holds the agent records to drop in the next write transaction,
 	// by pid, with the generation each was asked in (see ForgetAgent); seen
@@ -213,8 +214,13 @@ type write struct {
 // than once (a group is retried without a write whose fn failed), so it
 // sets, never accumulates, what it reports to its caller.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
-	w := &write{fn: fn, done: make(chan struct{}), lead: make(chan struct{})}
+	w := &write{fn: fn, done: make(chan struct{})}
 	s.gmu.Lock()
+	if s.leading {
+		// Only a write that waits is handed the lead (handOff): every
+		// write in pending when a group starts or ends has this channel.
+		w.lead = make(chan struct{})
+	}
 	s.pending = append(s.pending, w)
 	if s.leading {
 		s.gmu.Unlock()
@@ -227,19 +233,22 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	}
 	s.leading = true
 	group := s.pending
-	s.pending = nil
+	s.pending, s.spare = s.spare, nil
 	s.gmu.Unlock()
 
 	s.commitGroup(group)
-	s.handOff()
+	s.handOff(group)
 	<-w.done
 	return w.err
 }
 
 // handOff passes the next transaction to the first waiting write, or ends
-// the group.
-func (s *Store) handOff() {
+// the group; done is the group just committed, whose array the next
+// group's pending reuses.
+func (s *Store) handOff(done []*write) {
+	clear(done)
 	s.gmu.Lock()
+	s.spare = done[:0]
 	if len(s.pending) > 0 {
 		close(s.pending[0].lead)
 	} else {

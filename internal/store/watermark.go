@@ -151,3 +151,70 @@ func deleteWatermarksOf(tx *bolt.Tx, k session.Key) error {
 	}
 	return nil
 }
+
+// ForkSource is what a fork of key k's session starts from, read in one
+// transaction so the two agree: k's saved native session id ("" when none)
+// and the watermarks that belong to it, by thread ("" the main timeline).
+func (s *Store) ForkSource(k session.Key) (native string, wms map[string]channel.Watermark, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		if kb := tx.Bucket(bucketConversations).Bucket(convName(k)); kb != nil {
+			native = string(kb.Get(keyNative))
+		}
+		if native == "" {
+			return nil
+		}
+		prefix := joinKey(k.String())
+		c := tx.Bucket(bucketWatermarks).Cursor()
+		for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
+			parts, err := splitKey(key[len(prefix):], 2)
+			if err != nil {
+				return fmt.Errorf("watermark key %x: %w", key, err)
+			}
+			var w channel.Watermark
+			if err := json.Unmarshal(v, &w); err != nil {
+				return fmt.Errorf("watermark %x: %w", key, err)
+			}
+			if own, ok := w.For(native); ok {
+				if wms == nil {
+					wms = map[string]channel.Watermark{}
+				}
+				wms[parts[1]] = own
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("store: fork source %q: %w", k, err)
+	}
+	return native, wms, nil
+}
+
+// InheritWatermarks files wms (by thread, as ForkSource returns them) under
+// key k for native session native, in one transaction: a fork's session
+// saw what its source had seen when it was forked. Each replaces the
+// record of its timeline.
+func (s *Store) InheritWatermarks(k session.Key, native string, wms map[string]channel.Watermark) error {
+	if err := k.Check(); err != nil {
+		return fmt.Errorf("store: inherit watermarks: %w", err)
+	}
+	if len(wms) == 0 {
+		return nil
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		for th, w := range wms {
+			w.Native = native
+			v, err := json.Marshal(w)
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketWatermarks).Put(watermarkKey(channel.WatermarkKey{Key: k, Thread: th}), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: inherit watermarks of %q for %q: %w", k, native, err)
+	}
+	return nil
+}

@@ -103,3 +103,57 @@ func TestCommitWatermarkKeepsConfiguredIDs(t *testing.T) {
 		t.Fatalf("ids = %v, want the newest 3", channel.MarkIDs(got.Marks))
 	}
 }
+
+// TestThreadKeys: a thread key is stored beside its channel's key (a
+// channel key's names are as they always were), Keys lists both, Forget of
+// one leaves the other, and a fork's watermarks are its source's, filed
+// under the thread key for the fork's native.
+func TestThreadKeys(t *testing.T) {
+	s := openTest(t, Options{})
+	ch := session.Key{Channel: "ch/a", Binding: "b-1"}
+	th := session.Key{Channel: "ch/a", Binding: "b-1", Thread: "r/1"}
+	if string(convName(ch)) != string(joinKey("ch/a", "b-1")) {
+		t.Fatalf("a channel key's bucket name changed: %x", convName(ch))
+	}
+	if err := s.FinishTurn(ch, Finish{Native: "n-ch", SaveNative: true, Turns: []session.Turn{{Role: session.RoleUser, Text: "one"}},
+		Staged: map[channel.WatermarkKey]channel.Seen{{Key: ch}: {Seq: 7}, {Key: ch, Thread: "r/1"}: {Seq: 5}, {Key: ch, Thread: "r/2"}: {Seq: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	// A record of an older native is not the source's.
+	if _, err := s.CommitWatermark(channel.WatermarkKey{Key: ch, Thread: "r/2"}, "n-old", channel.Seen{Seq: 9}); err != nil {
+		t.Fatal(err)
+	}
+	native, wms, err := s.ForkSource(ch)
+	if err != nil || native != "n-ch" || len(wms) != 2 || wms[""].Seq != 7 || wms["r/1"].Seq != 5 {
+		t.Fatalf("ForkSource = %q %+v %v", native, wms, err)
+	}
+	if err := s.InheritWatermarks(th, "n-fork", wms); err != nil {
+		t.Fatal(err)
+	}
+	thread, main, err := s.Seen(th, "r/1")
+	if err != nil || main == nil || thread == nil || thread.Native != "n-fork" || main.Native != "n-fork" || thread.Seq != 5 || main.Seq != 7 {
+		t.Fatalf("the fork's watermarks: thread %+v main %+v %v", thread, main, err)
+	}
+	if err := s.FinishTurn(th, Finish{Native: "n-fork", SaveNative: true, Turns: []session.Turn{{Role: session.RoleUser, Text: "in the thread"}}}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.Keys()
+	if err != nil || len(keys) != 2 || !(keys[0] == ch && keys[1] == th || keys[0] == th && keys[1] == ch) {
+		t.Fatalf("Keys = %v, %v", keys, err)
+	}
+	if err := s.Forget(th); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.NativeID(ch); n != "n-ch" {
+		t.Fatalf("forgetting the thread key dropped the channel's session: %q", n)
+	}
+	if w, ok, _ := s.Watermark(channel.WatermarkKey{Key: ch}); !ok || w.Seq != 7 {
+		t.Fatalf("forgetting the thread key dropped the channel's watermark: %+v", w)
+	}
+	if n, _ := s.NativeID(th); n != "" {
+		t.Fatalf("the thread key's session survived Forget: %q", n)
+	}
+	if w, ok, _ := s.Watermark(channel.WatermarkKey{Key: th}); ok {
+		t.Fatalf("the thread key's watermark survived Forget: %+v", w)
+	}
+}
