@@ -609,6 +609,50 @@ type FreshResponse struct {
 	StoppedProcess bool `json:"stopped_process"`
 }
 
+// ConfigReload is the answer of POST /v1/config/reload: what the reloaded
+// config file changed and how each change took effect.
+type ConfigReload struct {
+	File     string          `json:"file"`     // the config file read again
+	Bindings []BindingReload `json:"bindings"` // every binding of the old or the new config, by id
+	// Settings are the daemon settings that changed, each with its class:
+	// at_once, new_processes, or restart (not applied; see Restart).
+	Settings []ReloadChange `json:"settings"`
+	// Restart lists the changed settings that take effect only when the
+	// daemon restarts; the running values stay.
+	Restart []string `json:"restart"`
+}
+
+// Reload actions of a binding.
+const (
+	ReloadUnchanged      = "unchanged"         // no setting differs; its processes are untouched
+	ReloadAppliedNext    = "applied_next_turn" // every change is taken by the key's live process at its next turn
+	ReloadReplaceProcess = "replace_process"   // the keys' live processes are replaced at their next turn
+	ReloadNewSession     = "new_session"       // sessions that open from now on get the change; live and saved ones keep theirs
+	ReloadRemoved        = "removed"           // its processes stop after their turn; new turns are refused with unknown_binding
+	ReloadAdded          = "added"             // new: its first turn starts its first process
+)
+
+// BindingReload is what a reload did to one binding.
+type BindingReload struct {
+	Binding string `json:"binding_id"`
+	// Action is the strongest of its changes: replace_process, then
+	// new_session, then applied_next_turn.
+	Action  string         `json:"action"`
+	Changes []ReloadChange `json:"changes"` // the binding's fields that differ, with how each takes effect
+	// Processes counts the binding's live processes when the reload was
+	// applied (of a removed binding, those stopped or to stop after their
+	// turn).
+	Processes int `json:"processes"`
+}
+
+// ReloadChange is one changed setting and how it takes effect:
+// next_turn, replace_process or new_session for a binding's field; at_once,
+// new_processes or restart for a daemon setting.
+type ReloadChange struct {
+	Setting string `json:"setting"`
+	Class   string `json:"class"`
+}
+
 // Binding is one configured binding in GET /v1/bindings.
 type Binding struct {
 	ID         string `json:"id"`
@@ -744,6 +788,8 @@ const (
 	CodeNestingTooDeep    = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
 	CodeInvalidID         = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
 	CodeInterrupted       = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
+	CodeInvalidConfig     = "invalid_config"   // the reloaded config file does not load or validate; the config in force stays
+	CodeNoConfigFile      = "no_config_file"   // the daemon runs on the built-in default config: there is no file to reload
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

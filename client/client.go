@@ -459,6 +459,17 @@ func (c *Client) FreshThread(ctx context.Context, channelID, binding, root strin
 	return out.StoppedProcess, err
 }
 
+// ReloadConfig has the daemon read its config file again (as SIGHUP does)
+// and returns what changed and how each change took effect. A file that
+// does not load or validate is an *Error with code invalid_config (the
+// config in force stays); a daemon started without a file answers
+// no_config_file.
+func (c *Client) ReloadConfig(ctx context.Context) (apitype.ConfigReload, error) {
+	var out apitype.ConfigReload
+	err := c.do(ctx, http.MethodPost, "/v1/config/reload", nil, &out)
+	return out, err
+}
+
 // SessionOptions returns a key's session options: its own and those in
 // effect (the binding's with the key's on top).
 func (c *Client) SessionOptions(ctx context.Context, channelID, binding string) (apitype.SessionOptions, error) {

@@ -563,6 +563,43 @@ func cmdFresh(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// cmdReload has the daemon reload its config file and prints what each
+// binding got; a refused file is an error (exit 1) that says why.
+func cmdReload(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, sock := clientFlags("reload")
+	asJSON := fs.Bool("json", false, "print the daemon's answer as JSON")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	c := &client.Client{Socket: *sock}
+	defer c.Close()
+	out, err := c.ReloadConfig(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	fmt.Fprintf(stdout, "reloaded %s\n", out.File)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BINDING\tACTION\tPROCESSES\tCHANGES")
+	for _, b := range out.Bindings {
+		var ch []string
+		for _, x := range b.Changes {
+			ch = append(ch, x.Setting+" ("+x.Class+")")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", b.Binding, b.Action, b.Processes, strings.Join(ch, ", "))
+	}
+	tw.Flush()
+	for _, x := range out.Settings {
+		fmt.Fprintf(stdout, "setting %s: %s\n", x.Setting, x.Class)
+	}
+	if len(out.Restart) > 0 {
+		fmt.Fprintf(stdout, "not applied until a restart: %s\n", strings.Join(out.Restart, ", "))
+	}
+	return nil
+}
+
 func cmdCancel(ctx context.Context, args []string, stdout io.Writer) error {
 	fs, sock := clientFlags("cancel")
 	if err := parse(fs, args); err != nil {

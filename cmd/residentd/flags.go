@@ -33,6 +33,7 @@ var synopses = map[string]string{
 	"health":    "health [flags]",
 	"version":   "version [flags]",
 	"log-level": "log-level [flags] [debug|info|warn|error]",
+	"reload":    "reload [--json] [flags]",
 }
 
 // helpError asks run to print a command's help on stdout and exit 0.

@@ -125,6 +125,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdCancel(ctx, rest, stdout)
 	case "health":
 		err = cmdHealth(ctx, rest, stdout)
+	case "reload":
+		err = cmdReload(ctx, rest, stdout)
 	case "log-level":
 		err = cmdLogLevel(ctx, rest, stdout)
 	case "help", "-h", "--help":

@@ -155,9 +155,31 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if state == "" {
 		state = defaultStateDir()
 	}
-	cfg, err := loadConfig(f.config, self, state, f.withClaude)
+	if f.config != "" {
+		if abs, err := filepath.Abs(f.config); err == nil {
+			f.config = abs
+		}
+	}
+	load := func() (*config.Config, error) { return f.load(self, state) }
+	cfg, err := load()
 	if err != nil {
 		return err
+	}
+	deps := serveDeps{log: log, level: &level, self: self, metricsAddr: f.metricsAddr, grace: f.grace}
+	if f.config != "" {
+		// A reload reads the file as this start did, the command line's
+		// settings over the file's.
+		deps.reload, deps.configFile = load, f.config
+	}
+	return serve(ctx, cfg, deps)
+}
+
+// load reads the config as serve runs it: the file (or the built-in
+// default), then the command line's settings over it.
+func (f serveFlags) load(self, state string) (*config.Config, error) {
+	cfg, err := loadConfig(f.config, self, state, f.withClaude)
+	if err != nil {
+		return nil, err
 	}
 	if f.socket != "" {
 		cfg.Socket = f.socket
@@ -171,7 +193,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.idle > 0 {
 		cfg.IdleTimeout = config.Duration(f.idle)
 	}
-	return serve(ctx, cfg, serveDeps{log: log, level: &level, self: self, metricsAddr: f.metricsAddr, grace: f.grace})
+	return cfg, nil
 }
 
 type serveDeps struct {
@@ -183,6 +205,8 @@ type serveDeps struct {
 	listener    net.Listener                       // pre-bound listener (demo, tests); nil = activated or cfg.Socket
 	onEvict     func(k session.Key, r pool.Reason) // demo's report of evictions
 	ready       func(*api.Server, *daemon.Daemon)  // called once serving
+	reload      func() (*config.Config, error)     // reads the config file again; nil: no file
+	configFile  string
 }
 
 // serve runs the daemon until ctx ends.
@@ -241,7 +265,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		adopts = true
 		defer stopReaper()
 	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers})
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers, Reload: deps.reload, ConfigFile: deps.configFile})
 	if err != nil {
 		ln.Close()
 		return err
@@ -255,9 +279,9 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	}
 	// A metrics address that cannot be opened (a port already taken) is
 	// reported in /v1/health and logged; the socket serves on.
-	run := &server.Server{Daemon: d, Listener: ln, Metrics: m.Handler(), MetricsAddr: deps.metricsAddr, Grace: deps.grace, Log: log}
+	run := &server.Server{Daemon: d, Listener: ln, Metrics: m.Handler(), MetricsAddr: deps.metricsAddr, Grace: deps.grace, Log: log, Config: d}
 	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: feed.New(st, m, cfg.Attachments), Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg,
-		Keepalive: time.Duration(cfg.Runs.Keepalive), Listeners: run.Listeners,
+		Keepalive: time.Duration(cfg.Runs.Keepalive), Listeners: run.Listeners, Config: run,
 		// Agents' trees may use only their tools (OPERATIONS.md).
 		Agents: &child.Lineage{Self: os.Getpid(), Cgroups: d.Keeper().AgentCgroups(), Adopts: adopts}})
 	run.API = srv

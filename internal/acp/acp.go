@@ -163,6 +163,9 @@ type Agent struct {
 	// servers are the MCP servers the session requests carry: Spec's,
 	// until SetMCPServers names a key's (a spare learns its key late).
 	servers atomic.Pointer[[]sdk.McpServer]
+	// policy answers permission requests: Spec.Permission, until
+	// SetPermission (a config reload) changes it.
+	policy atomic.Value // permission.Policy
 
 	mu     sync.Mutex
 	routes map[string]*route        // native session id -> its update route
@@ -289,6 +292,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		workCh:   make(chan struct{}),
 	}
 	a.servers.Store(&spec.MCPServers)
+	a.policy.Store(spec.Permission)
 	if err := a.spawn(path); err != nil {
 		return nil, err
 	}
@@ -515,6 +519,23 @@ func (a *Agent) closeSessions() {
 	case <-ctx.Done():
 		a.log.Info("session/close did not answer in time; stopping the agent", zap.Duration("timeout", a.spec.CloseTimeout))
 	}
+}
+
+// Permission is the policy that answers the agent's permission requests.
+func (a *Agent) Permission() permission.Policy { return a.policy.Load().(permission.Policy) }
+
+// SetPermission changes the policy that answers the agent's permission
+// requests from the next one on (a config reload); a bad policy is
+// refused.
+func (a *Agent) SetPermission(p permission.Policy) error {
+	if p == "" {
+		p = permission.Deny
+	}
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("acp: set permission policy: %w", err)
+	}
+	a.policy.Store(p)
+	return nil
 }
 
 // CanLoad reports the agent's loadSession capability.

@@ -341,7 +341,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 			inside = false
 		}
 	}
-	decision := a.spec.Permission.DecideAt(tc.Kind, inside)
+	decision := a.Permission().DecideAt(tc.Kind, inside)
 	if decision == permission.AskPerson {
 		a.noteAsked(native, tc.ID, tc.Kind)
 		if a.spec.Ask != nil {
@@ -357,7 +357,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 		resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(pick.ID))
 		d.OptionID, d.Kind = pick.ID, pick.Kind
 	}
-	a.log.Debug("permission decided", zap.String("session", native), zap.String("policy", string(a.spec.Permission)), zap.String("decision", d.Kind), zap.String("tool", tc.Title))
+	a.log.Debug("permission decided", zap.String("session", native), zap.String("policy", string(a.Permission())), zap.String("decision", d.Kind), zap.String("tool", tc.Title))
 
 	a.noteAsked(native, tc.ID, tc.Kind)
 	a.mu.Lock()
@@ -400,8 +400,8 @@ func (c *client) ReadTextFile(ctx context.Context, p sdk.ReadTextFileRequest) (s
 }
 
 func (c *client) WriteTextFile(ctx context.Context, p sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
-	if !c.a.spec.Permission.AllowsFiles() {
-		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: refused by permission policy %q; set permission \"allow\" on the binding to let agents write files", p.Path, c.a.spec.Permission)
+	if pol := c.a.Permission(); !pol.AllowsFiles() {
+		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: refused by permission policy %q; set permission \"allow\" on the binding to let agents write files", p.Path, pol)
 	}
 	path, err := c.a.confine(p.Path, true)
 	if err != nil {

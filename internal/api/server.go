@@ -68,6 +68,12 @@ type Sessions interface {
 	Bindings() []apitype.Binding
 }
 
+// Reloader reloads the config file (*server.Server, which tells the
+// service manager, over *daemon.Daemon).
+type Reloader interface {
+	Reload() (apitype.ConfigReload, error)
+}
+
 // Channel is what the desktop app pushes and the agents' tools read
 // (*feed.Feed).
 type Channel interface {
@@ -105,6 +111,7 @@ type Server struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 	agents     AgentTrees
+	config     Reloader
 }
 
 // AgentTrees tells whether a socket peer belongs to an agent's process
@@ -135,6 +142,8 @@ type ServerOptions struct {
 	// Agents tells agents' processes from other clients; nil means a
 	// child.Lineage of this process without cgroups or adoption.
 	Agents AgentTrees
+	// Config serves POST /v1/config/reload; nil answers it no_config_file.
+	Config Reloader
 }
 
 type connKey struct{}
@@ -171,7 +180,7 @@ func NewServer(o ServerOptions) *Server {
 	if o.Agents == nil {
 		o.Agents = &child.Lineage{Self: os.Getpid()}
 	}
-	s := &Server{turns: o.Turns, keys: o.Sessions, feed: o.Channel, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners, agents: o.Agents}
+	s := &Server{turns: o.Turns, keys: o.Sessions, feed: o.Channel, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners, agents: o.Agents, config: o.Config}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
 	mux.HandleFunc("GET /v1/version", s.versionInfo)
@@ -189,6 +198,7 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("PUT /v1/sessions/options", s.setSessionOptions)
 	mux.HandleFunc("GET /v1/budgets", s.budgets)
 	mux.HandleFunc("GET /v1/bindings", s.bindings)
+	mux.HandleFunc("POST /v1/config/reload", s.reload)
 	mux.HandleFunc("POST /v1/messages", s.messages)
 	mux.HandleFunc("DELETE /v1/messages/{channel}/{id}", s.deleteMessage)
 	mux.HandleFunc("GET /v1/log/level", s.logLevel)
@@ -335,6 +345,10 @@ func statusOf(code string) int {
 		return http.StatusNotFound
 	case apitype.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
+	case apitype.CodeInvalidConfig:
+		return http.StatusUnprocessableEntity
+	case apitype.CodeNoConfigFile:
+		return http.StatusConflict
 	case apitype.CodeRunInUse, apitype.CodeRunEnded, apitype.CodeAlreadyAnswered:
 		return http.StatusConflict
 	case apitype.CodeEventsGone:
@@ -411,6 +425,23 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.keys.Sessions(), Spares: s.keys.Spares()})
+}
+
+// reload reads the daemon's config file again: 200 with what changed and
+// how, 422 invalid_config when the file does not load or validate (the
+// config in force stays), 409 no_config_file without a file. It takes no
+// body.
+func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
+	if s.config == nil {
+		fail(w, fmt.Errorf("%w: this daemon serves no config reload", daemon.ErrNoConfigFile))
+		return
+	}
+	out, err := s.config.Reload()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/residentd/residentd/apitype"
@@ -102,7 +103,7 @@ type Load func(day time.Time) (map[Key]apitype.Amount, error)
 // Book keeps the current day's spending. Create it with New; it needs no
 // stopping.
 type Book struct {
-	cfg  Config
+	cfg  atomic.Pointer[Config] // immutable once stored; SetConfig swaps it
 	now  func() time.Time
 	load Load
 
@@ -117,27 +118,41 @@ func New(cfg Config, now func() time.Time, load Load) *Book {
 	if cfg.Location == nil {
 		cfg.Location = time.Local
 	}
-	return &Book{cfg: cfg, now: now, load: load, spent: map[Key]apitype.Amount{}}
+	b := &Book{now: now, load: load, spent: map[Key]apitype.Amount{}}
+	b.cfg.Store(&cfg)
+	return b
 }
+
+// SetConfig puts new limits in force at once (a config reload); what the
+// day counted so far stays counted toward them (a budget that had no limit
+// counted nothing).
+func (b *Book) SetConfig(cfg Config) {
+	if cfg.Location == nil {
+		cfg.Location = time.Local
+	}
+	b.cfg.Store(&cfg)
+}
+
+func (b *Book) conf() *Config { return b.cfg.Load() }
 
 // Enabled reports whether any limit is configured.
 func (b *Book) Enabled() bool {
-	return len(b.cfg.Bindings) > 0 || len(b.cfg.Channels) > 0 || b.cfg.ChannelDefault > 0
+	return len(b.conf().Bindings) > 0 || len(b.conf().Channels) > 0 || b.conf().ChannelDefault > 0
 }
 
 // Currency is the currency limits are in.
-func (b *Book) Currency() string { return b.cfg.Currency }
+func (b *Book) Currency() string { return b.conf().Currency }
 
 // limit returns k's daily limit, 0 for none.
 func (b *Book) limit(k Key) apitype.Amount {
 	switch k.Scope {
 	case ScopeBinding:
-		return b.cfg.Bindings[k.ID]
+		return b.conf().Bindings[k.ID]
 	case ScopeChannel:
-		if v, ok := b.cfg.Channels[k.ID]; ok {
+		if v, ok := b.conf().Channels[k.ID]; ok {
 			return v
 		}
-		return b.cfg.ChannelDefault
+		return b.conf().ChannelDefault
 	}
 	return 0
 }
@@ -162,7 +177,7 @@ func (b *Book) Applies(binding, channel string) bool { return len(b.keys(binding
 // A day starts at Reset past midnight, by the wall clock: on a day the
 // clocks change it is an hour shorter or longer.
 func (b *Book) Day(t time.Time) (day, resets time.Time) {
-	loc := b.cfg.Location
+	loc := b.conf().Location
 	l := t.In(loc)
 	y, m, d := l.Date()
 	if l.Before(b.start(y, m, d)) {
@@ -173,8 +188,8 @@ func (b *Book) Day(t time.Time) (day, resets time.Time) {
 
 // start is when the budget day named by a date begins.
 func (b *Book) start(y int, m time.Month, d int) time.Time {
-	h, min := int(b.cfg.Reset/time.Hour), int(b.cfg.Reset%time.Hour/time.Minute)
-	return time.Date(y, m, d, h, min, 0, 0, b.cfg.Location)
+	h, min := int(b.conf().Reset/time.Hour), int(b.conf().Reset%time.Hour/time.Minute)
+	return time.Date(y, m, d, h, min, 0, 0, b.conf().Location)
 }
 
 // roll moves the book to the day now falls in, reading its persisted
@@ -211,7 +226,7 @@ func (b *Book) Check(binding, channel string) error {
 	}
 	for _, k := range keys {
 		if lim, spent := b.limit(k), b.spent[k]; spent >= lim {
-			return &ExceededError{Key: k, Spent: spent, Limit: lim, Currency: b.cfg.Currency, ResetsAt: resets}
+			return &ExceededError{Key: k, Spent: spent, Limit: lim, Currency: b.conf().Currency, ResetsAt: resets}
 		}
 	}
 	return nil
@@ -226,7 +241,7 @@ func (b *Book) Add(binding, channel string, cost apitype.Amount, currency string
 	if len(keys) == 0 || cost <= 0 {
 		return nil, nil, true, nil
 	}
-	if currency != "" && currency != b.cfg.Currency {
+	if currency != "" && currency != b.conf().Currency {
 		return nil, nil, false, nil
 	}
 	b.mu.Lock()
@@ -244,7 +259,7 @@ func (b *Book) Add(binding, channel string, cost apitype.Amount, currency string
 		for _, lv := range []struct {
 			name string
 			at   apitype.Amount
-		}{{LevelWarning, warnAt(b.cfg.WarnAt, lim)}, {LevelExceeded, lim}} {
+		}{{LevelWarning, warnAt(b.conf().WarnAt, lim)}, {LevelExceeded, lim}} {
 			if at := lv.at; before < at && after >= at {
 				crossed = append(crossed, Crossing{Key: k, Level: lv.name, Spent: after, Limit: lim, ResetsAt: resets})
 			}
@@ -278,17 +293,17 @@ func (b *Book) States() ([]State, error) {
 		switch {
 		case spent >= lim:
 			level = LevelExceeded
-		case spent >= warnAt(b.cfg.WarnAt, lim):
+		case spent >= warnAt(b.conf().WarnAt, lim):
 			level = LevelWarning
 		}
-		_, own := b.cfg.Channels[k.ID]
+		_, own := b.conf().Channels[k.ID]
 		def := k.Scope == ScopeChannel && !own
 		out = append(out, State{Key: k, Limit: lim, Spent: spent, Level: level, ResetsAt: resets, Default: def})
 	}
-	for id := range b.cfg.Bindings {
+	for id := range b.conf().Bindings {
 		add(Key{ScopeBinding, id})
 	}
-	for id := range b.cfg.Channels {
+	for id := range b.conf().Channels {
 		add(Key{ScopeChannel, id})
 	}
 	for k := range b.spent {

@@ -20,18 +20,11 @@ import (
 
 // newBook builds the budget book over the store's persisted spending.
 func newBook(c config.Budgets, now func() time.Time, st *store.Store) (*budget.Book, error) {
-	loc, err := c.Location()
+	bc, err := bookConfig(c)
 	if err != nil {
-		return nil, fmt.Errorf("budgets: timezone %q: %w", c.Timezone, err)
+		return nil, err
 	}
-	reset, err := c.ResetOffset()
-	if err != nil {
-		return nil, fmt.Errorf("budgets: %w", err)
-	}
-	return budget.New(budget.Config{
-		Currency: c.Currency, Location: loc, Reset: reset, WarnAt: c.WarnAt,
-		Bindings: amounts(c.Bindings), Channels: amounts(c.Channels), ChannelDefault: apitype.AmountOf(c.ChannelDefault),
-	}, now, func(day time.Time) (map[budget.Key]apitype.Amount, error) {
+	return budget.New(bc, now, func(day time.Time) (map[budget.Key]apitype.Amount, error) {
 		spent, err := st.SpentOn(day)
 		if err != nil {
 			return nil, err
@@ -42,6 +35,22 @@ func newBook(c config.Budgets, now func() time.Time, st *store.Store) (*budget.B
 		}
 		return out, nil
 	}), nil
+}
+
+// bookConfig is the budgets as the book counts them.
+func bookConfig(c config.Budgets) (budget.Config, error) {
+	loc, err := c.Location()
+	if err != nil {
+		return budget.Config{}, fmt.Errorf("budgets: timezone %q: %w", c.Timezone, err)
+	}
+	reset, err := c.ResetOffset()
+	if err != nil {
+		return budget.Config{}, fmt.Errorf("budgets: %w", err)
+	}
+	return budget.Config{
+		Currency: c.Currency, Location: loc, Reset: reset, WarnAt: c.WarnAt,
+		Bindings: amounts(c.Bindings), Channels: amounts(c.Channels), ChannelDefault: apitype.AmountOf(c.ChannelDefault),
+	}, nil
 }
 
 // amounts are config limits as exact amounts (to the micro-unit).

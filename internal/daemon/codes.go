@@ -23,6 +23,10 @@ func Code(err error) string {
 		return ""
 	case errors.Is(err, ErrBadRequest):
 		return apitype.CodeBadRequest
+	case errors.Is(err, ErrInvalidConfig):
+		return apitype.CodeInvalidConfig
+	case errors.Is(err, ErrNoConfigFile):
+		return apitype.CodeNoConfigFile
 	case errors.Is(err, channel.ErrInvalidAttachment):
 		return apitype.CodeInvalidAttachment
 	case errors.Is(err, channel.ErrInvalid):

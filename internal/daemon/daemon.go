@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -86,11 +87,17 @@ type Options struct {
 	// OnSpare, when set, hears of every spare process as it becomes ready,
 	// and with pid 0 of one that failed to start (tests wait on it).
 	OnSpare func(binding string, pid int)
+	// Reload reads the config file again as the daemon was started with it
+	// (command-line settings over the file's, defaults set, validated) for
+	// Daemon.Reload; nil: the daemon runs on the built-in default config
+	// and there is no file to reload. ConfigFile names the file.
+	Reload     func() (*config.Config, error)
+	ConfigFile string
 }
 
 // Daemon runs turns. Create it with New; stop it with Close.
 type Daemon struct {
-	cfg    *config.Config
+	cfg    atomic.Pointer[config.Config] // the config in force: an immutable snapshot, swapped by Reload
 	st     *store.Store
 	m      *metrics.Metrics
 	log    *zap.Logger
@@ -113,7 +120,15 @@ type Daemon struct {
 	bursts   map[session.Key][]*burst           // runs of coalescing bindings waiting for their key
 	steering map[session.Key]*steerTarget       // running turns of steering bindings
 	closing  bool
+
+	reloadMu sync.Mutex // serializes reloads
+	load     func() (*config.Config, error)
+	file     string
 }
+
+// conf is the config in force: a snapshot nobody changes. A turn reads the
+// binding it runs with once, when it is accepted.
+func (d *Daemon) conf() *config.Config { return d.cfg.Load() }
 
 // New returns a running daemon; Close stops it. Its keeper first stops the
 // agents an earlier run on the same store left behind.
@@ -125,7 +140,7 @@ func New(o Options) (*Daemon, error) {
 		o.Now = time.Now
 	}
 	d := &Daemon{
-		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), now: o.Now,
+		st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), now: o.Now,
 		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{}, warned: map[string]bool{},
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
@@ -136,6 +151,8 @@ func New(o Options) (*Daemon, error) {
 		bursts:   map[session.Key][]*burst{},
 		steering: map[session.Key]*steerTarget{},
 	}
+	d.cfg.Store(o.Config)
+	d.load, d.file = o.Reload, o.ConfigFile
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
 	}
@@ -161,6 +178,11 @@ func New(o Options) (*Daemon, error) {
 		QueueTimeout: time.Duration(o.Config.QueueTimeout),
 		YieldAfter:   o.Config.YieldAfter,
 		Now:          o.Now,
+		// A binding a reload removed: its processes stop after their turn.
+		Retired: func(k session.Key) bool {
+			_, ok := d.conf().Binding(k.Binding)
+			return !ok
+		},
 		OnEvict: func(k session.Key, r pool.Reason) {
 			d.m.Evicted(string(r))
 			if o.OnEvict != nil {
@@ -252,7 +274,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		},
 		KeepsSession: b.KeepsSession(),
 		Self:         channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
-		Render: delivery.RenderOptions{Limit: d.cfg.Context.Limit, MaxChars: d.cfg.Context.MaxChars},
+		Render: delivery.RenderOptions{Limit: d.conf().Context.Limit, MaxChars: d.conf().Context.MaxChars},
 	})
 	if err != nil {
 		return lease.Output{}, nil, err
@@ -321,7 +343,7 @@ func (d *Daemon) guardFraming(binding, system string) {
 // the cancelled one run after the reset, on a new process. It reports
 // whether there was a process to stop.
 func (d *Daemon) Fresh(k session.Key) (bool, error) {
-	if _, ok := d.cfg.Binding(k.Binding); !ok {
+	if _, ok := d.conf().Binding(k.Binding); !ok {
 		return false, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
 	release, had, err := d.pool.Exclusive(context.Background(), k, func(holder string) {

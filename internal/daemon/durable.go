@@ -168,11 +168,11 @@ func (c *record) ended(r *run.Run) store.RunRecord {
 // retention is what the state file keeps of ended runs: the run registry's
 // own bounds.
 func (d *Daemon) retention() (time.Time, int) {
-	ret := time.Duration(d.cfg.Runs.Retention)
+	ret := time.Duration(d.conf().Runs.Retention)
 	if ret <= 0 {
 		ret = run.DefaultRetention
 	}
-	keep := d.cfg.Runs.Ended
+	keep := d.conf().Runs.Ended
 	if keep <= 0 {
 		keep = run.DefaultEnded
 	}
@@ -296,7 +296,7 @@ func (d *Daemon) resumeRun(rec store.RunRecord, req apitype.TurnRequest) {
 	}
 	c := &record{d: d, rec: rec}
 	log := d.log.With(zap.String("run", rec.ID), zap.String("key", key.String()))
-	b, ok := d.cfg.Binding(req.Binding)
+	b, ok := d.conf().Binding(req.Binding)
 	if rec.Running {
 		retry := ok && b.RetryOn()
 		r.Emit(apitype.Event{Event: apitype.EventInterrupted, Attempt: rec.Attempt})
@@ -313,7 +313,7 @@ func (d *Daemon) resumeRun(rec store.RunRecord, req apitype.TurnRequest) {
 		log.Info("run queued before the restart; running it")
 	}
 	if !ok {
-		err := fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.cfg.BindingIDs())
+		err := fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.conf().BindingIDs())
 		last := apitype.Event{Event: apitype.EventError, Code: Code(err), Message: err.Error(), At: d.now()}
 		c.end(r, last, err)
 		r.Finish(last, err)

@@ -46,7 +46,7 @@ func validate(r apitype.TurnRequest) error {
 // scope thread and a mention inside a thread, the thread's own.
 func (d *Daemon) keyOf(req apitype.TurnRequest) session.Key {
 	k := session.Key{Channel: req.Channel, Binding: req.Binding}
-	if b, ok := d.cfg.Binding(req.Binding); ok && b.Scope == config.ScopeThread && req.ThreadRoot != nil {
+	if b, ok := d.conf().Binding(req.Binding); ok && b.Scope == config.ScopeThread && req.ThreadRoot != nil {
 		k.Thread = *req.ThreadRoot
 	}
 	return k
@@ -60,9 +60,9 @@ func (d *Daemon) Submit(req apitype.TurnRequest) (*run.Run, error) {
 	if err := validate(req); err != nil {
 		return nil, err
 	}
-	b, ok := d.cfg.Binding(req.Binding)
+	b, ok := d.conf().Binding(req.Binding)
 	if !ok {
-		return nil, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.cfg.BindingIDs())
+		return nil, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, req.Binding, d.conf().BindingIDs())
 	}
 	if req.RunID == "" {
 		req.RunID = newRunID()
@@ -254,7 +254,14 @@ func (d *Daemon) execute(ctx context.Context, r *run.Run, b config.Binding, req 
 	actx := resident.WithRestoreNote(ctx, func(method string) {
 		r.Emit(apitype.Event{Event: apitype.EventRestoring, Method: method})
 	})
-	co, err := d.pool.Acquire(actx, r.Key, pool.AcquireOptions{Owner: r.ID, OnWait: func(w pool.Wait) {
+	// The turn keeps the binding it was accepted with across a reload: a
+	// process it spawns starts that binding, and a live process started
+	// with settings it does not have is replaced.
+	bp := &b
+	actx = resident.WithBinding(actx, bp)
+	co, err := d.pool.Acquire(actx, r.Key, pool.AcquireOptions{Owner: r.ID, Reuse: func(s pool.Session) bool {
+		return d.keeper.Reuse(s.(*resident.Process), bp)
+	}, OnWait: func(w pool.Wait) {
 		reason := apitype.QueueKeyBusy
 		if w.Slot {
 			reason = apitype.QueueNoSlot

@@ -10,7 +10,7 @@ import (
 func (d *Daemon) Status() apitype.Health {
 	return apitype.Health{
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
-		MaxLive: d.cfg.MaxLive, Bindings: len(d.cfg.Bindings), RestoreStopped: d.keeper.RestoreStops(),
+		MaxLive: d.conf().MaxLive, Bindings: len(d.conf().Bindings), RestoreStopped: d.keeper.RestoreStops(),
 		OptionErrors: d.keeper.OptionErrors(), BindingCommands: d.keeper.BindingCommands(), PolicyAdvisories: d.keeper.PolicyAdvisories(),
 	}
 }
@@ -46,8 +46,8 @@ func (d *Daemon) SetSessionOptions(k session.Key, opts map[string]string) (apity
 
 // Bindings lists the configured bindings in configuration order.
 func (d *Daemon) Bindings() []apitype.Binding {
-	out := make([]apitype.Binding, 0, len(d.cfg.Bindings))
-	for _, b := range d.cfg.Bindings {
+	out := make([]apitype.Binding, 0, len(d.conf().Bindings))
+	for _, b := range d.conf().Bindings {
 		out = append(out, apitype.Binding{
 			ID: b.ID, Handle: b.Handle, Runtime: b.Runtime, Command: b.Command,
 			Supervised: b.Supervised, Resident: b.Resident, Restore: b.RestoreOn(),

@@ -36,6 +36,23 @@ func Builtin(id, dir string) (config.Binding, error) {
 	return b, nil
 }
 
+// FileLoader is a daemon's Options.Reload for a config file: it reads path,
+// puts its state in stateDir, sets the defaults and validates, as serve
+// does.
+func FileLoader(path, stateDir string) func() (*config.Config, error) {
+	return func() (*config.Config, error) {
+		c, err := config.Load(path)
+		if err != nil {
+			return nil, err
+		}
+		if c.StateDir == "" {
+			c.StateDir = stateDir
+		}
+		c.SetDefaults()
+		return c, c.Validate()
+	}
+}
+
 // Options are the daemon's options a test may set; Config, Store and
 // Metrics are the harness's. An empty Log is a no-op logger.
 type Options = daemon.Options

@@ -41,6 +41,8 @@ var (
 	GapBuckets      = []string{"first", "under_5m", "5m_to_60m", "over_60m"}
 	BudgetScopes    = []string{"binding", "channel"}
 	BudgetLevels    = []string{"warning", "exceeded"}
+	ReloadResults   = []string{"applied", "refused"}
+	ReloadActions   = []string{"applied_next_turn", "replace_process", "new_session", "removed", "added"}
 )
 
 // labels formats a producer's values as label values (String for a Shape).
@@ -118,6 +120,9 @@ type Metrics struct {
 	SpareEvents       *prometheus.CounterVec // binding, event
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
+	ConfigReloads     *prometheus.CounterVec // result
+	ReloadBindings    *prometheus.CounterVec // action
+	ReloadOK          prometheus.Gauge
 
 	gauges *gaugeCollector
 }
@@ -297,6 +302,18 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_budget_refusals_total",
 		Help: "Turns refused with budget_exceeded, by the scope of the spent budget.",
 	}, []string{"scope"})
+	m.ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_config_reloads_total",
+		Help: "Config reloads (SIGHUP, residentd reload, POST /v1/config/reload): applied, or refused (the file did not load or validate; the config in force stayed).",
+	}, []string{"result"})
+	m.ReloadBindings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_config_reload_bindings_total",
+		Help: "Bindings an applied config reload changed, by what it did to each: applied_next_turn, replace_process, new_session, removed, added.",
+	}, []string{"action"})
+	m.ReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "residentd_config_last_reload_successful",
+		Help: "1 when the last config reload was applied (or none was tried), 0 when it was refused.",
+	})
 	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "residentd_build_info",
 		Help: "Always 1; labels carry the residentd version and the Go version it was built with.",
@@ -309,6 +326,7 @@ func New(version string, g Gauges) *Metrics {
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
 		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.Notices, m.AgentRuns, m.StrayUpdates, m.SpareProcesses, m.SpareEvents, m.BudgetCrossings, m.BudgetRefusals,
+		m.ConfigReloads, m.ReloadBindings, m.ReloadOK,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -333,6 +351,9 @@ func New(version string, g Gauges) *Metrics {
 	initVec(m.BriefTokensSent, BriefPlacements)
 	initVec(m.MessagesIngested, IngestResults)
 	initVec(m.BudgetRefusals, BudgetScopes)
+	initVec(m.ConfigReloads, ReloadResults)
+	initVec(m.ReloadBindings, ReloadActions)
+	m.ReloadOK.Set(1)
 	for _, sc := range BudgetScopes {
 		for _, l := range BudgetLevels {
 			m.BudgetCrossings.WithLabelValues(sc, l)
@@ -543,6 +564,23 @@ func (m *Metrics) PolicyModeSet(binding string) { m.PolicyModesSet.WithLabelValu
 
 // OptionSet counts one session option set on an agent of binding.
 func (m *Metrics) OptionSet(binding string) { m.OptionsSet.WithLabelValues(binding).Inc() }
+
+// Reloaded counts a config reload: applied with what it did to each
+// binding (by action; unchanged ones are not counted), or refused (nil).
+func (m *Metrics) Reloaded(applied bool, actions []string) {
+	if !applied {
+		m.ConfigReloads.WithLabelValues("refused").Inc()
+		m.ReloadOK.Set(0)
+		return
+	}
+	m.ConfigReloads.WithLabelValues("applied").Inc()
+	m.ReloadOK.Set(1)
+	for _, a := range actions {
+		if a != "unchanged" {
+			m.ReloadBindings.WithLabelValues(a).Inc()
+		}
+	}
+}
 
 // Compacted counts a turn during which binding's agent compacted its history.
 func (m *Metrics) Compacted(binding string) { m.Compactions.WithLabelValues(binding).Inc() }

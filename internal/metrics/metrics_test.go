@@ -78,6 +78,9 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_agent_compactions_total":       2,
 		"residentd_budget_crossings_total":        len(BudgetScopes) * len(BudgetLevels),
 		"residentd_budget_refusals_total":         len(BudgetScopes),
+		"residentd_config_reloads_total":          len(ReloadResults),
+		"residentd_config_reload_bindings_total":  len(ReloadActions),
+		"residentd_config_last_reload_successful": 1,
 	}
 	mfs, err := m.Registry.Gather()
 	if err != nil {

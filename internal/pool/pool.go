@@ -27,10 +27,12 @@ const (
 	ReasonCrash    Reason = "crash"    // the process exited by itself
 	ReasonFresh    Reason = "fresh"    // "start fresh" for the key
 	ReasonShutdown Reason = "shutdown" // the daemon is stopping
+	ReasonReplaced Reason = "replaced" // its settings changed (a config reload): replaced at its key's next turn
+	ReasonRemoved  Reason = "removed"  // its binding was removed (a config reload): stopped after its turn
 )
 
 // Reasons lists every eviction reason, for metrics that pre-create series.
-var Reasons = []Reason{ReasonIdle, ReasonCapacity, ReasonYield, ReasonCrash, ReasonFresh, ReasonShutdown}
+var Reasons = []Reason{ReasonIdle, ReasonCapacity, ReasonYield, ReasonCrash, ReasonFresh, ReasonShutdown, ReasonReplaced, ReasonRemoved}
 
 // Errors a caller can tell apart with errors.Is.
 var (
@@ -105,6 +107,10 @@ type Config struct {
 	// leaves the pool for a Reason, once it is stopped and before its slot is
 	// free again.
 	OnEvict func(k session.Key, reason Reason)
+	// Retired, when set, reports whether key k's processes must stop (their
+	// binding was removed): the one that ends a turn is stopped at Release,
+	// and Sweep stops the idle ones (reason removed).
+	Retired func(k session.Key) bool
 }
 
 func (c *Config) setDefaults() {
@@ -115,7 +121,7 @@ func (c *Config) setDefaults() {
 		c.IdleTimeout = 30 * time.Minute
 	}
 	if c.ReapInterval <= 0 {
-		c.ReapInterval = min(c.IdleTimeout/10, time.Minute)
+		c.ReapInterval = reapEvery(c.IdleTimeout)
 	}
 	if c.QueueLen <= 0 {
 		c.QueueLen = 64
@@ -133,6 +139,8 @@ func (c *Config) setDefaults() {
 		c.OnEvict = func(session.Key, Reason) {}
 	}
 }
+
+func reapEvery(idle time.Duration) time.Duration { return min(idle/10, time.Minute) }
 
 // state is where a key's process is in its life.
 type state int
@@ -235,14 +243,19 @@ type Pool[S Session] struct {
 	slotQ   []*slotWaiter // turns waiting for a slot, FIFO
 	closed  bool
 	closeCh chan struct{}
+	// reapAuto: ReapInterval follows IdleTimeout (it was not given);
+	// reapReset tells the reaper the interval changed.
+	reapAuto  bool
+	reapReset chan struct{}
 
 	wg sync.WaitGroup // the reaper, spawns in flight and stops in flight
 }
 
 // New returns a pool and starts its idle reaper; Close stops it.
 func New[S Session](cfg Config, sp Spawner[S]) *Pool[S] {
+	auto := cfg.ReapInterval <= 0
 	cfg.setDefaults()
-	p := &Pool[S]{cfg: cfg, spawn: sp, entries: make(map[session.Key]*entry[S]), closeCh: make(chan struct{})}
+	p := &Pool[S]{cfg: cfg, spawn: sp, entries: make(map[session.Key]*entry[S]), closeCh: make(chan struct{}), reapAuto: auto, reapReset: make(chan struct{}, 1)}
 	p.wg.Add(1)
 	go p.reaper()
 	return p
@@ -291,6 +304,12 @@ type AcquireOptions struct {
 	// key and its process (warm) or a slot for one (about to spawn).
 	// Called without the pool's lock.
 	OnStart func()
+	// Reuse, when set, is asked of the key's idle process before the turn
+	// takes it: false stops it (reason replaced) and the turn spawns a new
+	// one, as for a key with none.
+	// It gets the pool's Session (the S of the pool); it is called with the
+	// pool's lock held.
+	Reuse func(Session) bool
 }
 
 func (o AcquireOptions) started() {
@@ -311,7 +330,7 @@ func (p *Pool[S]) Acquire(ctx context.Context, k session.Key, o AcquireOptions) 
 		return nil, err
 	}
 	queued := p.yield(e, o.OnWait)
-	warm, err := p.settle(ctx, e, true)
+	warm, err := p.settle(ctx, e, true, o.Reuse)
 	if err != nil {
 		p.leaveSlotQueue(queued)
 		p.releaseKey(e)
@@ -395,9 +414,10 @@ func (p *Pool[S]) countStreakLocked(e *entry[S]) {
 
 // settle waits, holding e's key, until its process is either ready (true)
 // or gone (false): a process still stopping is waited for, and one found
-// dead while idle is stopped as a crash. With keep false a ready process is
-// stopped too (as fresh), so settle ends with the key's process gone.
-func (p *Pool[S]) settle(ctx context.Context, e *entry[S], keep bool) (bool, error) {
+// dead while idle is stopped as a crash, and one reuse refuses as replaced.
+// With keep false a ready process is stopped too (as fresh), so settle ends
+// with the key's process gone.
+func (p *Pool[S]) settle(ctx context.Context, e *entry[S], keep bool, reuse func(Session) bool) (bool, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -410,13 +430,17 @@ func (p *Pool[S]) settle(ctx context.Context, e *entry[S], keep bool) (bool, err
 			p.mu.Unlock()
 			return false, nil
 		case ready:
-			if keep && !dead(e.sess) {
+			stale := keep && reuse != nil && !reuse(e.sess)
+			if keep && !stale && !dead(e.sess) {
 				p.mu.Unlock()
 				return true, nil
 			}
 			reason := ReasonFresh
-			if dead(e.sess) {
+			switch {
+			case dead(e.sess):
 				reason = ReasonCrash // died while idle; its exit hook has not run yet
+			case stale:
+				reason = ReasonReplaced
 			}
 			wait = p.stopLocked(e, reason)
 		case stopping:
@@ -728,6 +752,11 @@ func (p *Pool[S]) Release(c *Checkout[S], keep bool) {
 			stopped = p.stopLocked(e, ReasonCrash)
 		case !keep:
 			stopped = p.stopLocked(e, "")
+		case p.cfg.Retired != nil && p.cfg.Retired(e.key):
+			stopped = p.stopLocked(e, ReasonRemoved)
+		case p.slots-p.stoppingLocked() > p.cfg.MaxLive:
+			// max_live was lowered while it ran.
+			stopped = p.stopLocked(e, ReasonCapacity)
 		default:
 			e.lastUsed = p.cfg.Now()
 			p.setLocked(e, ready)
@@ -743,16 +772,100 @@ func (p *Pool[S]) Release(c *Checkout[S], keep bool) {
 
 func (p *Pool[S]) reaper() {
 	defer p.wg.Done()
-	t := time.NewTicker(p.cfg.ReapInterval)
+	p.mu.Lock()
+	every := p.cfg.ReapInterval
+	p.mu.Unlock()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-p.closeCh:
 			return
+		case <-p.reapReset:
+			p.mu.Lock()
+			every = p.cfg.ReapInterval
+			p.mu.Unlock()
+			t.Reset(every)
 		case <-t.C:
 			p.ReapIdle()
 		}
 	}
+}
+
+// Limits are the pool's numbers a config reload may change.
+type Limits struct {
+	MaxLive      int
+	IdleTimeout  time.Duration
+	QueueLen     int
+	QueueTimeout time.Duration
+	YieldAfter   int
+}
+
+// SetLimits puts new limits in force at once: a lower MaxLive stops idle
+// processes (least recently used first, reason capacity) until the live
+// ones fit, and busy ones over it when their turn ends; a higher one lets
+// waiting turns take the new slots. A turn already waiting for a slot
+// keeps the queue timeout it started with. Zero values take the defaults.
+func (p *Pool[S]) SetLimits(l Limits) {
+	c := Config{MaxLive: l.MaxLive, IdleTimeout: l.IdleTimeout, QueueLen: l.QueueLen, QueueTimeout: l.QueueTimeout, YieldAfter: l.YieldAfter}
+	c.setDefaults()
+	var stopped []<-chan struct{}
+	p.mu.Lock()
+	reap := p.reapAuto && p.cfg.IdleTimeout != c.IdleTimeout
+	p.cfg.MaxLive, p.cfg.IdleTimeout, p.cfg.QueueLen, p.cfg.QueueTimeout, p.cfg.YieldAfter = c.MaxLive, c.IdleTimeout, c.QueueLen, c.QueueTimeout, c.YieldAfter
+	if reap {
+		p.cfg.ReapInterval = reapEvery(c.IdleTimeout)
+	}
+	for over := p.slots - p.stoppingLocked() - p.cfg.MaxLive; over > 0 && !p.closed; over-- {
+		v := p.lruIdleLocked()
+		if v == nil {
+			break
+		}
+		stopped = append(stopped, p.stopLocked(v, ReasonCapacity))
+	}
+	p.signalSlotLocked()
+	p.mu.Unlock()
+	if reap {
+		select {
+		case p.reapReset <- struct{}{}:
+		default:
+		}
+	}
+	for _, ch := range stopped {
+		<-ch
+	}
+}
+
+// stoppingLocked counts the processes being stopped.
+func (p *Pool[S]) stoppingLocked() int {
+	n := 0
+	for _, e := range p.entries {
+		if e.state == stopping {
+			n++
+		}
+	}
+	return n
+}
+
+// Sweep stops the idle processes of the keys Config.Retired names (reason
+// removed) and waits for them to be reaped; busy ones stop when their turn
+// ends. It returns how many it stopped.
+func (p *Pool[S]) Sweep() int {
+	if p.cfg.Retired == nil {
+		return 0
+	}
+	var stopped []<-chan struct{}
+	p.mu.Lock()
+	for _, e := range p.entries {
+		if e.state == ready && !e.held && p.cfg.Retired(e.key) {
+			stopped = append(stopped, p.stopLocked(e, ReasonRemoved))
+		}
+	}
+	p.mu.Unlock()
+	for _, ch := range stopped {
+		<-ch
+	}
+	return len(stopped)
 }
 
 // ReapIdle stops every process idle for longer than IdleTimeout, waits for
@@ -822,7 +935,7 @@ func (p *Pool[S]) Exclusive(ctx context.Context, k session.Key, queued func(hold
 			return nil, false, ctx.Err()
 		}
 	}
-	if _, err := p.settle(ctx, e, false); err != nil {
+	if _, err := p.settle(ctx, e, false, nil); err != nil {
 		p.releaseKey(e)
 		return nil, false, err
 	}

@@ -73,7 +73,7 @@ func (bw *between) working(a *acp.Agent) (bool, time.Time) {
 	if bw.since.IsZero() {
 		bw.since = now
 	}
-	limit := time.Duration(bw.k.cfg.BackgroundLimit)
+	limit := time.Duration(bw.k.conf().BackgroundLimit)
 	if now.Sub(bw.since) < limit {
 		return true, last
 	}

@@ -13,7 +13,9 @@ package resident
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -76,7 +78,7 @@ type Options struct {
 // Keeper keeps the agent processes. Create it with New; stop it with Close
 // once the pool holding its processes is closed.
 type Keeper struct {
-	cfg *config.Config
+	cfg atomic.Pointer[config.Config] // the config in force; SetConfig swaps it
 	st  *store.Store
 	m   *metrics.Metrics
 	log *zap.Logger
@@ -149,11 +151,12 @@ func New(o Options) (*Keeper, error) {
 		o.Now = time.Now
 	}
 	k := &Keeper{
-		cfg: o.Config, st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
+		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
 		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,
 	}
+	k.cfg.Store(o.Config)
 	k.sp.init(o.Config)
 	if k.agentQuiet <= 0 {
 		k.agentQuiet = DefaultAgentQuiet
@@ -197,6 +200,34 @@ func (k *Keeper) Close() {
 			}
 		}
 	})
+}
+
+// conf is the config in force: an immutable snapshot.
+func (k *Keeper) conf() *config.Config { return k.cfg.Load() }
+
+// SetConfig puts a reloaded config (defaults set, validated, never changed
+// after) in force: new processes are started by it, and the settings the
+// keeper reads per use (restore timeout and failures, the background
+// limit) apply at once.
+//
+// The agents' cgroup enables the controllers the bindings' limits needed at
+// start: a limit that needs another one is logged, and applies after a
+// restart.
+func (k *Keeper) SetConfig(c *config.Config) {
+	old := k.cfg.Load()
+	k.cfg.Store(c)
+	k.reconfigureSpares(old, c)
+	if k.cgroups == nil {
+		return
+	}
+	for _, b := range c.Bindings {
+		for _, ctl := range limitsOf(b).Controllers() {
+			if !slices.Contains(k.cgroups.Controllers, ctl) {
+				k.log.Warn("binding's limits need a cgroup controller the agents' cgroup did not enable at start; the limit applies after a restart",
+					zap.String("binding", b.ID), zap.String("controller", ctl))
+			}
+		}
+	}
 }
 
 // of returns binding's health record, creating it; call with mu held.

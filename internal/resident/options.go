@@ -255,8 +255,9 @@ func (d *Keeper) OptionErrors() []apitype.OptionError {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []apitype.OptionError
+	c := d.conf()
 	for id, h := range d.health {
-		if h.option.n > 0 {
+		if _, ok := c.Binding(id); ok && h.option.n > 0 {
 			out = append(out, apitype.OptionError{Binding: id, Error: h.option.last})
 		}
 	}
@@ -268,9 +269,9 @@ func (d *Keeper) OptionErrors() []apitype.OptionError {
 // those in effect for its next session (the binding's with the key's on
 // top).
 func (d *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
-	b, ok := d.cfg.Binding(k.Binding)
+	b, ok := d.conf().Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.cfg.BindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.conf().BindingIDs())
 	}
 	if k.Channel == "" {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: channel_id is required", ErrBadRequest)
@@ -291,9 +292,9 @@ func (d *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 // come with the model); whether it fits the key's session is checked when
 // the next turn applies it.
 func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
-	b, ok := d.cfg.Binding(k.Binding)
+	b, ok := d.conf().Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.cfg.BindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.conf().BindingIDs())
 	}
 	if err := k.Check(); err != nil {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: %v", ErrBadRequest, err)

@@ -66,7 +66,7 @@ func (d *Keeper) rememberAgent(b config.Binding, a policy.Agent, failed string) 
 // in health as when that agent starts; a binding whose agent has not
 // started yet is reported at its first start.
 func (d *Keeper) reportPolicies() {
-	for _, b := range d.cfg.Bindings {
+	for _, b := range d.conf().Bindings {
 		d.mu.Lock()
 		seen, ok := d.seen[b.ID]
 		d.mu.Unlock()
@@ -154,7 +154,10 @@ func (d *Keeper) PolicyAdvisories() []apitype.PolicyAdvisory {
 		if !h.policySeen || n.c.Enforced && n.err == "" {
 			continue
 		}
-		b, _ := d.cfg.Binding(id)
+		b, ok := d.conf().Binding(id)
+		if !ok {
+			continue // removed by a config reload
+		}
 		unasked := n.c.Unasked
 		if n.err != "" {
 			unasked = "its control failed: " + n.err

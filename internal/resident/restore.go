@@ -51,7 +51,7 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 	}
 	var last error
 	note := restoreNote(ctx)
-	timeout := time.Duration(d.cfg.RestoreTimeout)
+	timeout := time.Duration(d.conf().RestoreTimeout)
 	for i, w := range ways {
 		t0 := d.now()
 		note(w.method)
@@ -136,7 +136,7 @@ func (d *Keeper) restoreFailed(binding string, err error, log *zap.Logger) {
 	d.mu.Lock()
 	h := d.of(binding)
 	n := h.restore.fail(err)
-	stop := !h.restoreStop && n >= d.cfg.RestoreFailures
+	stop := !h.restoreStop && n >= d.conf().RestoreFailures
 	if stop {
 		h.restoreStop = true
 	}
@@ -144,7 +144,7 @@ func (d *Keeper) restoreFailed(binding string, err error, log *zap.Logger) {
 	if stop {
 		d.m.RestoreStopped.WithLabelValues(binding).Set(1)
 		log.Warn("session restores of this binding keep failing; not trying them again until the daemon restarts: its new processes start cold",
-			zap.Int("failures", n), zap.Int("restore_failures", d.cfg.RestoreFailures), zap.Error(err))
+			zap.Int("failures", n), zap.Int("restore_failures", d.conf().RestoreFailures), zap.Error(err))
 	}
 }
 

@@ -63,8 +63,55 @@ func (s *spares) init(cfg *config.Config) {
 	}
 }
 
+// reconfigureSpares puts a reloaded config's spare settings in force: the
+// spares of a binding that was removed, or whose processes a changed
+// setting replaces (config.Binding.SameProcess), stop, as do those above a
+// lowered spare setting; the goroutine then starts what is missing.
+func (d *Keeper) reconfigureSpares(old, n *config.Config) {
+	s := &d.sp
+	var stop []*agentProc
+	s.mu.Lock()
+	var want []bindingSpares
+	for _, b := range n.Bindings {
+		if c := b.Spares(); c > 0 {
+			want = append(want, bindingSpares{b.ID, c, b.SpareAtStart})
+		}
+	}
+	s.want = want
+	for id, list := range s.ready {
+		nb, ok := n.Binding(id)
+		ob, _ := old.Binding(id)
+		keep := 0
+		if ok && ob.SameProcess(&nb) {
+			keep = min(len(list), nb.Spares())
+		}
+		stop = append(stop, list[keep:]...)
+		s.ready[id] = list[:keep]
+		d.m.SpareProcesses.WithLabelValues(id).Set(float64(keep))
+	}
+	closed := s.closed
+	if len(stop) > 0 && !closed {
+		// Off the reload's path: stopping waits for the agents' grace.
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	if closed {
+		d.stopEach(stop, "reload")
+		return
+	}
+	if len(stop) > 0 {
+		go func() {
+			defer s.wg.Done()
+			d.stopEach(stop, "reload")
+		}()
+	}
+	d.kickSpares()
+}
+
 // spares reports binding's spare setting.
 func (s *spares) of(binding string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, w := range s.want {
 		if w.id == binding {
 			return w.n
@@ -181,7 +228,7 @@ func (d *Keeper) makeRoom() {
 			oldest = list[0]
 		}
 	}
-	if oldest == nil || live+n <= d.cfg.MaxProcesses {
+	if oldest == nil || live+n <= d.conf().MaxProcesses {
 		s.mu.Unlock()
 		return
 	}
@@ -238,7 +285,7 @@ func (d *Keeper) stopEach(ps []*agentProc, why string) {
 // keepSpares is the spares' goroutine.
 func (d *Keeper) keepSpares(ctx context.Context) {
 	defer d.sp.wg.Done()
-	idle := time.Duration(d.cfg.IdleTimeout)
+	idle := time.Duration(d.conf().IdleTimeout)
 	tick := time.NewTicker(max(min(idle/10, time.Minute), 10*time.Millisecond))
 	defer tick.Stop()
 	var retry <-chan time.Time
@@ -263,8 +310,11 @@ func (d *Keeper) keepSpares(ctx context.Context) {
 // backoff (0: nothing to retry).
 func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 	s := &d.sp
-	idle := time.Duration(d.cfg.IdleTimeout)
-	for _, w := range s.want {
+	idle := time.Duration(d.conf().IdleTimeout)
+	s.mu.Lock()
+	want := s.want
+	s.mu.Unlock()
+	for _, w := range want {
 		k := session.Key{Binding: w.id}
 		for ctx.Err() == nil {
 			live := s.poolLive() // outside mu: it takes the pool's lock
@@ -275,7 +325,7 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			for _, list := range s.ready {
 				total += len(list)
 			}
-			full := live+total >= d.cfg.MaxProcesses
+			full := live+total >= d.conf().MaxProcesses
 			s.mu.Unlock()
 			if !had || d.now().Sub(last) >= idle || have >= w.n {
 				break
@@ -291,7 +341,7 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			s.starting++
 			s.mu.Unlock()
 			// Read as a turn's spawn reads it: only to start one.
-			b, _ := d.cfg.Binding(w.id)
+			b, _ := d.conf().Binding(w.id)
 			p, err := d.startAgent(ctx, b, k, log)
 			s.mu.Lock()
 			s.starting--
@@ -332,7 +382,7 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 // since, so no spare until their next turn.
 func (d *Keeper) reapSpares() {
 	s := &d.sp
-	idle := time.Duration(d.cfg.IdleTimeout)
+	idle := time.Duration(d.conf().IdleTimeout)
 	var stop []*agentProc
 	s.mu.Lock()
 	for id, last := range s.lastTurn {

@@ -47,6 +47,12 @@ type Process struct {
 
 	restoredBy string // "resume" or "load" when the process reopened a saved session, "fork" when it forked its channel's
 
+	// binding is what the process was started with; served what its last
+	// turn was prepared with (guarded by mu). They differ after a config
+	// reload changed the binding in ways a live process takes.
+	binding config.Binding
+	served  config.Binding
+
 	// What the process's turns used, for per-turn deltas and the sessions
 	// listing; guarded by mu.
 	seen     acp.Usage     // the agent's last running token totals (usage_totals)
@@ -114,7 +120,7 @@ func (s *Process) EndWork(r pool.Reason) {
 	}
 	log := s.between.log
 	log.Info("ending the agent's background work before stopping its process: session/cancel sent", zap.String("reason", string(r)), zap.String("native", s.native), zap.Int("pid", s.a.Pid()))
-	grace := time.Duration(s.between.k.cfg.AgentCancelGrace)
+	grace := time.Duration(s.between.k.conf().AgentCancelGrace)
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := s.a.CancelSession(ctx, s.native); err != nil {
@@ -167,7 +173,7 @@ var _ pool.Spawner[*Process] = (*Keeper)(nil)
 // key's saved one reopened (lease.Restored) or a new one (lease.Cold). The
 // pool's exited hook runs once the process has been reaped.
 func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Process, shape lease.Shape, err error) {
-	b, ok := d.cfg.Binding(k.Binding)
+	b, ok := d.bindingFor(ctx, k.Binding)
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
@@ -225,7 +231,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			return d.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how}), lease.Restored, nil
+			return d.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how, binding: b, served: b}), lease.Restored, nil
 		}
 	}
 	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
@@ -249,7 +255,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), so a cold turn costs two commits:
 	// the agent record above and the turn.
-	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession()}), lease.Cold, nil
+	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}), lease.Cold, nil
 }
 
 // fork opens thread key k's first session on a's process (the key's own,
@@ -272,7 +278,7 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *betw
 	}
 	restoreNote(ctx)("fork")
 	t0 := d.now()
-	fctx, cancel := context.WithTimeout(ctx, time.Duration(d.cfg.RestoreTimeout))
+	fctx, cancel := context.WithTimeout(ctx, time.Duration(d.conf().RestoreTimeout))
 	native, err := a.ForkSession(fctx, src)
 	cancel()
 	if err != nil {
@@ -314,7 +320,7 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, bw *betw
 func (d *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	dir := b.Dir
 	if dir == "" {
-		dir = filepath.Join(d.cfg.StateDir, "work", b.ID)
+		dir = filepath.Join(d.conf().StateDir, "work", b.ID)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return acp.Spec{}, fmt.Errorf("create working dir: %w", err)
@@ -326,7 +332,7 @@ func (d *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	sort.Strings(env)
 	return acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask, SessionMeta: d.sessionMeta(b),
-		MCPServers: []sdk.McpServer{}, Grace: time.Duration(d.cfg.AgentGrace), CancelGrace: time.Duration(d.cfg.AgentCancelGrace),
+		MCPServers: []sdk.McpServer{}, Grace: time.Duration(d.conf().AgentGrace), CancelGrace: time.Duration(d.conf().AgentCancelGrace),
 		Cgroups: d.cgroups, Limits: limitsOf(b),
 	}, nil
 }

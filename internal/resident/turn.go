@@ -25,10 +25,15 @@ type Prepared struct {
 	Facts string
 }
 
-// Prepare readies process p for a turn of key k: its session options are
-// brought to what the key wants, and its mode to what the binding's
-// permission policy needs (bounded by ctx).
+// Prepare readies process p for a turn of key k: it takes what of binding b
+// changed since its last turn (a config reload: the policy answering its
+// permission requests, the brief), its session options are brought to what
+// the key wants, and its mode to what the binding's permission policy
+// needs (bounded by ctx).
 func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
+	if err := p.takeBinding(b); err != nil {
+		return Prepared{}, err
+	}
 	if err := d.setOptions(ctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
 		return Prepared{}, err
 	}

@@ -29,8 +29,8 @@ func (d *Keeper) Describe(ses *apitype.Session) {
 // BindingCommands checks each binding's command as a start would resolve
 // it (PATH, existence, execute permission), without starting anything.
 func (d *Keeper) BindingCommands() []apitype.BindingCommand {
-	out := make([]apitype.BindingCommand, 0, len(d.cfg.Bindings))
-	for _, b := range d.cfg.Bindings {
+	out := make([]apitype.BindingCommand, 0, len(d.conf().Bindings))
+	for _, b := range d.conf().Bindings {
 		c := apitype.BindingCommand{Binding: b.ID, Command: b.Command}
 		if path, err := acp.Resolve(b.Command); err != nil {
 			c.Problem = err.Error()

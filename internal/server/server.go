@@ -11,8 +11,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,6 +32,12 @@ type Daemon interface {
 	Live() int
 	Busy() int
 	Queued() int
+}
+
+// Reloader reads the config file again and puts it in force;
+// *daemon.Daemon implements it.
+type Reloader interface {
+	Reload() (apitype.ConfigReload, error)
 }
 
 // API is the local API's HTTP server; *api.Server implements it.
@@ -77,6 +86,9 @@ type Server struct {
 	Log   *zap.Logger
 	// Ready is called once both servers accept (the demo and tests use it).
 	Ready func()
+	// Config is reloaded on SIGHUP and by Reload (the API's and the CLI's
+	// way); nil leaves SIGHUP to its default.
+	Config Reloader
 
 	mu        sync.Mutex
 	listeners []apitype.Listener
@@ -112,6 +124,28 @@ func (s *Server) Run(ctx context.Context) error {
 		log = zap.NewNop()
 	}
 	errc := make(chan error, 1)
+	if s.Config != nil {
+		// A service manager's reload (systemctl reload, kill -HUP) rereads
+		// the config; each signal is one reload, after the one before.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		hupDone := make(chan struct{})
+		defer func() { signal.Stop(hup); <-hupDone }()
+		hctx, stopHup := context.WithCancel(ctx)
+		defer stopHup()
+		go func() {
+			defer close(hupDone)
+			for {
+				select {
+				case <-hctx.Done():
+					return
+				case <-hup:
+					log.Info("SIGHUP: reloading the config")
+					s.Reload() // it logs its outcome
+				}
+			}
+		}()
+	}
 	s.setListener(apitype.Listener{Name: "api", Addr: s.Listener.Addr().String()})
 	// The metrics listener is opened (or has failed) before the socket
 	// answers, so the first health request already reports it.
@@ -169,6 +203,25 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// Reload reloads the config and tells the service manager: RELOADING=1
+// with the monotonic time before, READY=1 after, whatever the outcome (a
+// refused file leaves the daemon running on the config in force), and the
+// outcome in the status line.
+func (s *Server) Reload() (apitype.ConfigReload, error) {
+	if s.Config == nil {
+		return apitype.ConfigReload{}, errors.New("server: no config to reload")
+	}
+	service.Reloading()
+	out, err := s.Config.Reload()
+	if err != nil {
+		service.Status("config reload refused: " + err.Error())
+	} else {
+		service.Status(fmt.Sprintf("config reloaded from %s", out.File))
+	}
+	service.Ready()
+	return out, err
 }
 
 // serveMetrics opens MetricsAddr and serves GET /metrics on it. Failing to

@@ -322,8 +322,11 @@ func (o InstallOptions) serveFlags() []string {
 type unitData struct {
 	Repo      bool   // rendering the repository's copy
 	ExecStart string // the quoted command line
-	PathEnv   string // PATH=… as one Environment= word
-	Listen    string // ListenStream=
+	// ExecReload is `residentd reload` on the service's socket: a
+	// synchronous reload whose refusal fails `systemctl reload`.
+	ExecReload string
+	PathEnv    string // PATH=… as one Environment= word
+	Listen     string // ListenStream=
 }
 
 // renderSystemd renders the unit templates for o (already defaulted).
@@ -333,7 +336,11 @@ func renderSystemd(o InstallOptions, repo bool) (service, socket []byte, err err
 	for i, a := range args {
 		quoted[i] = systemdQuote(a)
 	}
-	d := unitData{Repo: repo, ExecStart: strings.Join(quoted, " "), PathEnv: envQuote("PATH=" + o.Path), Listen: defaultListen}
+	reload := []string{systemdQuote(o.Binary), "reload"}
+	if o.SocketPath != "" {
+		reload = append(reload, "--socket", systemdQuote(o.SocketPath))
+	}
+	d := unitData{Repo: repo, ExecStart: strings.Join(quoted, " "), ExecReload: strings.Join(reload, " "), PathEnv: envQuote("PATH=" + o.Path), Listen: defaultListen}
 	if o.SocketPath != "" {
 		d.Listen = strings.ReplaceAll(o.SocketPath, "%", "%%")
 	}
@@ -463,6 +470,7 @@ func RepoFiles() (map[string][]byte, error) {
 	}
 	// The binary's %h is a specifier here, not a literal percent sign.
 	svc = bytes.Replace(svc, []byte("ExecStart="+systemdQuote(args[0])), []byte("ExecStart="+args[0]), 1)
+	svc = bytes.Replace(svc, []byte("ExecReload="+systemdQuote(args[0])), []byte("ExecReload="+args[0]), 1)
 	svc = bytes.Replace(svc, []byte("Environment="+envQuote("PATH="+sys.Path)), []byte("Environment=PATH="+sys.Path), 1)
 	home := "/Users/USER"
 	mac := InstallOptions{

@@ -98,6 +98,8 @@ func TestInstallLinux(t *testing.T) {
 	for _, line := range []string{
 		`ExecStart="/opt/resident d/bin/residentd" serve --config /etc/residentd/config.json --state /var/lib/100%%/state --metrics-addr 127.0.0.1:9464`,
 		`Environment="PATH=/home/u/.local/bin:/usr/bin:/opt/100%%/b b"`,
+		// systemctl reload waits for the reload and fails with its reason.
+		`ExecReload="/opt/resident d/bin/residentd" reload`,
 		"Type=notify", "NotifyAccess=main", "WatchdogSec=30s", "KillMode=mixed", "TimeoutStopSec=20s",
 		"Restart=on-failure", "StateDirectory=residentd", "UMask=0077", "Delegate=yes",
 		"NoNewPrivileges=yes",

@@ -44,6 +44,14 @@ func notify(socket, state string) (bool, error) {
 // Ready tells the manager startup is complete (Type=notify waits for it).
 func Ready() (bool, error) { return Notify("READY=1") }
 
+// Reloading tells the manager a config reload has begun; Ready must
+// follow when it is done (Type=notify-reload waits for both). The
+// monotonic time lets systemd 253 and later match it to the reload it
+// asked for; older managers ignore it.
+func Reloading() (bool, error) {
+	return Notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", monotonicUsec()))
+}
+
 // Stopping tells the manager a clean shutdown has begun.
 func Stopping() (bool, error) { return Notify("STOPPING=1") }
 
