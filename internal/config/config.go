@@ -259,7 +259,8 @@ type Config struct {
 
 	// MaxProcesses caps every agent process at once: the max_live
 	// key-bound ones and the bindings' spares together; a spare is started
-	// only below it. Default max_live + 2; less than max_live is an error.
+	// only below it. Default (0) max_live + 2; less than max_live is an
+	// error.
 	MaxProcesses int `json:"max_processes,omitempty"`
 
 	Runs Runs `json:"runs,omitempty"`
@@ -427,6 +428,14 @@ func Load(path string) (*Config, error) {
 	return &c, nil
 }
 
+// ProcessCap is max_processes in force: max_live + 2 when it is not set.
+func (c *Config) ProcessCap() int {
+	if c.MaxProcesses > 0 {
+		return c.MaxProcesses
+	}
+	return c.MaxLive + 2
+}
+
 // SetDefaults fills every zero value with the spec's numbers.
 func (c *Config) SetDefaults() {
 	if c.MaxLive <= 0 {
@@ -434,9 +443,6 @@ func (c *Config) SetDefaults() {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = Duration(30 * time.Minute)
-	}
-	if c.MaxProcesses <= 0 {
-		c.MaxProcesses = c.MaxLive + 2
 	}
 	if c.QueueLen <= 0 {
 		c.QueueLen = 64

@@ -228,7 +228,7 @@ func (d *Keeper) makeRoom() {
 			oldest = list[0]
 		}
 	}
-	if oldest == nil || live+n <= d.conf().MaxProcesses {
+	if oldest == nil || live+n <= d.conf().ProcessCap() {
 		s.mu.Unlock()
 		return
 	}
@@ -325,7 +325,7 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			for _, list := range s.ready {
 				total += len(list)
 			}
-			full := live+total >= d.conf().MaxProcesses
+			full := live+total >= d.conf().ProcessCap()
 			s.mu.Unlock()
 			if !had || d.now().Sub(last) >= idle || have >= w.n {
 				break
