@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -236,5 +239,73 @@ func TestSpareDeathsAndFailuresCount(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "failed")); n != 1 {
 		t.Fatalf("spare starts failed: %v, want 1 (the backoff holds the next)", n)
+	}
+}
+
+// A reload that changes how a binding's processes start replaces its
+// spare; one that lowers spare to 0 stops it.
+func TestReloadReplacesOrStopsSpares(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.json")
+	b, err := daemontest.Builtin("b-builtin", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	b.Spare = &one
+	cfg := config.Config{Bindings: []config.Binding{b}}
+	write := func() {
+		t.Helper()
+		data, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	load := daemontest.FileLoader(file, dir)
+	c, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan int, 16)
+	h := daemontest.New(t, c, daemontest.Options{Reload: load, ConfigFile: file, OnSpare: func(_ string, pid int) { ready <- pid }})
+	next := func() int {
+		t.Helper()
+		select {
+		case pid := <-ready:
+			return pid
+		case <-time.After(30 * time.Second):
+			t.Fatal("no spare within 30s")
+			return 0
+		}
+	}
+	if r := h.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hi"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	first := next()
+
+	cfg.Bindings[0].Env["RELOADED"] = "1" // replace_process
+	write()
+	if _, err := h.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sparePids(h.Spares(), "b-builtin"); slices.Contains(got, first) {
+		t.Fatalf("spares after the reload %v still hold %d, started by the old settings", got, first)
+	}
+	if second := next(); second == 0 || second == first {
+		t.Fatalf("replacement spare %d (the old one %d)", second, first)
+	}
+
+	zero := 0
+	cfg.Bindings[0].Spare = &zero
+	write()
+	if _, err := h.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Spares(); len(got) != 0 {
+		t.Fatalf("spares after spare 0: %+v", got)
 	}
 }
