@@ -601,9 +601,24 @@ type Budgets struct {
 	Budgets  []Budget  `json:"budgets"`
 }
 
+// Spare is an agent process spawned and initialized ahead for a binding,
+// with no key yet: a cold or restored turn of the binding takes it.
+type Spare struct {
+	Binding string    `json:"binding_id"`
+	Pid     int       `json:"pid"`
+	Started time.Time `json:"started_at"`
+	// IdleS is the seconds since it started (a spare has had no turn).
+	IdleS float64 `json:"idle_seconds"`
+	// RSSBytes and MemorySource: as in Session.
+	RSSBytes     int64  `json:"rss_bytes,omitempty"`
+	MemorySource string `json:"memory_source,omitempty"`
+}
+
 // Sessions is GET /v1/sessions.
 type Sessions struct {
 	Sessions []Session `json:"sessions"`
+	// Spares are the bindings' spare processes, by binding then age.
+	Spares []Spare `json:"spares"`
 }
 
 // FreshRequest is POST /v1/sessions/fresh.

@@ -443,7 +443,7 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	state := t.TempDir()
 	cfgPath := filepath.Join(t.TempDir(), "config.json")
 	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": %q,
-		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false}]}`, exe)
+		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false, "spare": 0}]}`, exe)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

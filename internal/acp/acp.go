@@ -160,6 +160,9 @@ type Agent struct {
 	canClose  bool
 	info      Info           // the agentInfo of initialize's answer
 	meta      map[string]any // _meta of the session requests (Spec.SessionMeta)
+	// servers are the MCP servers the session requests carry: Spec's,
+	// until SetMCPServers names a key's (a spare learns its key late).
+	servers atomic.Pointer[[]sdk.McpServer]
 	// policy answers permission requests: Spec.Permission, until
 	// SetPermission (a config reload) changes it.
 	policy atomic.Value // permission.Policy
@@ -288,6 +291,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		working:  make(map[string]bool),
 		workCh:   make(chan struct{}),
 	}
+	a.servers.Store(&spec.MCPServers)
 	a.policy.Store(spec.Permission)
 	if err := a.spawn(path); err != nil {
 		return nil, err
@@ -537,9 +541,22 @@ func (a *Agent) SetPermission(p permission.Policy) error {
 // CanLoad reports the agent's loadSession capability.
 func (a *Agent) CanLoad() bool { return a.canLoad }
 
+// SetMCPServers sets the MCP servers the next session/new, session/load
+// and session/resume carry: what a session needs of its key goes in its
+// request, never in the process's environment, so a process spawned before
+// its key was known fits any key.
+func (a *Agent) SetMCPServers(servers []sdk.McpServer) {
+	if servers == nil {
+		servers = []sdk.McpServer{} // ACP requires an array; null is rejected
+	}
+	a.servers.Store(&servers)
+}
+
+func (a *Agent) mcpServers() []sdk.McpServer { return *a.servers.Load() }
+
 // NewSession runs session/new with cwd = Spec.Dir and returns the native id.
 func (a *Agent) NewSession(ctx context.Context) (string, error) {
-	resp, err := a.conn.NewSession(ctx, sdk.NewSessionRequest{Meta: a.meta, Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+	resp, err := a.conn.NewSession(ctx, sdk.NewSessionRequest{Meta: a.meta, Cwd: a.spec.Dir, McpServers: a.mcpServers()})
 	if err != nil {
 		return "", a.callErr(ctx, "new session", err)
 	}
@@ -560,7 +577,7 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 // swallowed because the caller already has it.
 func (a *Agent) LoadSession(ctx context.Context, native string) error {
 	return a.reopen(ctx, native, "load", func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
-		resp, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		resp, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.mcpServers()})
 		return resp.ConfigOptions, resp.Modes, err
 	})
 }
@@ -569,7 +586,7 @@ func (a *Agent) LoadSession(ctx context.Context, native string) error {
 // session without replaying its history. Use it when CanResume.
 func (a *Agent) ResumeSession(ctx context.Context, native string) error {
 	return a.reopen(ctx, native, "resume", func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
-		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.spec.MCPServers})
+		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.mcpServers()})
 		return resp.ConfigOptions, resp.Modes, err
 	})
 }
@@ -583,7 +600,7 @@ func (a *Agent) CanFork() bool { return a.canFork }
 // and returns its id, which this process alone then serves.
 func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) {
 	var servers []sdk.UnstableMcpServer
-	if raw, err := json.Marshal(a.spec.MCPServers); err != nil {
+	if raw, err := json.Marshal(a.mcpServers()); err != nil {
 		return "", fmt.Errorf("acp: fork session %q: mcp servers: %w", source, err)
 	} else if err := json.Unmarshal(raw, &servers); err != nil {
 		return "", fmt.Errorf("acp: fork session %q: mcp servers: %w", source, err)

@@ -134,7 +134,9 @@ mkfifo "$PROBE_DIR/fifo" || exit 1
 cat "$PROBE_DIR/fifo"
 exec "$PROBE_EXE" agent`
 		c.Bindings = append(c.Bindings, config.Binding{ID: "b-probe", Handle: "@probe", Command: "/bin/sh", Args: []string{"-c", script},
-			Env: map[string]string{"RESIDENTD_TEST_AGENT": "1", "PROBE_EXE": exe, "PROBE_DIR": dir, "PROBE_CAP": token}})
+			Env:   map[string]string{"RESIDENTD_TEST_AGENT": "1", "PROBE_EXE": exe, "PROBE_DIR": dir, "PROBE_CAP": token},
+			Spare: new(int)}) // one process runs the probes
+
 	})
 	if err := os.WriteFile(filepath.Join(dir, "sock"), []byte(e.sock), 0o600); err != nil {
 		t.Fatal(err)

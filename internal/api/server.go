@@ -59,6 +59,8 @@ type Turns interface {
 // keys' session options, and the configured bindings (*daemon.Daemon).
 type Sessions interface {
 	Sessions() []apitype.Session
+	// Spares lists the bindings' spare processes (no key yet).
+	Spares() []apitype.Spare
 	// Fresh starts a key over; it reports whether a process was stopped.
 	Fresh(k session.Key) (bool, error)
 	SessionOptions(k session.Key) (apitype.SessionOptions, error)
@@ -422,7 +424,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.keys.Sessions()})
+	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.keys.Sessions(), Spares: s.keys.Spares()})
 }
 
 // reload reads the daemon's config file again: 200 with what changed and

@@ -42,7 +42,7 @@ func benchClientWith(b *testing.B, o daemontest.Options) (*client.Client, *store
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	cfg.Bindings = []config.Binding{{ID: "b-builtin", Handle: "@agent", Command: exe,
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
-		System: config.BuiltinFraming, Supervised: true, Resident: true}}
+		System: config.BuiltinFraming, Supervised: true, Resident: true, Spare: new(int)}}
 	h := daemontest.New(b, cfg, o)
 	sdir, err := os.MkdirTemp("", "rd")
 	if err != nil {

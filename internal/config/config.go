@@ -122,6 +122,32 @@ type Binding struct {
 	// mention inside a thread has a session of its own, forked from the
 	// channel's where the agent offers session/fork).
 	Scope string `json:"scope,omitempty"`
+
+	// Spare is how many of the binding's agent processes are kept spawned
+	// and initialized ahead, with no key yet, so a cold or restored turn
+	// takes one instead of waiting for a spawn: 0 to 2; default 1
+	// (DefaultSpare), 0 for the built-in agent, which starts in
+	// milliseconds.
+	Spare *int `json:"spare,omitempty"`
+	// SpareAtStart starts the binding's spares when the daemon starts;
+	// without it (the default) they start only after the binding's first
+	// turn since the daemon started.
+	SpareAtStart bool `json:"spare_at_start,omitempty"`
+}
+
+// DefaultSpare is a binding's spare processes when it sets none (see
+// docs/CONFIGURATION.md for the measurement behind it).
+const DefaultSpare = 1
+
+// MaxSpare bounds a binding's spare setting.
+const MaxSpare = 2
+
+// Spares is the binding's spare processes.
+func (b Binding) Spares() int {
+	if b.Spare == nil {
+		return DefaultSpare
+	}
+	return *b.Spare
 }
 
 // Session scopes of a binding.
@@ -230,6 +256,12 @@ type Config struct {
 	// AgentCancelGrace is how long an agent has to answer session/cancel
 	// before it is killed; default 5s.
 	AgentCancelGrace Duration `json:"agent_cancel_grace,omitempty"`
+
+	// MaxProcesses caps every agent process at once: the max_live
+	// key-bound ones and the bindings' spares together; a spare is started
+	// only below it. Default (0) max_live + 2; less than max_live is an
+	// error.
+	MaxProcesses int `json:"max_processes,omitempty"`
 
 	Runs Runs `json:"runs,omitempty"`
 
@@ -396,6 +428,14 @@ func Load(path string) (*Config, error) {
 	return &c, nil
 }
 
+// ProcessCap is max_processes in force: max_live + 2 when it is not set.
+func (c *Config) ProcessCap() int {
+	if c.MaxProcesses > 0 {
+		return c.MaxProcesses
+	}
+	return c.MaxLive + 2
+}
+
 // SetDefaults fills every zero value with the spec's numbers.
 func (c *Config) SetDefaults() {
 	if c.MaxLive <= 0 {
@@ -515,6 +555,9 @@ func (c *Config) Validate() error {
 	if d := c.Attachments.Dir; d != "" && !filepath.IsAbs(d) {
 		return fmt.Errorf("%w: attachments.dir %q must be an absolute path", ErrInvalid, d)
 	}
+	if c.MaxProcesses > 0 && c.MaxProcesses < c.MaxLive {
+		return fmt.Errorf("%w: max_processes %d is below max_live %d; it caps the key-bound processes and the spares together", ErrInvalid, c.MaxProcesses, c.MaxLive)
+	}
 	seen := map[string]bool{}
 	for i, b := range c.Bindings {
 		switch {
@@ -554,6 +597,9 @@ func (c *Config) Validate() error {
 		case "", ScopeChannel, ScopeThread:
 		default:
 			return fmt.Errorf("%w: binding %q: scope %q: use channel or thread", ErrInvalid, b.ID, b.Scope)
+		}
+		if n := b.Spares(); n < 0 || n > MaxSpare {
+			return fmt.Errorf("%w: binding %q: spare %d must be 0 to %d", ErrInvalid, b.ID, n, MaxSpare)
 		}
 		for id, v := range b.SessionOptions {
 			if id == "" || v == "" {
@@ -643,6 +689,7 @@ func Builtin(self, stateDir string) Binding {
 		ID: "b-builtin", Handle: "@agent", Runtime: "builtin:residentd:agent",
 		Command: self, Args: []string{"agent", "--state", filepath.Join(stateDir, "builtin-agent")},
 		System: BuiltinFraming, Supervised: true, Resident: true,
+		Spare: new(int), // it starts in milliseconds: a spare would save nothing
 	}
 }
 

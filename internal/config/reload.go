@@ -52,13 +52,14 @@ var BindingClasses = map[string]Class{
 	"limits": ReplaceProcess, "usage_totals": ReplaceProcess, "prices": NextTurn,
 	"retry_interrupted": NextTurn, "bursts": NextTurn,
 	"scope": NextTurn,
+	"spare": AtOnce, "spare_at_start": Restart,
 }
 
 // SettingClasses is how each daemon setting (its JSON path) takes effect on
 // a reload; "bindings" are compared one by one (BindingClasses).
 var SettingClasses = map[string]Class{
 	"socket": Restart, "state_dir": Restart,
-	"max_live": AtOnce, "idle_timeout": AtOnce, "queue_len": AtOnce, "queue_timeout": AtOnce, "yield_after": AtOnce,
+	"max_live": AtOnce, "max_processes": AtOnce, "idle_timeout": AtOnce, "queue_len": AtOnce, "queue_timeout": AtOnce, "yield_after": AtOnce,
 	"agent_grace": NewProcesses, "agent_cancel_grace": NewProcesses,
 	"context.fetch": NoEffect, "context.limit": AtOnce, "context.max_chars": AtOnce, "context.max_ids": Restart,
 	"restore_failures": AtOnce, "restore_timeout": AtOnce, "background_limit": AtOnce,

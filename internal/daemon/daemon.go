@@ -85,6 +85,9 @@ type Options struct {
 	// AgentQuiet is how long an agent run waits for more output before it
 	// ends (default 2s); tests shorten it.
 	AgentQuiet time.Duration
+	// OnSpare, when set, hears of every spare process as it becomes ready,
+	// and with pid 0 of one that failed to start (tests wait on it).
+	OnSpare func(binding string, pid int)
 	// Reload reads the config file again as the daemon was started with it
 	// (command-line settings over the file's, defaults set, validated) for
 	// Daemon.Reload; nil: the daemon runs on the built-in default config
@@ -166,7 +169,7 @@ func New(o Options) (*Daemon, error) {
 	d.keeper, err = resident.New(resident.Options{
 		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
 		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
-		Runs: d.runs, AgentQuiet: o.AgentQuiet,
+		Runs: d.runs, AgentQuiet: o.AgentQuiet, OnSpare: o.OnSpare,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
@@ -193,6 +196,7 @@ func New(o Options) (*Daemon, error) {
 			plog.Info("evicted", zap.String("key", k.String()), zap.String("reason", string(r)))
 		},
 	}, d.keeper)
+	d.keeper.RunSpares(d.pool.Live)
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
@@ -386,6 +390,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 		}
 	}
 	d.mu.Unlock()
+	d.keeper.StopSpares() // no turn will take one now
 	if !already {
 		done := make(chan struct{})
 		go func() { d.turns.Wait(); close(done) }()

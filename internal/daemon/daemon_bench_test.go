@@ -38,7 +38,7 @@ func benchDaemon(b *testing.B) *daemontest.Daemon {
 	cfg.Bindings = []config.Binding{{
 		ID: "b-builtin", Handle: "@agent", Runtime: "builtin:test", Command: exe,
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
-		System: config.BuiltinFraming, Supervised: true, Resident: true,
+		System: config.BuiltinFraming, Supervised: true, Resident: true, Spare: new(int),
 	}}
 	return daemontest.New(b, cfg, daemontest.Options{Log: zap.NewNop()})
 }

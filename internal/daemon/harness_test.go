@@ -48,6 +48,15 @@ type harness struct {
 	agentQuiet              time.Duration // how long an agent run waits for more output (0: the default)
 	mu                      sync.Mutex
 	evic                    []string // "key reason", in order
+	// spares hears of every spare process as it becomes ready (pid 0: one
+	// that failed to start).
+	spares chan readySpare
+}
+
+// readySpare is a spare process that became ready.
+type readySpare struct {
+	binding string
+	pid     int
 }
 
 // recordTo makes the first binding's agent record what it gets (--record)
@@ -86,7 +95,7 @@ func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Conf
 	for _, f := range tweak {
 		f(cfg)
 	}
-	h := &harness{t: t, dir: dir, cfg: cfg, now: now, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
+	h := &harness{t: t, dir: dir, cfg: cfg, now: now, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), spares: make(chan readySpare, 256)}
 	h.open()
 	t.Cleanup(h.close)
 	return h
@@ -94,7 +103,12 @@ func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Conf
 
 func (h *harness) open() {
 	h.t.Helper()
-	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, AgentQuiet: h.agentQuiet, OnEvict: func(k session.Key, r pool.Reason) {
+	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, AgentQuiet: h.agentQuiet, OnSpare: func(b string, pid int) {
+		select {
+		case h.spares <- readySpare{b, pid}:
+		default: // a test that waits for spares reads them long before 256
+		}
+	}, OnEvict: func(k session.Key, r pool.Reason) {
 		h.mu.Lock()
 		h.evic = append(h.evic, k.String()+" "+string(r))
 		h.mu.Unlock()

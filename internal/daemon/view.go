@@ -31,6 +31,9 @@ func (d *Daemon) Sessions() []apitype.Session {
 	return out
 }
 
+// Spares lists the bindings' spare processes (the keeper's).
+func (d *Daemon) Spares() []apitype.Spare { return d.keeper.Spares() }
+
 // SessionOptions returns key k's session options (the keeper's).
 func (d *Daemon) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 	return d.keeper.SessionOptions(k)

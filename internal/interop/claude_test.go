@@ -81,6 +81,9 @@ func claudeBinding(t testing.TB, home string, env map[string]string) config.Bind
 	return config.Binding{
 		ID: "b-claude", Handle: "@claude", Runtime: "claude-agent-acp",
 		Command: bin, Env: e, System: claudeFraming, Supervised: true, Resident: true,
+		// No spare: the tests count and tap the processes their turns
+		// start; TestClaudeSpareTimings sets one.
+		Spare: new(int),
 	}
 }
 

@@ -16,6 +16,7 @@ func exampleBinding(t *testing.T) config.Binding {
 	return config.Binding{
 		ID: "b-example", Handle: "@example", Runtime: "acp-go-sdk-example",
 		Command: realAgent(t, "bin/acp-example-agent"), System: "You are @example.", Supervised: true, Resident: true,
+		Spare: new(int), // the test counts the processes its turns start
 	}
 }
 

@@ -85,6 +85,9 @@ type harness struct {
 
 	td   *daemontest.Daemon
 	feed *feed.Feed
+	// spares hears of every spare process as it becomes ready (pid 0: one
+	// that failed to start).
+	spares chan int
 }
 
 func newHarness(t testing.TB, bindings ...config.Binding) *harness {
@@ -104,7 +107,7 @@ func newHarnessCfg(t testing.TB, tweak func(*config.Config), bindings ...config.
 	for i := range cfg.Bindings {
 		cfg.Bindings[i].TurnTimeout = config.Duration(testTimeout / 2)
 	}
-	h := &harness{t: t, dir: dir, cfg: cfg, log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))}
+	h := &harness{t: t, dir: dir, cfg: cfg, log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), spares: make(chan int, 64)}
 	h.open()
 	t.Cleanup(h.close)
 	return h
@@ -112,7 +115,12 @@ func newHarnessCfg(t testing.TB, tweak func(*config.Config), bindings ...config.
 
 func (h *harness) open() {
 	h.t.Helper()
-	d, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log})
+	d, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, OnSpare: func(_ string, pid int) {
+		select {
+		case h.spares <- pid:
+		default:
+		}
+	}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -116,6 +116,8 @@ type Metrics struct {
 	Notices           *prometheus.CounterVec // binding, severity
 	AgentRuns         prometheus.Counter
 	StrayUpdates      *prometheus.CounterVec // binding
+	SpareProcesses    *prometheus.GaugeVec   // binding
+	SpareEvents       *prometheus.CounterVec // binding, event
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
 	ConfigReloads     *prometheus.CounterVec // result
@@ -284,6 +286,14 @@ func New(version string, g Gauges) *Metrics {
 		Name: "residentd_agent_stray_updates_total",
 		Help: "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.",
 	}, []string{"binding"})
+	m.SpareProcesses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "residentd_spare_processes",
+		Help: "Spare agent processes spawned and initialized ahead, with no key yet, by binding.",
+	}, []string{"binding"})
+	m.SpareEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "residentd_spare_events_total",
+		Help: "Spare agent processes by what happened to them: started, failed (to start), taken (by a cold or restored turn), exited (by itself, before a turn took it), stopped (idle, capacity, shutdown), by binding.",
+	}, []string{"binding", "event"})
 	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_budget_crossings_total",
 		Help: "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.",
@@ -315,7 +325,7 @@ func New(version string, g Gauges) *Metrics {
 		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
 		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
 		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.Notices, m.AgentRuns, m.StrayUpdates, m.BudgetCrossings, m.BudgetRefusals,
+		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.Notices, m.AgentRuns, m.StrayUpdates, m.SpareProcesses, m.SpareEvents, m.BudgetCrossings, m.BudgetRefusals,
 		m.ConfigReloads, m.ReloadBindings, m.ReloadOK,
 		m.gauges,
 		collectors.NewGoCollector(),
@@ -361,6 +371,9 @@ func initVec(v *prometheus.CounterVec, values []string) {
 	}
 }
 
+// SpareEventKinds are the events residentd_spare_events_total counts.
+var SpareEventKinds = []string{"started", "failed", "taken", "exited", "stopped"}
+
 // InitBindings creates the framing-change series for each configured binding
 // so they read 0 before the first change. Binding ids come from config, which
 // keeps the label's cardinality bounded.
@@ -376,6 +389,12 @@ func (m *Metrics) InitBindings(ids []string) {
 	}
 	initVec(m.Compactions, ids)
 	initVec(m.StrayUpdates, ids)
+	for _, id := range ids {
+		m.SpareProcesses.WithLabelValues(id)
+		for _, e := range SpareEventKinds {
+			m.SpareEvents.WithLabelValues(id, e)
+		}
+	}
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)
 		m.IdleGap.WithLabelValues(id)

@@ -70,6 +70,9 @@ type Options struct {
 	// ends (default DefaultAgentQuiet).
 	Runs       *run.Registry
 	AgentQuiet time.Duration
+	// OnSpare, when set, hears of every spare process as it becomes ready
+	// (pid 0: one that failed to start).
+	OnSpare func(binding string, pid int)
 }
 
 // Keeper keeps the agent processes. Create it with New; stop it with Close
@@ -86,10 +89,12 @@ type Keeper struct {
 	backoffBase, backoffCap time.Duration
 	runs                    *run.Registry
 	agentQuiet              time.Duration
+	onSpare                 func(binding string, pid int)
 
 	cgroups *child.Cgroups // nil: agents run without cgroups of their own
 
 	procs sync.Map // agent pid -> *Process, while it lives
+	sp    spares   // the bindings' spare processes (spare.go)
 
 	mu       sync.Mutex                        // guards health, keyLoops, keyOpts, seen and warned
 	health   map[string]*health                // binding id -> what its agents did lately
@@ -149,9 +154,10 @@ func New(o Options) (*Keeper, error) {
 		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
-		runs: o.Runs, agentQuiet: o.AgentQuiet,
+		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,
 	}
 	k.cfg.Store(o.Config)
+	k.sp.init(o.Config)
 	if k.agentQuiet <= 0 {
 		k.agentQuiet = DefaultAgentQuiet
 	}
@@ -181,11 +187,12 @@ func New(o Options) (*Keeper, error) {
 	return k, nil
 }
 
-// Close waits for every exit hook and removes the
-// agents' cgroup. Call it after the pool has stopped the processes.
-// Idempotent.
+// Close stops the spares and their goroutine, waits for every exit hook
+// and removes the agents' cgroup. Call it after the pool has stopped the
+// processes. Idempotent.
 func (k *Keeper) Close() {
 	k.closeOnce.Do(func() {
+		k.StopSpares()
 		k.watchers.Wait()
 		if k.cgroups != nil {
 			if err := k.cgroups.Close(); err != nil {
@@ -207,7 +214,9 @@ func (k *Keeper) conf() *config.Config { return k.cfg.Load() }
 // start: a limit that needs another one is logged, and applies after a
 // restart.
 func (k *Keeper) SetConfig(c *config.Config) {
+	old := k.cfg.Load()
 	k.cfg.Store(c)
+	k.reconfigureSpares(old, c)
 	if k.cgroups == nil {
 		return
 	}

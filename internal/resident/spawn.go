@@ -204,26 +204,35 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 			d.spawnFailed(b.ID, err)
 		}
 	}()
-	spec, release, err := d.agentSpec(k, b, true)
-	if err != nil {
-		return nil, lease.Cold, err
-	}
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
-	bw := &between{k: d, key: k, log: log}
-	spec.Between = bw.add
-	spec.Stray = func(native string, n int) { d.m.Stray(b.ID, n) }
-	t0 := d.now()
-	a, err := acp.Start(ctx, spec, log)
-	if err != nil {
-		release()
-		return nil, lease.Cold, err
+	// What the session needs of its key goes in its request (mcpServers),
+	// so a spare spawned before the key was known serves it.
+	servers, release := d.servers(k, b)
+	hook := func() { release(); exited() }
+	var ap *agentProc
+	for ap == nil {
+		if ap = d.takeSpare(b.ID); ap == nil {
+			break
+		}
+		if !ap.bind(k, log, hook) {
+			ap = nil // it died as it was taken; its exit was counted
+			continue
+		}
+		log.Info("took a spare agent", zap.Int("pid", ap.a.Pid()))
 	}
-	bw.mu.Lock()
-	bw.pid = a.Pid()
-	bw.mu.Unlock()
-	d.m.ObserveSpawn(d.now().Sub(t0))
-	d.recordAgent(a, k, b.Command, log)
-	d.watchExit(a, k, log, func() { bw.end("exit"); release(); exited() })
+	if ap == nil {
+		d.makeRoom()
+		if ap, err = d.startAgent(ctx, b, k, log); err != nil {
+			release()
+			return nil, lease.Cold, err
+		}
+		if !ap.bind(k, log, hook) {
+			release()
+			return nil, lease.Cold, fmt.Errorf("agent pid %d exited before its session opened: %w", ap.a.Pid(), ap.a.ExitErr())
+		}
+	}
+	a, bw := ap.a, ap.bw
+	a.SetMCPServers(servers)
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
@@ -336,36 +345,112 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config
 	return d.live(p), nil
 }
 
-// agentSpec is how to start binding b's agent for key k, and a release
-// func to call once that process has exited (it revokes the channel tools'
-// capability). tools false leaves the channel tools out.
-func (d *Keeper) agentSpec(k session.Key, b config.Binding, tools bool) (acp.Spec, func(), error) {
+// agentSpec is how to start binding b's agent. Nothing in it is specific
+// to a key, so a spare started with it fits any key: what a session needs
+// of its key goes in the session request (see servers).
+func (d *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	dir := b.Dir
 	if dir == "" {
 		dir = filepath.Join(d.conf().StateDir, "work", b.ID)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return acp.Spec{}, nil, fmt.Errorf("create working dir: %w", err)
+		return acp.Spec{}, fmt.Errorf("create working dir: %w", err)
 	}
 	env := make([]string, 0, len(b.Env))
 	for k, v := range b.Env {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
+	return acp.Spec{
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask, SessionMeta: d.sessionMeta(b),
+		MCPServers: []sdk.McpServer{}, Grace: time.Duration(d.conf().AgentGrace), CancelGrace: time.Duration(d.conf().AgentCancelGrace),
+		Cgroups: d.cgroups, Limits: limitsOf(b),
+	}, nil
+}
+
+// servers are the MCP servers of key k's session (the channel tools, with
+// a capability scoped to k's channel) and a release func to call once its
+// process has exited (it revokes the capability).
+func (d *Keeper) servers(k session.Key, b config.Binding) ([]sdk.McpServer, func()) {
 	mcp := []sdk.McpServer{}
 	release := func() {}
-	if tools && d.mcp != nil && b.ToolsOn() {
+	if d.mcp != nil && b.ToolsOn() {
 		servers, rel := d.mcp(k, b)
 		mcp = append(mcp, servers...)
 		if rel != nil {
 			release = rel
 		}
 	}
-	return acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask, SessionMeta: d.sessionMeta(b),
-		MCPServers: mcp, Grace: time.Duration(d.conf().AgentGrace), CancelGrace: time.Duration(d.conf().AgentCancelGrace),
-		Cgroups: d.cgroups, Limits: limitsOf(b),
-	}, release, nil
+	return mcp, release
+}
+
+// agentProc is an agent process as the one spawn path started it: for a
+// turn's key at once, or as a spare that learns its key when a turn takes
+// it.
+type agentProc struct {
+	a       *acp.Agent
+	bw      *between
+	binding string
+	born    time.Time
+
+	mu   sync.Mutex
+	hook func() // what its exit runs once it is bound to a key (the pool's hook)
+	gone bool   // it exited
+}
+
+// exit runs on the reaper once the process is gone.
+func (p *agentProc) exit(d *Keeper) {
+	p.mu.Lock()
+	p.gone = true
+	f := p.hook
+	p.mu.Unlock()
+	if f != nil {
+		f()
+		return
+	}
+	d.spareExited(p)
+}
+
+// bind gives the process to key k: its output between prompts becomes k's
+// agent runs, and hook runs at its exit. False when it already exited.
+func (p *agentProc) bind(k session.Key, log *zap.Logger, hook func()) bool {
+	p.bw.mu.Lock()
+	p.bw.key, p.bw.log = k, log
+	p.bw.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone {
+		return false
+	}
+	p.hook = hook
+	return true
+}
+
+// startAgent is the one way an agent process starts, for a turn's key or
+// as a spare (k then names only the binding): contained (own process
+// group, cgroup and limits, cleaned environment), initialized, recorded for
+// the startup sweep, its exit watched.
+func (d *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key, log *zap.Logger) (*agentProc, error) {
+	spec, err := d.agentSpec(b)
+	if err != nil {
+		return nil, err
+	}
+	bw := &between{k: d, key: k, log: log}
+	spec.Between = bw.add
+	spec.Stray = func(native string, n int) { d.m.Stray(b.ID, n) }
+	t0 := d.now()
+	a, err := acp.Start(ctx, spec, log)
+	if err != nil {
+		return nil, err
+	}
+	bw.mu.Lock()
+	bw.pid = a.Pid()
+	bw.mu.Unlock()
+	d.m.ObserveSpawn(d.now().Sub(t0))
+	d.recordAgent(a, k, b.Command, log)
+	p := &agentProc{a: a, bw: bw, binding: b.ID, born: d.now()}
+	d.watchExit(a, k, log, func() { bw.end("exit"); p.exit(d); d.kickSpares() })
+	return p, nil
 }
 
 // live registers s for the sessions listing until its process is reaped.

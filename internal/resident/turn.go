@@ -42,6 +42,7 @@ func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p
 	if err := d.applyPolicy(ctx, p, b, log); err != nil {
 		return Prepared{}, err
 	}
+	d.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
 	n, due, facts := p.Brief()
 	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts}, nil
 }

@@ -111,3 +111,65 @@ func TestAgentFetchesTruncatedMessageThroughMCP(t *testing.T) {
 		t.Fatalf("tokens after fresh: %d", len(toks))
 	}
 }
+
+// A spare spawned at the daemon's start, before any key was known, serves
+// two channels' keys, each with its own channel's capability: the key's
+// MCP server goes in its session request, never in the process's
+// environment.
+func TestSpareServesAnyKeyWithItsOwnCapability(t *testing.T) {
+	ready := make(chan int, 8)
+	one := 1
+	e := newEnvWith(t, func(b string, pid int) { ready <- pid }, func(dir string) config.Binding {
+		b := builtinBinding(t, "b-builtin", dir)
+		b.Spare, b.SpareAtStart = &one, true
+		return b
+	})
+	ctx := context.Background()
+	long := strings.Repeat("stack frame ", 166) + "end!!!!!"
+	e.put(msg("ch-one", "m1", 1, long), msg("ch-one", "q1", 2, "@agent why?"))
+	e.put(msg("ch-two", "m1", 1, "first"), msg("ch-two", "m2", 2, long), msg("ch-two", "m3", 3, "third"), msg("ch-two", "q1", 4, "@agent why?"))
+	spare := func() int {
+		t.Helper()
+		select {
+		case pid := <-ready:
+			return pid
+		case <-time.After(30 * time.Second):
+			t.Fatal("no spare became ready within 30s")
+			return 0
+		}
+	}
+	for _, c := range []struct {
+		ch      string
+		history string
+	}{{"ch-one", "2"}, {"ch-two", "4"}} {
+		pid := spare()
+		var started apitype.Event
+		done, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: c.ch, Binding: "b-builtin", MessageID: "q1", Text: "@agent why?"}, func(ev apitype.Event) {
+			if ev.Event == apitype.EventStarted {
+				started = ev
+			}
+		})
+		if err != nil {
+			t.Fatalf("turn %s: %v", c.ch, err)
+		}
+		if started.Pid != pid {
+			t.Fatalf("%s: turn ran on pid %d, not the spare %d", c.ch, started.Pid, pid)
+		}
+		// The agent read its own channel through channel_history: the
+		// rows of that channel's timeline, the long line whole.
+		if got := fields(done.Text); got["history"] != c.history || got["full"] != "2000" {
+			t.Fatalf("%s: reply %q, want history=%s full=2000", c.ch, done.Text, c.history)
+		}
+		toks := e.tokens(session.Key{Channel: c.ch, Binding: "b-builtin"})
+		if len(toks) != 1 {
+			t.Fatalf("%s: %d capabilities issued, want 1", c.ch, len(toks))
+		}
+		if _, err := e.c.ChannelHistory(ctx, toks[0], client.HistoryQuery{}); err != nil {
+			t.Fatalf("%s: its capability: %v", c.ch, err)
+		}
+		other := map[string]string{"ch-one": "ch-two", "ch-two": "ch-one"}[c.ch]
+		if _, err := e.c.ChannelHistory(ctx, toks[0], client.HistoryQuery{Channel: other}); !client.IsCode(err, "out_of_scope") {
+			t.Fatalf("%s: its capability read %s: %v", c.ch, other, err)
+		}
+	}
+}

@@ -73,6 +73,13 @@ func builtinBinding(t *testing.T, id, dir string) config.Binding {
 
 func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 	t.Helper()
+	return newEnvWith(t, nil, bindings...)
+}
+
+// newEnvWith is newEnv whose daemon tells onSpare of every spare process
+// as it becomes ready.
+func newEnvWith(t *testing.T, onSpare func(binding string, pid int), bindings ...func(dir string) config.Binding) *env {
+	t.Helper()
 	dir := t.TempDir()
 	sockDir, err := os.MkdirTemp("", "rd")
 	if err != nil {
@@ -103,7 +110,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 		return servers, release
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	h := daemontest.New(t, cfg, daemontest.Options{Log: log, MCP: hook})
+	h := daemontest.New(t, cfg, daemontest.Options{Log: log, MCP: hook, OnSpare: onSpare})
 	e.st, e.d = h.Store, h.Daemon
 	ln, err := api.Listen(e.socket)
 	if err != nil {

@@ -1,0 +1,420 @@
+package resident
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/child"
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/session"
+)
+
+// Spares are agent processes spawned and initialized ahead for a binding,
+// with no key yet, so a cold or restored turn takes one (and sends its
+// session/new or session/resume on it) instead of waiting for a spawn. They
+// start through the one spawn path (startAgent), so they are contained like
+// any agent; nothing in a process is specific to a key (see agentSpec), so
+// any spare fits any key of its binding.
+//
+// One goroutine keeps them (RunSpares starts it, Close stops it): it
+// starts a binding's spares, one at a time, while the binding had a turn
+// within idle_timeout (or has spare_at_start), it has fewer than its
+// spare setting, and the pool's processes and all spares together stay
+// below max_processes; it stops a binding's spares once the binding has
+// been idle for idle_timeout. A spare that fails to start, or exits before
+// a turn took it, counts as a failure of its binding's agent in the crash
+// loop, whose backoff the goroutine waits out like a turn would.
+type spares struct {
+	mu       sync.Mutex
+	ready    map[string][]*agentProc // binding id -> its spares, oldest first
+	starting int                     // spares being started (the goroutine starts one at a time)
+	lastTurn map[string]time.Time    // binding id -> its last turn (or the start, with spare_at_start)
+
+	// want is each binding's spare setting, in configuration order, for
+	// the bindings that have one: read once, when the keeper is made.
+	want []bindingSpares
+
+	kick     chan struct{} // wakes the goroutine: a turn, an exit
+	poolLive func() int    // the pool's processes (alive, starting or stopping)
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	closed   bool
+}
+
+// bindingSpares is a binding's spare setting.
+type bindingSpares struct {
+	id      string
+	n       int
+	atStart bool
+}
+
+// init reads the bindings' spare settings.
+func (s *spares) init(cfg *config.Config) {
+	*s = spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+	for _, b := range cfg.Bindings {
+		if n := b.Spares(); n > 0 {
+			s.want = append(s.want, bindingSpares{b.ID, n, b.SpareAtStart})
+		}
+	}
+}
+
+// reconfigureSpares puts a reloaded config's spare settings in force: the
+// spares of a binding that was removed, or whose processes a changed
+// setting replaces (config.Binding.SameProcess), stop, as do those above a
+// lowered spare setting; the goroutine then starts what is missing.
+func (d *Keeper) reconfigureSpares(old, n *config.Config) {
+	s := &d.sp
+	var stop []*agentProc
+	s.mu.Lock()
+	var want []bindingSpares
+	for _, b := range n.Bindings {
+		if c := b.Spares(); c > 0 {
+			want = append(want, bindingSpares{b.ID, c, b.SpareAtStart})
+		}
+	}
+	s.want = want
+	for id, list := range s.ready {
+		nb, ok := n.Binding(id)
+		ob, _ := old.Binding(id)
+		keep := 0
+		if ok && ob.SameProcess(&nb) {
+			keep = min(len(list), nb.Spares())
+		}
+		stop = append(stop, list[keep:]...)
+		s.ready[id] = list[:keep]
+		d.m.SpareProcesses.WithLabelValues(id).Set(float64(keep))
+	}
+	closed := s.closed
+	if len(stop) > 0 && !closed {
+		// Off the reload's path: stopping waits for the agents' grace.
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	if closed {
+		d.stopEach(stop, "reload")
+		return
+	}
+	if len(stop) > 0 {
+		go func() {
+			defer s.wg.Done()
+			d.stopEach(stop, "reload")
+		}()
+	}
+	d.kickSpares()
+}
+
+// spares reports binding's spare setting.
+func (s *spares) of(binding string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.want {
+		if w.id == binding {
+			return w.n
+		}
+	}
+	return 0
+}
+
+// RunSpares starts the goroutine that keeps the bindings' spares; live
+// counts the pool's processes, for max_processes. Call it once, after the
+// pool exists; Close stops it. A keeper it is never called on keeps no
+// spares.
+func (d *Keeper) RunSpares(live func() int) {
+	s := &d.sp
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.stop != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop, s.poolLive = cancel, live
+	for _, w := range s.want {
+		if w.atStart {
+			s.lastTurn[w.id] = d.now()
+		}
+	}
+	s.wg.Add(1)
+	go d.keepSpares(ctx)
+}
+
+// StopSpares stops the goroutine and every spare, for good: a daemon
+// that shuts down calls it first, Close again. Idempotent.
+func (d *Keeper) StopSpares() {
+	s := &d.sp
+	s.mu.Lock()
+	s.closed = true
+	stop := s.stop
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.wg.Wait()
+	s.mu.Lock()
+	var all []*agentProc
+	for id, list := range s.ready {
+		all = append(all, list...)
+		delete(s.ready, id)
+		d.m.SpareProcesses.WithLabelValues(id).Set(0)
+	}
+	s.mu.Unlock()
+	d.stopEach(all, "shutdown")
+}
+
+// spareWanted notes a turn of binding that got its process (Prepare calls
+// it): its spares are kept, and started now, for idle_timeout from now.
+// Once the turn's process is ready, so a replacement spare's spawn does
+// not compete with the turn's own session request for the machine, and
+// never for a binding whose agent cannot start.
+func (d *Keeper) spareWanted(binding string) {
+	s := &d.sp
+	if s.of(binding) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.lastTurn[binding] = d.now()
+	s.mu.Unlock()
+	d.kickSpares()
+}
+
+// kickSpares wakes the goroutine without waiting for it.
+func (d *Keeper) kickSpares() {
+	select {
+	case d.sp.kick <- struct{}{}:
+	default:
+	}
+}
+
+// takeSpare hands out binding's oldest spare, or nil when it has none.
+func (d *Keeper) takeSpare(binding string) *agentProc {
+	s := &d.sp
+	s.mu.Lock()
+	list := s.ready[binding]
+	if len(list) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	p := list[0]
+	s.ready[binding] = list[1:]
+	n := len(list) - 1
+	s.mu.Unlock()
+	d.m.SpareProcesses.WithLabelValues(binding).Set(float64(n))
+	d.m.SpareEvents.WithLabelValues(binding, "taken").Inc()
+	return p
+}
+
+// makeRoom stops the oldest spare when a turn's spawn (the pool counts it
+// already) takes every process to more than max_processes: the key-bound
+// processes come first.
+func (d *Keeper) makeRoom() {
+	s := &d.sp
+	s.mu.Lock()
+	poolLive := s.poolLive
+	s.mu.Unlock()
+	if poolLive == nil {
+		return
+	}
+	live := poolLive() // outside mu: it takes the pool's lock
+	s.mu.Lock()
+	var oldest *agentProc
+	n := s.starting
+	for _, list := range s.ready {
+		n += len(list)
+		if len(list) > 0 && (oldest == nil || list[0].born.Before(oldest.born)) {
+			oldest = list[0]
+		}
+	}
+	if oldest == nil || live+n <= d.conf().ProcessCap() {
+		s.mu.Unlock()
+		return
+	}
+	s.ready[oldest.binding] = s.ready[oldest.binding][1:]
+	left := len(s.ready[oldest.binding])
+	s.mu.Unlock()
+	d.m.SpareProcesses.WithLabelValues(oldest.binding).Set(float64(left))
+	d.stopEach([]*agentProc{oldest}, "capacity")
+}
+
+// spareExited is an unbound process's exit: a spare that died before a
+// turn took it is dropped and counts as a failure of its binding's agent.
+func (d *Keeper) spareExited(p *agentProc) {
+	s := &d.sp
+	s.mu.Lock()
+	list := s.ready[p.binding]
+	found := false
+	for i, q := range list {
+		if q == p {
+			s.ready[p.binding] = append(list[:i:i], list[i+1:]...)
+			found = true
+			break
+		}
+	}
+	left := len(s.ready[p.binding])
+	s.mu.Unlock()
+	if !found {
+		return // taken meanwhile, or being stopped
+	}
+	d.m.SpareProcesses.WithLabelValues(p.binding).Set(float64(left))
+	d.m.SpareEvents.WithLabelValues(p.binding, "exited").Inc()
+	err := fmt.Errorf("spare agent pid %d of binding %q exited before a turn took it: %w", p.a.Pid(), p.binding, p.a.ExitErr())
+	d.log.Warn("spare agent exited", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("stderr", p.a.StderrTail()), zap.Error(err))
+	d.spawnFailed(p.binding, err)
+	d.kickSpares()
+}
+
+// stopEach stops spares the keeper no longer keeps, counted by why.
+func (d *Keeper) stopEach(ps []*agentProc, why string) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		// Out of the list already: its exit does not count as a death.
+		d.m.SpareEvents.WithLabelValues(p.binding, "stopped").Inc()
+		d.log.Info("spare agent stopped", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("why", why))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.a.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// keepSpares is the spares' goroutine.
+func (d *Keeper) keepSpares(ctx context.Context) {
+	defer d.sp.wg.Done()
+	idle := time.Duration(d.conf().IdleTimeout)
+	tick := time.NewTicker(max(min(idle/10, time.Minute), 10*time.Millisecond))
+	defer tick.Stop()
+	var retry <-chan time.Time
+	for {
+		if wait := d.fillSpares(ctx); wait > 0 && retry == nil {
+			retry = time.After(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.sp.kick:
+		case <-retry:
+			retry = nil
+		case <-tick.C:
+			d.reapSpares()
+		}
+	}
+}
+
+// fillSpares starts the spares the bindings lack, within max_processes,
+// and returns how long to wait before trying again after a failure or a
+// backoff (0: nothing to retry).
+func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
+	s := &d.sp
+	idle := time.Duration(d.conf().IdleTimeout)
+	s.mu.Lock()
+	want := s.want
+	s.mu.Unlock()
+	for _, w := range want {
+		k := session.Key{Binding: w.id}
+		for ctx.Err() == nil {
+			live := s.poolLive() // outside mu: it takes the pool's lock
+			s.mu.Lock()
+			last, had := s.lastTurn[w.id]
+			have := len(s.ready[w.id])
+			total := 0
+			for _, list := range s.ready {
+				total += len(list)
+			}
+			full := live+total >= d.conf().ProcessCap()
+			s.mu.Unlock()
+			if !had || d.now().Sub(last) >= idle || have >= w.n {
+				break
+			}
+			if full {
+				return 0 // an exit wakes the goroutine again
+			}
+			if err := d.checkBackoff(w.id, k); err != nil {
+				return d.backoffBase
+			}
+			log := d.log.Named("agent").With(zap.String("binding", w.id), zap.Bool("spare", true))
+			s.mu.Lock()
+			s.starting++
+			s.mu.Unlock()
+			// Read as a turn's spawn reads it: only to start one.
+			b, _ := d.conf().Binding(w.id)
+			p, err := d.startAgent(ctx, b, k, log)
+			s.mu.Lock()
+			s.starting--
+			if err == nil {
+				s.ready[w.id] = append(s.ready[w.id], p)
+				have = len(s.ready[w.id])
+			}
+			s.mu.Unlock()
+			if err != nil {
+				if ctx.Err() != nil {
+					return 0
+				}
+				d.m.SpareEvents.WithLabelValues(w.id, "failed").Inc()
+				log.Warn("spare agent failed to start", zap.Error(err))
+				d.spawnFailed(w.id, fmt.Errorf("spare: %w", err))
+				if d.onSpare != nil {
+					d.onSpare(w.id, 0)
+				}
+				return d.backoffBase
+			}
+			d.m.SpareEvents.WithLabelValues(w.id, "started").Inc()
+			d.m.SpareProcesses.WithLabelValues(w.id).Set(float64(have))
+			log.Info("spare agent ready", zap.Int("pid", p.a.Pid()))
+			if d.onSpare != nil {
+				d.onSpare(w.id, p.a.Pid())
+			}
+			select {
+			case <-p.a.Done(): // died at once: its exit hook may have run before the append
+				d.spareExited(p)
+			default:
+			}
+		}
+	}
+	return 0
+}
+
+// reapSpares stops the spares of bindings idle for idle_timeout: no turn
+// since, so no spare until their next turn.
+func (d *Keeper) reapSpares() {
+	s := &d.sp
+	idle := time.Duration(d.conf().IdleTimeout)
+	var stop []*agentProc
+	s.mu.Lock()
+	for id, last := range s.lastTurn {
+		if d.now().Sub(last) < idle {
+			continue
+		}
+		delete(s.lastTurn, id)
+		stop = append(stop, s.ready[id]...)
+		delete(s.ready, id)
+		d.m.SpareProcesses.WithLabelValues(id).Set(0)
+	}
+	s.mu.Unlock()
+	d.stopEach(stop, "idle")
+}
+
+// Spares lists the spare processes, by binding then age, for the sessions
+// listing.
+func (d *Keeper) Spares() []apitype.Spare {
+	s := &d.sp
+	s.mu.Lock()
+	var ps []*agentProc
+	for _, w := range s.want {
+		ps = append(ps, s.ready[w.id]...)
+	}
+	s.mu.Unlock()
+	out := make([]apitype.Spare, 0, len(ps))
+	for _, p := range ps {
+		sp := apitype.Spare{Binding: p.binding, Pid: p.a.Pid(), Started: p.born, IdleS: d.now().Sub(p.born).Seconds()}
+		if rss, source, err := child.Memory(sp.Pid); err == nil {
+			sp.RSSBytes, sp.MemorySource = rss, source
+		}
+		out = append(out, sp)
+	}
+	return out
+}
