@@ -561,6 +561,13 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 		return "", a.callErr(ctx, "new session", err)
 	}
 	native := string(resp.SessionId)
+	a.opened(native, resp.ConfigOptions, resp.Modes)
+	return native, nil
+}
+
+// opened routes native, a session the agent just opened, with the options
+// and modes it listed, and hands it the updates that came before its id.
+func (a *Agent) opened(native string, listed []sdk.SessionConfigOption, modes *sdk.SessionModeState) {
 	a.mu.Lock()
 	r, ok := a.routes[native]
 	if !ok {
@@ -568,9 +575,8 @@ func (a *Agent) NewSession(ctx context.Context) (string, error) {
 		a.routes[native] = r
 	}
 	a.releaseEarlyLocked(native, r)
-	r.setOptions(options(resp.ConfigOptions))
-	r.setModes(resp.Modes)
-	return native, nil
+	r.setOptions(options(listed))
+	r.setModes(modes)
 }
 
 // LoadSession runs session/load; the history the agent replays meanwhile is
@@ -624,15 +630,7 @@ func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) 
 			_ = json.Unmarshal(raw, &listed)
 		}
 	}
-	a.mu.Lock()
-	r, ok := a.routes[native]
-	if !ok {
-		r = &route{}
-		a.routes[native] = r
-	}
-	a.releaseEarlyLocked(native, r)
-	r.setOptions(options(listed))
-	r.setModes(resp.Modes)
+	a.opened(native, listed, resp.Modes)
 	return native, nil
 }
 
