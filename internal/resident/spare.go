@@ -55,12 +55,19 @@ type bindingSpares struct {
 
 // init reads the bindings' spare settings.
 func (s *spares) init(cfg *config.Config) {
-	*s = spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+	*s = spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1), want: wantedSpares(cfg)}
+}
+
+// wantedSpares is the spare setting of cfg's bindings that have one, in
+// configuration order.
+func wantedSpares(cfg *config.Config) []bindingSpares {
+	var want []bindingSpares
 	for _, b := range cfg.Bindings {
 		if n := b.Spares(); n > 0 {
-			s.want = append(s.want, bindingSpares{b.ID, n, b.SpareAtStart})
+			want = append(want, bindingSpares{b.ID, n, b.SpareAtStart})
 		}
 	}
+	return want
 }
 
 // reconfigureSpares puts a reloaded config's spare settings in force: the
@@ -71,13 +78,7 @@ func (d *Keeper) reconfigureSpares(old, n *config.Config) {
 	s := &d.sp
 	var stop []*agentProc
 	s.mu.Lock()
-	var want []bindingSpares
-	for _, b := range n.Bindings {
-		if c := b.Spares(); c > 0 {
-			want = append(want, bindingSpares{b.ID, c, b.SpareAtStart})
-		}
-	}
-	s.want = want
+	s.want = wantedSpares(n)
 	for id, list := range s.ready {
 		nb, ok := n.Binding(id)
 		ob, _ := old.Binding(id)
@@ -108,7 +109,7 @@ func (d *Keeper) reconfigureSpares(old, n *config.Config) {
 	d.kickSpares()
 }
 
-// spares reports binding's spare setting.
+// of reports binding's spare setting.
 func (s *spares) of(binding string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
