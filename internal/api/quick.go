@@ -131,7 +131,7 @@ func (q *quick) value(t reflect.Type, depth int) bool {
 		for q.i < len(q.data) {
 			switch q.data[q.i] {
 			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return q.i > start && q.i-start <= 15
+				return q.token(start)
 			case 'e', 'E':
 				if c != 't' && c != 'f' { // true and false have an e
 					return false
@@ -139,8 +139,21 @@ func (q *quick) value(t reflect.Type, depth int) bool {
 			}
 			q.i++
 		}
-		return q.i > start && q.i-start <= 15
+		return q.token(start)
 	}
+}
+
+// token reports whether the number or literal from start is one the scan
+// may pass: short, and a literal spelled whole ("null0" is not null).
+func (q *quick) token(start int) bool {
+	if q.i == start {
+		return false
+	}
+	switch tok := string(q.data[start:q.i]); tok[0] {
+	case 't', 'f', 'n':
+		return tok == "true" || tok == "false" || tok == "null"
+	}
+	return q.i > start && q.i-start <= 15
 }
 
 // object scans an object; keys are checked when t is a struct.
