@@ -70,9 +70,10 @@ type Spec struct {
 	// once they are given up on.
 	Stray func(native string, n int)
 
-	// Cgroups and Limits: see child.Spec.
-	Cgroups *child.Cgroups
-	Limits  child.Limits
+	// Cgroups, Limits and MarkPrefix: see child.Spec.
+	Cgroups    *child.Cgroups
+	Limits     child.Limits
+	MarkPrefix string
 }
 
 // Update is one session/update seen during a prompt, typed as the local
@@ -343,6 +344,7 @@ func (a *Agent) spawn(path string) error {
 		Log:        a.log,
 		Cgroups:    a.spec.Cgroups,
 		Limits:     a.spec.Limits,
+		MarkPrefix: a.spec.MarkPrefix,
 	})
 	if err != nil {
 		return fmt.Errorf("acp: %v: %w", err, ErrStart)

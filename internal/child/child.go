@@ -49,6 +49,11 @@ type Spec struct {
 	// which Limits bound and stopping kills whole.
 	Cgroups *Cgroups
 	Limits  Limits
+	// MarkPrefix, 16 hex digits (MarkPrefixLen), begins the process's mark;
+	// the rest is random. A daemon gives every agent its state file's
+	// prefix, so the next daemon on that file finds a crashed one's agents
+	// by it (SweepMarked). Empty or malformed: the whole mark is random.
+	MarkPrefix string
 }
 
 // Process is one running child in its own process group. Its stdout is read
@@ -112,7 +117,7 @@ func Start(spec Spec) (*Process, error) {
 		closeAll(inR, inW, outR, outW)
 		return nil, fmt.Errorf("child: start %q: stderr pipe: %w", spec.Path, err)
 	}
-	mark := newMark()
+	mark := newMark(spec.MarkPrefix)
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Dir = spec.Dir
 	cmd.Env = append(append(CleanEnv(os.Environ()), spec.Env...), MarkEnv+"="+mark)

@@ -62,7 +62,7 @@ func TestLineageTellsAgentTrees(t *testing.T) {
 	if v := (&Lineage{Self: os.Getpid(), Adopts: true}).Agent(plain, Now()); !v.Agent || !strings.Contains(v.Why, "adopted") {
 		t.Errorf("a child of a subreaper daemon that it did not start as an agent: %+v, want adopted", v)
 	}
-	marked := startSleeper(t, MarkEnv+"="+newMark())
+	marked := startSleeper(t, MarkEnv+"="+newMark(""))
 	if v := l.Agent(marked, Now()); !v.Agent || !strings.Contains(v.Why, MarkEnv) {
 		t.Errorf("a process carrying a mark: %+v, want judged by the mark", v)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,31 @@ func StartTicks(pid int) (uint64, error) {
 // (a random value only the agent's tree inherits) and those in its cgroup.
 func Sweep(recs []Leftover, grace time.Duration) []SweepResult {
 	out := sweepGroups(recs, grace)
+	sweepTrees(out, grace)
+	return out
+}
+
+// SweepMarked stops what an earlier daemon on the same state file left
+// running without a record: every process whose mark begins with prefix
+// (Spec.MarkPrefix), the agent cgroup of each such process, TERM then KILL
+// after grace. Agents this process started, their marks, and the marks in
+// swept (those of the records Sweep was given) are left alone; call it
+// before starting any agent, after Sweep. One result per mark found: Pid,
+// Pgid and StartTicks name the lowest pid carrying it, Escaped counts the
+// processes signalled, Outcome is SweepKilled (or SweepGone when they had
+// exited meanwhile). It reads other processes' environments, which only
+// Linux allows: elsewhere it finds nothing, and only recorded agents are
+// swept.
+func SweepMarked(prefix string, swept []string, grace time.Duration) []SweepResult {
+	if !ValidMarkPrefix(prefix) {
+		return nil
+	}
+	found := markedTrees(prefix, swept)
+	sort.Slice(found, func(i, j int) bool { return found[i].Pid < found[j].Pid })
+	out := make([]SweepResult, len(found))
+	for i, l := range found {
+		out[i] = SweepResult{Leftover: l, Outcome: SweepGone}
+	}
 	sweepTrees(out, grace)
 	return out
 }

@@ -56,10 +56,24 @@ func (l Limits) cgroupFiles() map[string]string {
 	return f
 }
 
-func newMark() string {
+// MarkPrefixLen is the length in hex digits of a mark prefix (Spec.MarkPrefix):
+// half a mark, the other half random per process.
+const MarkPrefixLen = 16
+
+// ValidMarkPrefix reports whether p can begin a mark.
+func ValidMarkPrefix(p string) bool {
+	return len(p) == MarkPrefixLen && strings.Trim(p, "0123456789abcdef") == ""
+}
+
+// newMark is prefix followed by 16 random hex digits, or 32 random ones
+// when prefix is not a valid one: 32 hex digits either way (validMark).
+func newMark(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	if !ValidMarkPrefix(prefix) {
+		return hex.EncodeToString(b[:])
+	}
+	return prefix + hex.EncodeToString(b[:(32-MarkPrefixLen)/2])
 }
 
 // marked reports whether environ (NUL-separated or as a list) carries mark.

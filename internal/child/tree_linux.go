@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -116,6 +119,85 @@ func countMarked(mark string, f func(procfs.Proc) bool) int {
 		}
 	}
 	return n
+}
+
+// markedTrees lists, by mark, the live processes whose mark begins with
+// prefix: for each mark the lowest such pid, its group and start, and its
+// agent cgroup ("" when it is in none). This process, the agents it
+// started and what carries their marks or a mark in skip are left out.
+func markedTrees(prefix string, skip []string) []Leftover {
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil
+	}
+	ownMarks := map[string]bool{}
+	for _, m := range skip {
+		ownMarks[m] = true
+	}
+	own.Lock()
+	for _, p := range own.procs {
+		ownMarks[p.mark] = true
+	}
+	own.Unlock()
+	byMark := map[string]Leftover{}
+	for _, p := range procs {
+		if p.PID == os.Getpid() || lookup(p.PID) != nil {
+			continue
+		}
+		env, err := p.Environ()
+		if err != nil {
+			continue // another user's, or gone
+		}
+		mark := markOf(env)
+		if !validMark(mark) || !strings.HasPrefix(mark, prefix) || ownMarks[mark] {
+			continue
+		}
+		st, err := p.Stat()
+		if err != nil || st.State == "Z" {
+			continue
+		}
+		if l, ok := byMark[mark]; ok && l.Pid < p.PID {
+			continue
+		}
+		byMark[mark] = Leftover{Pid: p.PID, Pgid: st.PGRP, StartTicks: st.Starttime, Mark: mark, Cgroup: agentCgroupOf(p.PID)}
+	}
+	out := make([]Leftover, 0, len(byMark))
+	for _, l := range byMark {
+		out = append(out, l)
+	}
+	return out
+}
+
+// markOf is the mark in environ, "" without one.
+func markOf(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, MarkEnv+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// agentCgroupOf is the agent cgroup pid is in, "" when it is in none: a
+// marked process's agent cgroup holds its agent's tree, including what
+// dropped the mark.
+func agentCgroupOf(pid int) string {
+	mount, err := cgroup2Mount()
+	if err != nil {
+		return ""
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			if dir := filepath.Join(mount, rel); agentCgroup(dir) {
+				return dir
+			}
+		}
+	}
+	return ""
 }
 
 // setRlimits bounds a just-started agent; children inherit the limits at

@@ -45,6 +45,7 @@ func removeCgroup(string) error                      { return nil }
 // descendants are found on Linux only.
 func signalMarked(string, int, syscall.Signal) int { return 0 }
 func liveMarked(string) int                        { return 0 }
+func markedTrees(string, []string) []Leftover      { return nil }
 
 // setRlimits: another process's limits cannot be set here.
 func setRlimits(int, Limits) error { return nil }

@@ -295,10 +295,11 @@ func TestColdReplayIsLean(t *testing.T) {
 // at once (its key was free), so a restart neither loses nor repeats it.
 func TestTurnIsOneCommit(t *testing.T) {
 	h := newHarness(t)
-	// Cold: the run accepted and started, the agent record (durable before
-	// the prompt, for the leftover sweep), then the turn with the new
-	// native id in its one commit (with who the binding's agent is, for the
-	// next daemon start's policy report).
+	// Cold: the run accepted and started, then the turn with the new
+	// native id in its one commit, which carries the agent's record (for
+	// the leftover sweep; a crash before it is covered by the agent's mark)
+	// and who the binding's agent is (for the next daemon start's policy
+	// report).
 	h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: "before the first mention"},
 		channel.Message{ID: "q1", Channel: "ch", Author: "carla", Body: "@agent first"})
 	before := h.st.Commits()
@@ -306,8 +307,8 @@ func TestTurnIsOneCommit(t *testing.T) {
 	if reply(t, first); first.done.Shape != "cold" || first.done.Context.Lines != 1 {
 		t.Fatalf("first turn: %+v", first.done)
 	}
-	if n := h.st.Commits() - before; n != 3 {
-		t.Fatalf("cold turn: %d commits, want 3", n)
+	if n := h.st.Commits() - before; n != 2 {
+		t.Fatalf("cold turn: %d commits, want 2", n)
 	}
 	if native, _ := h.st.NativeID(session.Key{Channel: "ch", Binding: "b-builtin"}); native == "" {
 		t.Fatal("the cold turn did not save its native session id")
@@ -345,13 +346,13 @@ func TestTurnIsOneCommit(t *testing.T) {
 	}
 	// A failed cold turn keeps its agent record and its native id, so the
 	// session it opened can still be restored, and its run: accepted and
-	// started, the agent record, then its end with the native id.
+	// started, then its end with the native id and the agent record.
 	before = h.st.Commits()
 	if r := h.turn(apitype.TurnRequest{Channel: "ch2", Binding: "b-builtin", MessageID: "qf2", Text: "@agent [[fault:fail-turn]]"}); r.err == nil || r.start.Shape != "cold" {
 		t.Fatalf("the cold fault turn: shape %q err %v", r.start.Shape, r.err)
 	}
-	if n := h.st.Commits() - before; n != 3 {
-		t.Fatalf("a failed cold turn made %d commits, want 3", n)
+	if n := h.st.Commits() - before; n != 2 {
+		t.Fatalf("a failed cold turn made %d commits, want 2", n)
 	}
 	if native, _ := h.st.NativeID(session.Key{Channel: "ch2", Binding: "b-builtin"}); native == "" {
 		t.Fatal("a failed cold turn lost its native session id")

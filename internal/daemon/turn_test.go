@@ -334,11 +334,12 @@ func TestFailedLoadFallsBackToCold(t *testing.T) {
 }
 
 // TestEvictingColdTurnAddsNoCommit: a cold turn that evicts the only live
-// process makes a cold turn's commits: its run accepted and started (one
-// record, durable before Submit returns), its agent's record (before the
-// prompt) and its exchange with its run's end; the evicted agent's record
-// is dropped in one of them or a later one, never in a commit of its own.
-// (Two, the issue's target, held before runs were recorded.)
+// process, with no spare, makes two commits: its run accepted and started
+// (durable before Submit returns), then its exchange with its run's end,
+// which carries the new agent's record; the evicted agent's record is
+// dropped in one of them or a later one, never in a commit of its own
+// (issue 24). A crash before the second leaves the new agent unrecorded:
+// the next daemon's startup sweep finds it by its mark.
 func TestEvictingColdTurnAddsNoCommit(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.MaxLive = 1 })
 	r1 := h.mention("ch-a", "b-builtin", "q1", "@agent first")
@@ -355,8 +356,8 @@ func TestEvictingColdTurnAddsNoCommit(t *testing.T) {
 		ag, err := h.st.Agents()
 		return err == nil && !slices.ContainsFunc(ag, func(a store.AgentRecord) bool { return a.Pid == r1.start.Pid })
 	}, testkit.Waiting("the evicted agent %d to be forgotten", r1.start.Pid))
-	if n := h.st.Commits() - before; n > 3 {
-		t.Fatalf("the cold turn that evicted made %d commits, want at most 3", n)
+	if n := h.st.Commits() - before; n > 2 {
+		t.Fatalf("the cold turn that evicted made %d commits, want at most 2", n)
 	}
 	// And the record is gone from the file once the store closes.
 	h.close()

@@ -276,8 +276,9 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	d.m.ObserveSessionReady("new", d.now().Sub(t1))
 	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
 	// The id is saved with the first turn's exchange, in its one commit
-	// (saveNative when the turn fails), so a cold turn costs two commits:
-	// the agent record above and the turn.
+	// (saveNative when the turn fails), which carries the agent record too
+	// (RecordAgent waits for the next write): a cold turn costs the turn's
+	// commit and its run's.
 	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}), lease.Cold, nil
 }
 
@@ -364,7 +365,7 @@ func (d *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	return acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask, SessionMeta: d.sessionMeta(b),
 		MCPServers: []sdk.McpServer{}, Grace: time.Duration(d.conf().AgentGrace), CancelGrace: time.Duration(d.conf().AgentCancelGrace),
-		Cgroups: d.cgroups, Limits: limitsOf(b),
+		Cgroups: d.cgroups, Limits: limitsOf(b), MarkPrefix: d.st.MarkPrefix(),
 	}, nil
 }
 
@@ -466,6 +467,10 @@ func (d *Keeper) live(s *Process) *Process {
 
 // recordAgent notes a spawned agent in the store so that a daemon restarted
 // after a crash can find and stop the process group this one leaves behind.
+// The record rides the store's next write (the turn's own commit, for a
+// cold turn), so it costs no fsync pair; an agent whose record a crash
+// left unwritten is found by its mark, which begins with the store's
+// MarkPrefix (sweepLeftovers).
 func (d *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *zap.Logger) {
 	pid := a.Pid()
 	ticks, err := child.StartTicks(pid)

@@ -17,19 +17,24 @@ const sweepGrace = 3 * time.Second
 // the same store left behind (it crashed, or was killed before it could stop
 // them) and forgets every record: a leftover is stopped only when its pid
 // still names the process that was recorded, so a recycled pid is never
-// signalled. New runs it, before anything can spawn.
+// signalled. Then, on Linux, it stops every process still carrying a mark
+// with the store's prefix: the agents whose records the crash left
+// unwritten (RecordAgent waits for the next write), and their descendants.
+// Elsewhere other processes' environments cannot be read and only recorded
+// agents are swept. New runs it, before anything can spawn.
 func sweepLeftovers(st *store.Store, log *zap.Logger) {
 	recs, err := st.Agents()
 	if err != nil {
-		log.Warn("startup sweep: cannot read agent records; leftovers, if any, stay", zap.Error(err))
-		return
-	}
-	if len(recs) == 0 {
-		return
+		log.Warn("startup sweep: cannot read agent records; recorded leftovers, if any, stay", zap.Error(err))
+		recs = nil
 	}
 	left := make([]child.Leftover, len(recs))
+	swept := make([]string, 0, len(recs))
 	for i, r := range recs {
 		left[i] = child.Leftover{Pid: r.Pid, Pgid: r.Pgid, StartTicks: r.StartTicks, StartedAt: r.StartedAt, Mark: r.Mark, Cgroup: r.Cgroup}
+		if r.Mark != "" {
+			swept = append(swept, r.Mark)
+		}
 	}
 	var killed, spared int
 	for i, res := range child.Sweep(left, sweepGrace) {
@@ -56,5 +61,31 @@ func sweepLeftovers(st *store.Store, log *zap.Logger) {
 			log.Warn("startup sweep: forget agent record failed", zap.Int("pid", r.Pid), zap.Error(err))
 		}
 	}
-	log.Info("startup sweep done", zap.Int("records", len(recs)), zap.Int("stopped", killed), zap.Int("spared", spared))
+	// A mark with the store's prefix is proof enough: only agents started
+	// on this file carry one, and this daemon has started none yet.
+	var unrecorded int
+	for _, res := range child.SweepMarked(st.MarkPrefix(), swept, sweepGrace) {
+		fields := []zap.Field{
+			zap.Int("pid", res.Pid), zap.Int("pgid", res.Pgid), zap.String("mark", res.Mark),
+			zap.String("cgroup", res.Cgroup), zap.String("outcome", res.Outcome),
+		}
+		switch res.Outcome {
+		case child.SweepKilled:
+			unrecorded++
+			killed++
+			log.Info("startup sweep: stopped an unrecorded leftover agent (found by its mark)", append(fields, zap.Int("processes", res.Escaped), zap.Bool("sigkill", res.Forced))...)
+		case child.SweepGone:
+			log.Debug("startup sweep: unrecorded leftover agent already gone", fields...)
+		default:
+			spared++
+			log.Warn("startup sweep: unrecorded leftover agent not stopped", append(fields, zap.Error(res.Err))...)
+		}
+		if res.Err != nil && res.Outcome == child.SweepKilled {
+			log.Warn("startup sweep: unrecorded leftover agent's cgroup not removed", append(fields, zap.Error(res.Err))...)
+		}
+	}
+	if len(recs) == 0 && unrecorded == 0 {
+		return
+	}
+	log.Info("startup sweep done", zap.Int("records", len(recs)), zap.Int("unrecorded", unrecorded), zap.Int("stopped", killed), zap.Int("spared", spared))
 }

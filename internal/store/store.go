@@ -6,6 +6,7 @@
 //	meta
 //	  version                    -> uint64 big-endian schema version
 //	  agent-seen/<binding id>    -> AgentSeen (JSON): the binding's agent as it last started (no migration: absent until then)
+//	  mark-prefix                -> 16 hex digits every agent's mark starts with (no migration: Open adds it)
 //	conversations
 //	  <key>                      bucket per resident key: <channel><binding>, <thread> after them for a thread key (no migration)
 //	    native                   -> native ACP session id
@@ -181,19 +182,21 @@ type Store struct {
 	pending []*write   // writes waiting for the next transaction
 	spare   []*write   // an empty array for pending: a committed group's, reused
 
-	// forget holds the agent records to drop in the next write transaction,
-	// by pid, with the generation each was asked in (see ForgetAgent); seen
-	// the agents seen to write in it, by binding (see SetAgentSeen).
-	fmu     sync.Mutex
-	forget  map[int]uint64
-	forgetN uint64
-	seen    map[string][]byte
+	// agentOps holds the agent records to write or drop in the next write
+	// transaction, by pid (see RecordAgent, ForgetAgent); seen the agents
+	// seen to write in it, by binding (see SetAgentSeen).
+	fmu      sync.Mutex
+	agentOps map[int]agentOp
+	agentN   uint64 // generations of agentOps
+	seen     map[string][]byte
 
 	commits atomic.Int64 // write transactions committed
 	writes  atomic.Int64 // writes committed (several can share a transaction)
 	damage  atomic.Int64 // transactions that panicked (ErrDamaged)
 
 	check CheckReport // what Open's check of the file found
+
+	markPrefix string // see MarkPrefix
 }
 
 // write is one caller's part of a group transaction.
@@ -276,11 +279,11 @@ func (s *Store) commitGroup(group []*write) {
 	}()
 	for len(group) > 0 {
 		failed := -1
-		var forgot map[int]uint64
+		var agents map[int]uint64
 		var seen map[string][]byte
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			var err error
-			if forgot, err = s.applyForget(tx); err != nil {
+			if agents, err = s.applyAgents(tx); err != nil {
 				return err
 			}
 			if seen, err = s.applySeen(tx); err != nil {
@@ -302,7 +305,7 @@ func (s *Store) commitGroup(group []*write) {
 		if err == nil {
 			s.commits.Add(1)
 			s.writes.Add(int64(len(group)))
-			s.forgotten(forgot)
+			s.agentsWritten(agents)
 			s.seenWritten(seen)
 		}
 		for _, w := range group {
@@ -371,12 +374,20 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %q: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error { return migrate(tx, migrations) })
+	var prefix string
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := migrate(tx, migrations); err != nil {
+			return err
+		}
+		p, err := ensureMarkPrefix(tx)
+		prefix = p
+		return err
+	})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %q: %w", path, err)
 	}
-	s := &Store{db: db, path: path, opts: opts, check: check}
+	s := &Store{db: db, path: path, opts: opts, check: check, markPrefix: prefix}
 	if err := s.collectAttachments(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %q: %w", path, err)
@@ -388,7 +399,7 @@ func Open(path string, opts Options) (*Store, error) {
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.forgetPending() {
+		if s.agentsPending() {
 			// The agent records still to drop or to keep go before the
 			// file closes.
 			if err := s.update(func(*bolt.Tx) error { return nil }); err != nil {
