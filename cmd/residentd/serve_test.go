@@ -540,3 +540,106 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 		t.Errorf("records after the sweep and a clean stop: %+v, %v", recs, err)
 	}
 }
+
+// A daemon killed mid-turn, before any commit carried its new agent's
+// record (RecordAgent waits for the next write), leaves that agent's
+// children behind with no record of them; the next daemon on the same
+// state finds them by the state file's mark prefix and stops them before
+// serving.
+func TestRestartSweepsUnrecordedAgentOfACrash(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("needs /proc to read the leftovers' marks:", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cfgPath := filepath.Join(t.TempDir(), "config.json")
+	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": %q,
+		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false, "spare": 0}]}`, exe)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(sockDir(t), "s.sock")
+	args := serveArgs(state, sock, "--config", cfgPath)
+
+	crashed := startProc(t, args, childEnv())
+	waitHealthy(t, crashed, sock)
+	// The turn hangs in the agent: its run is accepted, its agent started,
+	// and nothing has committed the agent's record when the daemon dies.
+	started := make(chan int, 1)
+	turned := make(chan error, 1)
+	c := &client.Client{Socket: sock}
+	defer c.Close()
+	go func() {
+		_, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hang [[fault:hang-turn]]"}, func(ev apitype.Event) {
+			if ev.Event == "started" {
+				started <- ev.Pid
+			}
+		})
+		turned <- err
+	}()
+	var agentPid int
+	select {
+	case agentPid = <-started:
+	case err := <-turned:
+		t.Fatalf("the turn ended before it started: %v", err)
+	case <-crashed.done:
+		t.Fatalf("the daemon exited. Output:\n%s", crashed.out.String())
+	}
+	grand := 0
+	members, err := child.Group(agentPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.Pid != agentPid {
+			grand = m.Pid
+		}
+	}
+	if grand == 0 {
+		t.Fatalf("no grandchild in agent %d's group", agentPid)
+	}
+	grandTicks, err := child.StartTicks(grand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if running(grand, grandTicks) {
+			syscall.Kill(grand, syscall.SIGKILL)
+		}
+	})
+
+	crashed.cmd.Process.Kill()
+	<-crashed.done
+	<-turned
+	if !running(grand, grandTicks) {
+		t.Fatal("the grandchild did not outlive the crashed daemon; nothing to sweep")
+	}
+	st, err := store.Open(filepath.Join(state, "residentd.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.Agents()
+	prefix := st.MarkPrefix()
+	st.Close()
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("records after the crash: %+v %v, want none (the agent's record was to ride the turn's commit)", recs, err)
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", grand))
+	if err != nil || !strings.Contains(string(env), child.MarkEnv+"="+prefix) {
+		t.Fatalf("the grandchild's environment does not carry the state's mark prefix %s (%v)", prefix, err)
+	}
+
+	next := startProc(t, args, childEnv())
+	waitHealthy(t, next, sock)
+	// The sweep runs before the daemon serves.
+	if running(grand, grandTicks) {
+		t.Errorf("grandchild %d of the crashed daemon's unrecorded agent survived the restart. Output:\n%s", grand, next.out.String())
+	}
+	next.waitOutput(t, 30*time.Second, "stopped an unrecorded leftover agent", `"unrecorded":1`, `"stopped":1`)
+	if next.stop(20*time.Second) != nil {
+		t.Fatal("daemon did not stop")
+	}
+}

@@ -75,8 +75,8 @@ func Sweep(recs []Leftover, grace time.Duration) []SweepResult {
 // swept (those of the records Sweep was given) are left alone; call it
 // before starting any agent, after Sweep. One result per mark found: Pid,
 // Pgid and StartTicks name the lowest pid carrying it, Escaped counts the
-// processes signalled, Outcome is SweepKilled (or SweepGone when they had
-// exited meanwhile). It reads other processes' environments, which only
+// processes carrying it that were stopped, Outcome is SweepKilled (or
+// SweepGone when they had exited meanwhile). It reads other processes' environments, which only
 // Linux allows: elsewhere it finds nothing, and only recorded agents are
 // swept.
 func SweepMarked(prefix string, swept []string, grace time.Duration) []SweepResult {
@@ -86,10 +86,20 @@ func SweepMarked(prefix string, swept []string, grace time.Duration) []SweepResu
 	found := markedTrees(prefix, swept)
 	sort.Slice(found, func(i, j int) bool { return found[i].Pid < found[j].Pid })
 	out := make([]SweepResult, len(found))
+	live := make([]int, len(found))
 	for i, l := range found {
 		out[i] = SweepResult{Leftover: l, Outcome: SweepGone}
+		live[i] = liveMarked(l.Mark)
 	}
 	sweepTrees(out, grace)
+	// The cgroup's TERM can end the marked processes before they are
+	// counted by mark: what ran when the sweep began is what it stopped.
+	for i := range out {
+		out[i].Escaped = max(out[i].Escaped, live[i])
+		if out[i].Escaped > 0 {
+			out[i].Outcome = SweepKilled
+		}
+	}
 	return out
 }
 

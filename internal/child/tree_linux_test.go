@@ -72,9 +72,16 @@ func newTok() string { return strconv.Itoa(int(time.Now().UnixNano()%1e8) + os.G
 // its descendants run; tok finds them.
 func startTree(t *testing.T, cg *Cgroups, clearEnv bool) (p *Process, tok string) {
 	t.Helper()
+	return startTreeMarked(t, cg, clearEnv, "")
+}
+
+// startTreeMarked is startTree with the agent's mark beginning with prefix
+// (Spec.MarkPrefix).
+func startTreeMarked(t *testing.T, cg *Cgroups, clearEnv bool, prefix string) (p *Process, tok string) {
+	t.Helper()
 	tok = newTok()
 	script, want := treeScript(tok, clearEnv)
-	p, err := Start(Spec{Path: "/bin/sh", Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Cgroups: cg})
+	p, err := Start(Spec{Path: "/bin/sh", Args: []string{"-c", script}, Dir: t.TempDir(), Grace: 300 * time.Millisecond, Cgroups: cg, MarkPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +193,68 @@ func TestSweepEscapedDescendants(t *testing.T) {
 				if _, err := os.Stat(rec.Cgroup); !os.IsNotExist(err) {
 					t.Errorf("leftover cgroup %s still exists", rec.Cgroup)
 				}
+			}
+		})
+	}
+}
+
+// A crashed daemon's agent whose record was never written: SweepMarked
+// finds its tree by the mark prefix alone (and, with a cgroup, what
+// dropped the mark too), and leaves alone a tree marked with another
+// prefix, a tree this process started and still runs, and marks the
+// caller swept already.
+func TestSweepMarkedFindsUnrecordedAgents(t *testing.T) {
+	for _, withCgroup := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cgroup=%v", withCgroup), func(t *testing.T) {
+			var cg *Cgroups
+			if withCgroup {
+				cg = openCgroupsOrSkip(t)
+			}
+			prefix, other := newMark("")[:MarkPrefixLen], newMark("")[:MarkPrefixLen]
+			lost, lostTok := startTreeMarked(t, cg, withCgroup, prefix)
+			if !strings.HasPrefix(lost.Mark(), prefix) || !validMark(lost.Mark()) {
+				t.Fatalf("mark %q, want 32 hex digits beginning with %s", lost.Mark(), prefix)
+			}
+			_, lostWant := treeScript(lostTok, withCgroup)
+			lostCgroup := lost.Cgroup()
+			stranger, strangerTok := startTreeMarked(t, nil, false, other)
+			_, strangerWant := treeScript(strangerTok, false)
+			live, liveTok := startTreeMarked(t, nil, false, prefix)
+			_, liveWant := treeScript(liveTok, false)
+			skipped, skippedTok := startTreeMarked(t, nil, false, prefix)
+			_, skippedWant := treeScript(skippedTok, false)
+
+			// What a crashed daemon leaves: the trees, without their supervisor.
+			lost.abandon(t)
+			skipped.abandon(t)
+			stranger.abandon(t)
+			t.Cleanup(func() {
+				signalMarked(stranger.Mark(), 0, syscall.SIGKILL)
+				signalMarked(skipped.Mark(), 0, syscall.SIGKILL)
+			})
+			waitCount(t, lostTok, lostWant, "after the crash")
+
+			res := SweepMarked(prefix, []string{skipped.Mark()}, 300*time.Millisecond)
+			waitCount(t, lostTok, 0, "after the sweep")
+			if len(res) != 1 || res[0].Mark != lost.Mark() || res[0].Outcome != SweepKilled || res[0].Escaped == 0 || res[0].Cgroup != lostCgroup {
+				t.Fatalf("sweep = %+v, want the lost tree (mark %s, cgroup %q) alone, killed", res, lost.Mark(), lostCgroup)
+			}
+			if withCgroup {
+				if _, err := os.Stat(lostCgroup); !os.IsNotExist(err) {
+					t.Errorf("leftover cgroup %s still exists", lostCgroup)
+				}
+			}
+			waitCount(t, strangerTok, strangerWant, "another prefix's tree after the sweep")
+			waitCount(t, skippedTok, skippedWant, "a swept mark's tree after the sweep")
+			// The live agent itself counts too: the tree is the shell and its descendants.
+			waitCount(t, liveTok, liveWant, "this process's own agent after the sweep")
+			select {
+			case <-live.Done():
+				t.Fatal("this process's own agent was stopped")
+			default:
+			}
+			if got := SweepMarked("not-a-prefix", nil, time.Second); got != nil {
+				t.Errorf("an invalid prefix swept %+v", got)
 			}
 		})
 	}
