@@ -318,3 +318,16 @@ func startShLimits(t *testing.T, script string, l Limits) *Process {
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
+
+// BenchmarkSweepMarkedNone is what the mark scan adds to every daemon
+// start that finds nothing: one look at every process's environment.
+func BenchmarkSweepMarkedNone(b *testing.B) {
+	prefix := newMark("")[:MarkPrefixLen]
+	procs, _ := All()
+	b.ReportMetric(float64(len(procs)), "processes")
+	for range b.N {
+		if res := SweepMarked(prefix, nil, time.Second); len(res) != 0 {
+			b.Fatalf("swept %+v", res)
+		}
+	}
+}

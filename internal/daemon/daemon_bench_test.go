@@ -71,20 +71,25 @@ func BenchmarkWarmTurn(b *testing.B) {
 
 // BenchmarkColdTurn is one cold turn: spawn + initialize + session/new +
 // prompt (the key is started fresh before each turn, outside the timer).
+// It reports the store commits per turn (each one two fsyncs).
 func BenchmarkColdTurn(b *testing.B) {
 	h := benchDaemon(b)
 	d := h.Daemon
 	k := session.Key{Channel: "ch", Binding: "b-builtin"}
+	var commits int64
 	for range b.N {
 		b.StopTimer()
 		if _, err := d.Fresh(k); err != nil {
 			b.Fatal(err)
 		}
+		before := h.Store.Commits()
 		b.StartTimer()
 		if ev := benchTurn(b, d, "ch"); ev.Shape != "cold" {
 			b.Fatalf("shape %s", ev.Shape)
 		}
+		commits += h.Store.Commits() - before
 	}
+	b.ReportMetric(float64(commits)/float64(b.N), "commits/turn")
 }
 
 // BenchmarkSessionReady is the time from starting an agent process to a
