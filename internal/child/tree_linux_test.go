@@ -224,10 +224,18 @@ func TestSweepMarkedFindsUnrecordedAgents(t *testing.T) {
 			skipped, skippedTok := startTreeMarked(t, nil, false, prefix)
 			_, skippedWant := treeScript(skippedTok, false)
 
-			// What a crashed daemon leaves: the trees, without their supervisor.
-			lost.abandon(t)
-			skipped.abandon(t)
-			stranger.abandon(t)
+			// What a crashed daemon leaves: the trees, without their
+			// supervisor. All three leaders die before any reap is awaited,
+			// so their output drains run side by side.
+			for _, p := range []*Process{lost, skipped, stranger} {
+				p.abandoned.Store(true)
+				if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range []*Process{lost, skipped, stranger} {
+				waitDone(t, p)
+			}
 			t.Cleanup(func() {
 				signalMarked(stranger.Mark(), 0, syscall.SIGKILL)
 				signalMarked(skipped.Mark(), 0, syscall.SIGKILL)
