@@ -400,7 +400,7 @@ func Open(path string, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		if s.agentsPending() {
-			// The agent records still to drop or to keep go before the
+			// The agent records still to write or to drop go before the
 			// file closes.
 			if err := s.update(func(*bolt.Tx) error { return nil }); err != nil {
 				s.closeErr = fmt.Errorf("store: close %q: write pending agent records: %w", s.path, err)
