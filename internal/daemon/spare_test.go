@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/residentd/residentd/apitype"
@@ -104,6 +105,16 @@ func TestColdAndRestoredTurnsTakeASpare(t *testing.T) {
 	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "taken")); n != 1 {
 		t.Fatalf("spares taken: %v, want 1", n)
 	}
+	// The spare opened its session ahead, and the cold turn started on it
+	// without a session/new of its own; the replacement opened one too.
+	for ev, want := range map[string]float64{"session_opened": 2, "session_used": 1, "session_dropped": 0} {
+		if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", ev)); n != want {
+			t.Fatalf("spare %s: %v, want %v", ev, n, want)
+		}
+	}
+	if n := histCount(t, h.m.SessionReady.WithLabelValues("new").(prometheus.Histogram)); n != 1 {
+		t.Fatalf("turns that waited for session/new: %d, want 1 (the first, before any spare)", n)
+	}
 	if n := testutil.ToFloat64(h.m.SpareProcesses.WithLabelValues("b-builtin")); n != 1 {
 		t.Fatalf("spare gauge: %v, want 1", n)
 	}
@@ -121,6 +132,11 @@ func TestColdAndRestoredTurnsTakeASpare(t *testing.T) {
 	}
 	if f := reply(t, restored); f["turn"] != "2" {
 		t.Fatalf("restored turn on the spare: %q; want the session's second turn", restored.done.Text)
+	}
+	// The restore reopened ch-a's own session: the one the spare opened
+	// ahead was dropped (and closed: the built-in agent has session/close).
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "session_dropped")); n != 1 {
+		t.Fatalf("spare sessions dropped: %v, want 1", n)
 	}
 	if next := h.nextSpare(); next.pid == sp.pid {
 		t.Fatalf("replacement spare has the taken one's pid %d", sp.pid)
