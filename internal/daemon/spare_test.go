@@ -325,3 +325,35 @@ func TestReloadReplacesOrStopsSpares(t *testing.T) {
 		t.Fatalf("spares after spare 0: %+v", got)
 	}
 }
+
+// A restore that ends cold on a spare (the agent can reopen neither way)
+// starts on the session the spare opened ahead: no session/new on the
+// turn's path, and the dropped-session count stays 0.
+func TestRestoreEndingColdUsesTheSparesSession(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		one := 1
+		c.Bindings[0].Spare, c.Bindings[0].SpareAtStart = &one, true
+	})
+	first := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, first)
+	h.close()
+	for len(h.spares) > 0 {
+		<-h.spares // the closed daemon's
+	}
+	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--fault", "restore-fail")
+	h.open()
+	sp := h.nextSpare()
+	r := h.mention("ch", "b-builtin", "q2", "@agent two")
+	reply(t, r)
+	if r.done.Shape != "cold" || r.start.Pid != sp.pid || r.done.Native == first.done.Native {
+		t.Fatalf("turn after a failed restore: %s on pid %d (spare %d), native %s (was %s); want cold on the spare, a new session", r.done.Shape, r.start.Pid, sp.pid, r.done.Native, first.done.Native)
+	}
+	for ev, want := range map[string]float64{"session_opened": 1, "session_used": 1, "session_dropped": 0} {
+		if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", ev)); ev == "session_opened" && n < want || ev != "session_opened" && n != want {
+			t.Fatalf("spare %s: %v, want %v", ev, n, want)
+		}
+	}
+	if n := histCount(t, h.m.SessionReady.WithLabelValues("new").(prometheus.Histogram)); n != 0 {
+		t.Fatalf("turns that waited for session/new: %d, want 0", n)
+	}
+}

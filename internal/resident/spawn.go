@@ -260,11 +260,15 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		want = id
 	}
 	if want != "" {
-		// The key's own session is reopened: the one opened ahead is not.
-		d.dropPre(ap, pre, log)
-		pre = nil
+		// The key's own session is reopened: the one opened ahead is
+		// dropped, after the restore so that its close does not compete
+		// with it. A restore that ends cold starts on it instead.
 		keyServers()
 		how, err := d.restore(ctx, a, b, want, log)
+		if err != nil || how != "" {
+			d.dropPre(ap, pre, log)
+			pre = nil
+		}
 		if err != nil {
 			a.Close()
 			return nil, lease.Cold, err
