@@ -357,3 +357,24 @@ func TestRestoreEndingColdUsesTheSparesSession(t *testing.T) {
 		t.Fatalf("turns that waited for session/new: %d, want 0", n)
 	}
 }
+
+// spare_session false: the spare waits at initialize, and the cold turn
+// that takes it sends its own session/new.
+func TestSpareWithoutASessionAhead(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		one, no := 1, false
+		c.Bindings[0].Spare, c.Bindings[0].SpareAtStart, c.Bindings[0].SpareSession = &one, true, &no
+	})
+	sp := h.nextSpare()
+	r := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, r)
+	if r.done.Shape != "cold" || r.start.Pid != sp.pid {
+		t.Fatalf("turn: %s on pid %d, want cold on the spare %d", r.done.Shape, r.start.Pid, sp.pid)
+	}
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "session_opened")); n != 0 {
+		t.Fatalf("sessions opened ahead: %v, want 0", n)
+	}
+	if n := histCount(t, h.m.SessionReady.WithLabelValues("new").(prometheus.Histogram)); n != 1 {
+		t.Fatalf("turns that waited for session/new: %d, want 1", n)
+	}
+}

@@ -73,23 +73,28 @@ func wantedSpares(cfg *config.Config) []bindingSpares {
 
 // reconfigureSpares puts a reloaded config's spare settings in force: the
 // spares of a binding that was removed, or whose processes a changed
-// setting replaces (config.Binding.SameProcess), stop, as do those above a
-// lowered spare setting; the goroutine then starts what is missing.
-func (d *Keeper) reconfigureSpares(old, n *config.Config) {
+// setting replaces (fits: config.Binding.SameProcess, and the permission
+// policy's session _meta), stop, as do those above a lowered spare
+// setting; the goroutine then starts what is missing.
+func (d *Keeper) reconfigureSpares(_, n *config.Config) {
 	s := &d.sp
 	var stop []*agentProc
 	s.mu.Lock()
 	s.want = wantedSpares(n)
 	for id, list := range s.ready {
 		nb, ok := n.Binding(id)
-		ob, _ := old.Binding(id)
-		keep := 0
-		if ok && ob.SameProcess(&nb) {
-			keep = min(len(list), nb.Spares())
+		var kept []*agentProc
+		for _, p := range list {
+			// What the spare's process, or the session it opened ahead,
+			// was started with still holds.
+			if ok && len(kept) < nb.Spares() && fits(&p.started, &nb, p.a.Info()) {
+				kept = append(kept, p)
+			} else {
+				stop = append(stop, p)
+			}
 		}
-		stop = append(stop, list[keep:]...)
-		s.ready[id] = list[:keep]
-		d.m.SpareProcesses.WithLabelValues(id).Set(float64(keep))
+		s.ready[id] = kept
+		d.m.SpareProcesses.WithLabelValues(id).Set(float64(len(kept)))
 	}
 	closed := s.closed
 	if len(stop) > 0 && !closed {
@@ -439,8 +444,12 @@ type preopened struct {
 // specific to a key: cwd and _meta are the binding's, and the channel
 // tools' capability goes unbound (SpareMCPServers). A binding with tools
 // but no way to issue one opens nothing ahead; a failure only logs, and
-// the spare stays without a session.
+// the spare stays without a session. A binding with spare_session false
+// opens none.
 func (d *Keeper) preopen(ctx context.Context, p *agentProc, b config.Binding, log *zap.Logger) {
+	if !b.SpareSessionOn() {
+		return
+	}
 	servers := []sdk.McpServer{}
 	pre := &preopened{}
 	if d.mcp != nil && b.ToolsOn() {

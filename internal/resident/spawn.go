@@ -215,6 +215,14 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		if ap = d.takeSpare(b.ID); ap == nil {
 			break
 		}
+		if !fits(&ap.started, &b, ap.a.Info()) {
+			// Started before a reload changed what its process or its
+			// sessions are opened with (the reload stops such spares; this
+			// one was taken as it did).
+			d.stopEach([]*agentProc{ap}, "reload")
+			ap = nil
+			continue
+		}
 		if !ap.bind(k, log, hook) {
 			ap = nil // it died as it was taken; its exit was counted
 			continue
@@ -479,6 +487,7 @@ type agentProc struct {
 	a       *acp.Agent
 	bw      *between
 	binding string
+	started config.Binding // the binding it was started with
 	born    time.Time
 
 	mu   sync.Mutex
@@ -541,7 +550,7 @@ func (d *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key
 	bw.mu.Unlock()
 	d.m.ObserveSpawn(d.now().Sub(t0))
 	d.recordAgent(a, k, b.Command, log)
-	p := &agentProc{a: a, bw: bw, binding: b.ID, born: d.now()}
+	p := &agentProc{a: a, bw: bw, binding: b.ID, started: b, born: d.now()}
 	d.watchExit(a, k, log, func() { bw.end("exit"); p.exit(d); d.kickSpares() })
 	return p, nil
 }
