@@ -283,7 +283,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 			}
 		}()
 	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers, Reload: deps.reload, ConfigFile: deps.configFile,
+	d, err := daemon.New(daemon.Options{Config: cfg, Store: st, Metrics: m, Log: log, OnEvict: deps.onEvict, MCP: launcher.Servers, MCPSpare: launcher.Spare, Reload: deps.reload, ConfigFile: deps.configFile,
 		Tracer: tp.Tracer()})
 	if err != nil {
 		ln.Close()

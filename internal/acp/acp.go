@@ -417,6 +417,25 @@ func (a *Agent) Cgroup() string { return a.proc.Cgroup() }
 // CanResume reports the agent's session/resume capability.
 func (a *Agent) CanResume() bool { return a.canResume }
 
+// CanClose reports the agent's session/close capability.
+func (a *Agent) CanClose() bool { return a.canClose }
+
+// CloseSession runs session/close for native, a session nobody will
+// prompt (a spare's session opened ahead that a restored turn did not
+// take), and stops routing its updates. Use it when CanClose.
+func (a *Agent) CloseSession(ctx context.Context, native string) error {
+	if !a.canClose {
+		return fmt.Errorf("close session %q: the agent does not advertise session/close", native)
+	}
+	if _, err := a.conn.CloseSession(ctx, sdk.CloseSessionRequest{SessionId: sdk.SessionId(native)}); err != nil {
+		return a.callErr(ctx, "close session", err)
+	}
+	a.mu.Lock()
+	delete(a.routes, native)
+	a.mu.Unlock()
+	return nil
+}
+
 // steeringSupported reads _meta.steering.supported.
 func steeringSupported(meta map[string]any) bool {
 	st, _ := meta["steering"].(map[string]any)

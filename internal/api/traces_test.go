@@ -233,7 +233,11 @@ type tracedEnv struct {
 	logs   *observer.ObservedLogs
 }
 
-func newTracedEnv(t *testing.T) *tracedEnv {
+func newTracedEnv(t *testing.T) *tracedEnv { return newTracedEnvWith(t, nil, nil) }
+
+// newTracedEnvWith is newTracedEnv with its config changed by mod, whose
+// daemon tells onSpare of each spare as it becomes ready.
+func newTracedEnvWith(t *testing.T, mod func(*config.Config), onSpare func(binding string, pid int)) *tracedEnv {
 	rc := newReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", rc.srv.URL+"/v1/traces")
 	t.Setenv("OTEL_SERVICE_NAME", "residentd-test")
@@ -255,9 +259,12 @@ func newTracedEnv(t *testing.T) *tracedEnv {
 	ask := b
 	ask.ID, ask.Permission, ask.PermissionTimeout = "b-ask", permission.Ask, config.Duration(time.Hour)
 	cfg.Bindings = []config.Binding{b, ask}
+	if mod != nil {
+		mod(cfg)
+	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	e.logs = logs
-	e.h = daemontest.New(t, cfg, daemontest.Options{Log: zap.New(core), Tracer: tp.Tracer(), AgentQuiet: 100 * time.Millisecond})
+	e.h = daemontest.New(t, cfg, daemontest.Options{Log: zap.New(core), Tracer: tp.Tracer(), AgentQuiet: 100 * time.Millisecond, OnSpare: onSpare})
 	sdir, err := os.MkdirTemp("", "rd")
 	if err != nil {
 		t.Fatal(err)
@@ -459,7 +466,7 @@ func TestTraceRestoredTurn(t *testing.T) {
 	if a := m["restore"].Attrs; a["residentd.restore.method"] != "resume" || a["residentd.restore.outcome"] != "ok" {
 		t.Fatalf("restore span attributes %v", a)
 	}
-	if a := m["spawn"].Attrs; a["residentd.shape"] != "restored" || a["residentd.pid"] == "" {
+	if a := m["spawn"].Attrs; a["residentd.shape"] != "restored" || a["residentd.pid"] == "" || a["residentd.spare"] != "false" || a["residentd.spare_session"] != "false" {
 		t.Fatalf("spawn span attributes %v", a)
 	}
 	if m["run"].Attrs["residentd.shape"] != "restored" {
@@ -468,6 +475,39 @@ func TestTraceRestoredTurn(t *testing.T) {
 	noText(t, spans, "refund", "where were we", res.Done.Text)
 	if got, want := e.prompted(t), "00-"+tr+"-"+m["prompt"].SpanID+"-01"; got != want {
 		t.Fatalf("the agent's traceparent %q, want %q", got, want)
+	}
+}
+
+// A cold turn that takes a spare with a session opened ahead: its spawn
+// span says so, and holds no session request of its own.
+func TestTraceColdTurnOnASpare(t *testing.T) {
+	ready := make(chan int, 4)
+	e := newTracedEnvWith(t, func(c *config.Config) {
+		one := 1
+		c.Bindings[0].Spare, c.Bindings[0].SpareAtStart = &one, true
+	}, func(binding string, pid int) { ready <- pid })
+	var pid int
+	select {
+	case pid = <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no spare became ready within 30s")
+	}
+	const tr = "4bf92f3577b34da6a3ce929d0e0e4736"
+	res := e.h.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "m1", Text: "@agent hello",
+		TraceContext: &apitype.TraceContext{Traceparent: "00-" + tr + "-00f067aa0ba902b7-01"}})
+	if res.Err != nil || res.Done.Shape != "cold" || res.Start.Pid != pid {
+		t.Fatalf("turn: shape %q on pid %d, %v; want cold on the spare %d", res.Done.Shape, res.Start.Pid, res.Err, pid)
+	}
+	spans := e.rc.trace(t, e.tp, tr, "run")
+	t.Logf("cold turn on a spare:\n%s", tree(spans))
+	m := byName(t, spans, "run", "spawn", "compose", "prompt")
+	if a := m["spawn"].Attrs; a["residentd.spare"] != "true" || a["residentd.spare_session"] != "true" || a["residentd.shape"] != "cold" {
+		t.Fatalf("spawn span attributes %v", a)
+	}
+	for _, sp := range spans {
+		if sp.Name == "session new" {
+			t.Fatalf("the turn sent session/new of its own: %s", tree(spans))
+		}
 	}
 }
 

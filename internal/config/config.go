@@ -133,7 +133,17 @@ type Binding struct {
 	// without it (the default) they start only after the binding's first
 	// turn since the daemon started.
 	SpareAtStart bool `json:"spare_at_start,omitempty"`
+	// SpareSession has each spare open a session ahead (session/new, the
+	// channel tools' capability bound to no channel until a turn takes
+	// it), so a cold turn that takes the spare starts on it: default true.
+	// False keeps spares at initialize, for less memory (claude-agent-acp
+	// starts the Claude Code CLI for a session).
+	SpareSession *bool `json:"spare_session,omitempty"`
 }
+
+// SpareSessionOn reports whether the binding's spares open a session
+// ahead.
+func (b Binding) SpareSessionOn() bool { return b.SpareSession == nil || *b.SpareSession }
 
 // DefaultSpare is a binding's spare processes when it sets none (see
 // docs/CONFIGURATION.md for the measurement behind it).

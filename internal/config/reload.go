@@ -52,7 +52,7 @@ var BindingClasses = map[string]Class{
 	"limits": ReplaceProcess, "usage_totals": ReplaceProcess, "prices": NextTurn,
 	"retry_interrupted": NextTurn, "bursts": NextTurn,
 	"scope": NextTurn,
-	"spare": AtOnce, "spare_at_start": Restart,
+	"spare": AtOnce, "spare_at_start": Restart, "spare_session": NewProcesses,
 }
 
 // SettingClasses is how each daemon setting (its JSON path) takes effect on

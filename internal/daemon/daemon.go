@@ -66,6 +66,10 @@ var (
 // MCPServers is the channel tools handed to a new agent process.
 type MCPServers = resident.MCPServers
 
+// SpareMCPServers is the channel tools of a session a spare opens ahead,
+// with a capability bound to a key only when a turn takes the session.
+type SpareMCPServers = resident.SpareMCPServers
+
 // Options wires a Daemon.
 type Options struct {
 	Config  *config.Config // defaults set, validated
@@ -73,6 +77,9 @@ type Options struct {
 	Metrics *metrics.Metrics
 	Log     *zap.Logger
 	MCP     MCPServers
+	// MCPSpare is MCP for a spare's session opened ahead; without it a
+	// binding with tools opens none ahead.
+	MCPSpare SpareMCPServers
 	// OnEvict, when set, also hears of every eviction (the demo prints them).
 	OnEvict func(k session.Key, r pool.Reason)
 	// Now is the clock; tests inject one.
@@ -167,7 +174,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	// The keeper reads the daemon's clock, which tests may swap.
 	d.keeper, err = resident.New(resident.Options{
-		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, Ask: d.ask,
+		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, MCPSpare: o.MCPSpare, Ask: d.ask,
 		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
 		Runs: d.runs, AgentQuiet: o.AgentQuiet, OnSpare: o.OnSpare,
 	})

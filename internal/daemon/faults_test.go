@@ -330,6 +330,16 @@ func histSum(t *testing.T, h prometheus.Histogram) float64 {
 	return m.GetHistogram().GetSampleSum()
 }
 
+// histCount is how many observations h has.
+func histCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
 // TestStubbornAgentsAreStopped: an agent that ignores SIGTERM, and one whose
 // grandchild holds stdout open, are both gone (group and all) after "start
 // fresh" and after the daemon closes, and the key serves again in between.

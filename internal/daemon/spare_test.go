@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/residentd/residentd/apitype"
@@ -104,6 +105,16 @@ func TestColdAndRestoredTurnsTakeASpare(t *testing.T) {
 	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "taken")); n != 1 {
 		t.Fatalf("spares taken: %v, want 1", n)
 	}
+	// The spare opened its session ahead, and the cold turn started on it
+	// without a session/new of its own; the replacement opened one too.
+	for ev, want := range map[string]float64{"session_opened": 2, "session_used": 1, "session_dropped": 0} {
+		if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", ev)); n != want {
+			t.Fatalf("spare %s: %v, want %v", ev, n, want)
+		}
+	}
+	if n := histCount(t, h.m.SessionReady.WithLabelValues("new").(prometheus.Histogram)); n != 1 {
+		t.Fatalf("turns that waited for session/new: %d, want 1 (the first, before any spare)", n)
+	}
 	if n := testutil.ToFloat64(h.m.SpareProcesses.WithLabelValues("b-builtin")); n != 1 {
 		t.Fatalf("spare gauge: %v, want 1", n)
 	}
@@ -121,6 +132,11 @@ func TestColdAndRestoredTurnsTakeASpare(t *testing.T) {
 	}
 	if f := reply(t, restored); f["turn"] != "2" {
 		t.Fatalf("restored turn on the spare: %q; want the session's second turn", restored.done.Text)
+	}
+	// The restore reopened ch-a's own session: the one the spare opened
+	// ahead was dropped (and closed: the built-in agent has session/close).
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "session_dropped")); n != 1 {
+		t.Fatalf("spare sessions dropped: %v, want 1", n)
 	}
 	if next := h.nextSpare(); next.pid == sp.pid {
 		t.Fatalf("replacement spare has the taken one's pid %d", sp.pid)
@@ -307,5 +323,58 @@ func TestReloadReplacesOrStopsSpares(t *testing.T) {
 	}
 	if got := h.Spares(); len(got) != 0 {
 		t.Fatalf("spares after spare 0: %+v", got)
+	}
+}
+
+// A restore that ends cold on a spare (the agent can reopen neither way)
+// starts on the session the spare opened ahead: no session/new on the
+// turn's path, and the dropped-session count stays 0.
+func TestRestoreEndingColdUsesTheSparesSession(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		one := 1
+		c.Bindings[0].Spare, c.Bindings[0].SpareAtStart = &one, true
+	})
+	first := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, first)
+	h.close()
+	for len(h.spares) > 0 {
+		<-h.spares // the closed daemon's
+	}
+	h.cfg.Bindings[0].Args = append(h.cfg.Bindings[0].Args, "--fault", "restore-fail")
+	h.open()
+	sp := h.nextSpare()
+	r := h.mention("ch", "b-builtin", "q2", "@agent two")
+	reply(t, r)
+	if r.done.Shape != "cold" || r.start.Pid != sp.pid || r.done.Native == first.done.Native {
+		t.Fatalf("turn after a failed restore: %s on pid %d (spare %d), native %s (was %s); want cold on the spare, a new session", r.done.Shape, r.start.Pid, sp.pid, r.done.Native, first.done.Native)
+	}
+	for ev, want := range map[string]float64{"session_opened": 1, "session_used": 1, "session_dropped": 0} {
+		if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", ev)); ev == "session_opened" && n < want || ev != "session_opened" && n != want {
+			t.Fatalf("spare %s: %v, want %v", ev, n, want)
+		}
+	}
+	if n := histCount(t, h.m.SessionReady.WithLabelValues("new").(prometheus.Histogram)); n != 0 {
+		t.Fatalf("turns that waited for session/new: %d, want 0", n)
+	}
+}
+
+// spare_session false: the spare waits at initialize, and the cold turn
+// that takes it sends its own session/new.
+func TestSpareWithoutASessionAhead(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		one, no := 1, false
+		c.Bindings[0].Spare, c.Bindings[0].SpareAtStart, c.Bindings[0].SpareSession = &one, true, &no
+	})
+	sp := h.nextSpare()
+	r := h.mention("ch", "b-builtin", "q1", "@agent one")
+	reply(t, r)
+	if r.done.Shape != "cold" || r.start.Pid != sp.pid {
+		t.Fatalf("turn: %s on pid %d, want cold on the spare %d", r.done.Shape, r.start.Pid, sp.pid)
+	}
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "session_opened")); n != 0 {
+		t.Fatalf("sessions opened ahead: %v, want 0", n)
+	}
+	if n := histCount(t, h.m.SessionReady.WithLabelValues("new").(prometheus.Histogram)); n != 1 {
+		t.Fatalf("turns that waited for session/new: %d, want 1", n)
 	}
 }

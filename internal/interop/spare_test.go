@@ -38,6 +38,8 @@ func TestClaudeSpareTimings(t *testing.T) {
 		home string
 		cold []time.Duration
 		rest []time.Duration
+		// Turn call to done, for the turn's whole wait.
+		coldDone, restDone []time.Duration
 	}
 	mk := func(name string, spare int) *side {
 		api := newFakeAPI(t, "Looked into it.")
@@ -82,7 +84,7 @@ func TestClaudeSpareTimings(t *testing.T) {
 			if r.err != nil || r.start.Shape != "cold" {
 				t.Fatalf("%s round %d cold: %v shape %q", s.name, i, r.err, r.start.Shape)
 			}
-			s.cold = append(s.cold, r.ready)
+			s.cold, s.coldDone = append(s.cold, r.ready), append(s.coldDone, r.total)
 			if pid != 0 && r.start.Pid != pid {
 				t.Fatalf("round %d: the cold turn ran on pid %d, not the spare %d", i, r.start.Pid, pid)
 			}
@@ -103,7 +105,7 @@ func TestClaudeSpareTimings(t *testing.T) {
 			if r.err != nil || r.start.Shape != "restored" {
 				t.Fatalf("%s round %d restored: %v shape %q", s.name, i, r.err, r.start.Shape)
 			}
-			s.rest = append(s.rest, r.ready)
+			s.rest, s.restDone = append(s.rest, r.ready), append(s.restDone, r.total)
 			if pid != 0 && r.start.Pid != pid {
 				t.Fatalf("round %d: the restored turn ran on pid %d, not the spare %d", i, r.start.Pid, pid)
 			}
@@ -120,5 +122,9 @@ func TestClaudeSpareTimings(t *testing.T) {
 	cs, cn := median(sides[0].cold), median(sides[1].cold)
 	rs, rn := median(sides[0].rest), median(sides[1].rest)
 	t.Logf("time to started, median of %d: cold %v with a spare, %v without (%.2f×); restored %v with a spare, %v without (%.2f×)",
+		rounds, cs.Round(time.Millisecond), cn.Round(time.Millisecond), float64(cs)/float64(cn), rs.Round(time.Millisecond), rn.Round(time.Millisecond), float64(rs)/float64(rn))
+	cs, cn = median(sides[0].coldDone), median(sides[1].coldDone)
+	rs, rn = median(sides[0].restDone), median(sides[1].restDone)
+	t.Logf("time to done, median of %d: cold %v with a spare, %v without (%.2f×); restored %v with a spare, %v without (%.2f×)",
 		rounds, cs.Round(time.Millisecond), cn.Round(time.Millisecond), float64(cs)/float64(cn), rs.Round(time.Millisecond), rn.Round(time.Millisecond), float64(rs)/float64(rn))
 }

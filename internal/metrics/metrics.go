@@ -292,7 +292,7 @@ func New(version string, g Gauges) *Metrics {
 	}, []string{"binding"})
 	m.SpareEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_spare_events_total",
-		Help: "Spare agent processes by what happened to them: started, failed (to start), taken (by a cold or restored turn), exited (by itself, before a turn took it), stopped (idle, capacity, shutdown), by binding.",
+		Help: "Spare agent processes by what happened to them: started, failed (to start), taken (by a cold or restored turn), exited (by itself, before a turn took it), stopped (idle, capacity, shutdown); and the sessions spares open ahead: session_opened, session_used (a cold turn started on it), session_dropped (a restored or forked turn took the spare; the session is closed); by binding.",
 	}, []string{"binding", "event"})
 	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "residentd_budget_crossings_total",
@@ -372,7 +372,7 @@ func initVec(v *prometheus.CounterVec, values []string) {
 }
 
 // SpareEventKinds are the events residentd_spare_events_total counts.
-var SpareEventKinds = []string{"started", "failed", "taken", "exited", "stopped"}
+var SpareEventKinds = []string{"started", "failed", "taken", "exited", "stopped", "session_opened", "session_used", "session_dropped"}
 
 // InitBindings creates the framing-change series for each configured binding
 // so they read 0 before the first change. Binding ids come from config, which

@@ -49,6 +49,13 @@ var (
 // when MCPServers is nil or the binding turned tools off.
 type MCPServers func(k session.Key, b config.Binding) (servers []sdk.McpServer, release func())
 
+// SpareMCPServers returns the MCP servers for a session a spare opens
+// ahead, before any key: their capability reads nothing until bind gives
+// it the key of the turn that takes the session; release revokes it. Nil
+// funcs: no capability could be issued, and the spare opens no session
+// ahead. Without it a binding with tools opens none either.
+type SpareMCPServers func(b config.Binding) (servers []sdk.McpServer, bind func(k session.Key) error, release func())
+
 // Options wires a Keeper.
 type Options struct {
 	Config  *config.Config // defaults set, validated
@@ -56,6 +63,9 @@ type Options struct {
 	Metrics *metrics.Metrics
 	Log     *zap.Logger
 	MCP     MCPServers
+	// MCPSpare is MCP for a spare's session opened ahead (see
+	// SpareMCPServers).
+	MCPSpare SpareMCPServers
 	// Ask puts every agent's permission requests to whoever runs its turn.
 	Ask acp.AskFunc
 	// Now is the clock; tests inject one.
@@ -78,13 +88,14 @@ type Options struct {
 // Keeper keeps the agent processes. Create it with New; stop it with Close
 // once the pool holding its processes is closed.
 type Keeper struct {
-	cfg atomic.Pointer[config.Config] // the config in force; SetConfig swaps it
-	st  *store.Store
-	m   *metrics.Metrics
-	log *zap.Logger
-	mcp MCPServers
-	ask acp.AskFunc
-	now func() time.Time
+	cfg      atomic.Pointer[config.Config] // the config in force; SetConfig swaps it
+	st       *store.Store
+	m        *metrics.Metrics
+	log      *zap.Logger
+	mcp      MCPServers
+	mcpSpare SpareMCPServers
+	ask      acp.AskFunc
+	now      func() time.Time
 
 	backoffBase, backoffCap time.Duration
 	runs                    *run.Registry
@@ -151,7 +162,7 @@ func New(o Options) (*Keeper, error) {
 		o.Now = time.Now
 	}
 	k := &Keeper{
-		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, ask: o.Ask, now: o.Now,
+		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, mcpSpare: o.MCPSpare, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
 		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,

@@ -8,6 +8,7 @@ import (
 	"context"
 	"reflect"
 
+	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/policy"
 )
@@ -35,12 +36,19 @@ func (d *Keeper) bindingFor(ctx context.Context, id string) (config.Binding, boo
 // differs, or when b's permission policy needs session _meta the agent's
 // sessions were not opened with (claude-agent-acp's tool rules).
 func (d *Keeper) Reuse(p *Process, b *config.Binding) bool {
-	if !p.binding.SameProcess(b) {
+	return fits(&p.binding, b, p.a.Info())
+}
+
+// fits reports whether a process of agent info started with binding
+// started serves binding b as it is (see Reuse); a spare started before a
+// reload is checked the same way when a turn would take it.
+func fits(started, b *config.Binding, info acp.Info) bool {
+	if !started.SameProcess(b) {
 		return false
 	}
-	if p.binding.Permission != b.Permission {
-		a := policy.Agent(p.a.Info())
-		return reflect.DeepEqual(policy.For(a, p.binding.Permission).Meta, policy.For(a, b.Permission).Meta)
+	if started.Permission != b.Permission {
+		a := policy.Agent(info)
+		return reflect.DeepEqual(policy.For(a, started.Permission).Meta, policy.For(a, b.Permission).Meta)
 	}
 	return true
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
@@ -72,23 +73,28 @@ func wantedSpares(cfg *config.Config) []bindingSpares {
 
 // reconfigureSpares puts a reloaded config's spare settings in force: the
 // spares of a binding that was removed, or whose processes a changed
-// setting replaces (config.Binding.SameProcess), stop, as do those above a
-// lowered spare setting; the goroutine then starts what is missing.
-func (d *Keeper) reconfigureSpares(old, n *config.Config) {
+// setting replaces (fits: config.Binding.SameProcess, and the permission
+// policy's session _meta), stop, as do those above a lowered spare
+// setting; the goroutine then starts what is missing.
+func (d *Keeper) reconfigureSpares(_, n *config.Config) {
 	s := &d.sp
 	var stop []*agentProc
 	s.mu.Lock()
 	s.want = wantedSpares(n)
 	for id, list := range s.ready {
 		nb, ok := n.Binding(id)
-		ob, _ := old.Binding(id)
-		keep := 0
-		if ok && ob.SameProcess(&nb) {
-			keep = min(len(list), nb.Spares())
+		var kept []*agentProc
+		for _, p := range list {
+			// What the spare's process, or the session it opened ahead,
+			// was started with still holds.
+			if ok && len(kept) < nb.Spares() && fits(&p.started, &nb, p.a.Info()) {
+				kept = append(kept, p)
+			} else {
+				stop = append(stop, p)
+			}
 		}
-		stop = append(stop, list[keep:]...)
-		s.ready[id] = list[:keep]
-		d.m.SpareProcesses.WithLabelValues(id).Set(float64(keep))
+		s.ready[id] = kept
+		d.m.SpareProcesses.WithLabelValues(id).Set(float64(len(kept)))
 	}
 	closed := s.closed
 	if len(stop) > 0 && !closed {
@@ -344,6 +350,9 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			// Read as a turn's spawn reads it: only to start one.
 			b, _ := d.conf().Binding(w.id)
 			p, err := d.startAgent(ctx, b, k, log)
+			if err == nil {
+				d.preopen(ctx, p, b, log)
+			}
 			s.mu.Lock()
 			s.starting--
 			if err == nil {
@@ -418,4 +427,103 @@ func (d *Keeper) Spares() []apitype.Spare {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// preopened is a session a spare opened ahead, before any key, with the
+// capability its MCP server carries: bind gives it the key of the turn
+// that takes the session, release revokes it (both nil without tools).
+type preopened struct {
+	native  string
+	bind    func(session.Key) error
+	release func()
+}
+
+// preopen has spare p open a session ahead, so a cold turn that takes it
+// starts without waiting for session/new (for claude-agent-acp most of a
+// cold start: the session starts the CLI). Nothing in the request is
+// specific to a key: cwd and _meta are the binding's, and the channel
+// tools' capability goes unbound (SpareMCPServers). A binding with tools
+// but no way to issue one opens nothing ahead; a failure only logs, and
+// the spare stays without a session. A binding with spare_session false
+// opens none.
+func (d *Keeper) preopen(ctx context.Context, p *agentProc, b config.Binding, log *zap.Logger) {
+	if !b.SpareSessionOn() {
+		return
+	}
+	servers := []sdk.McpServer{}
+	pre := &preopened{}
+	if d.mcp != nil && b.ToolsOn() {
+		if d.mcpSpare == nil {
+			return
+		}
+		srv, bind, release := d.mcpSpare(b)
+		if bind == nil {
+			return
+		}
+		servers, pre.bind, pre.release = append(servers, srv...), bind, release
+	}
+	p.a.SetMCPServers(servers)
+	native, err := p.a.NewSession(ctx)
+	if err != nil {
+		if pre.release != nil {
+			pre.release()
+		}
+		if ctx.Err() == nil {
+			log.Warn("spare agent: session/new ahead of a turn failed; the spare waits without a session", zap.Int("pid", p.a.Pid()), zap.Error(err))
+		}
+		return
+	}
+	pre.native = native
+	p.mu.Lock()
+	gone := p.gone
+	if !gone {
+		p.pre = pre
+	}
+	p.mu.Unlock()
+	if gone {
+		if pre.release != nil {
+			pre.release()
+		}
+		return
+	}
+	d.m.SpareEvents.WithLabelValues(b.ID, "session_opened").Inc()
+	log.Debug("spare agent opened a session ahead", zap.Int("pid", p.a.Pid()), zap.String("native", native))
+}
+
+// takePre hands out the session p opened ahead, nil when it has none.
+func (p *agentProc) takePre() *preopened {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pre := p.pre
+	p.pre = nil
+	return pre
+}
+
+// dropPre drops the session spare ap opened ahead when a turn needs
+// another one (the key's saved session reopened, or a fork): its
+// capability is revoked now, and the session closed where the agent
+// advertises session/close, off the turn's path (the agent answers it
+// while it handles the turn's own request). Without session/close it
+// stays open, unused, until the process exits.
+func (d *Keeper) dropPre(ap *agentProc, pre *preopened, log *zap.Logger) {
+	if pre == nil {
+		return
+	}
+	if pre.release != nil {
+		pre.release()
+	}
+	d.m.SpareEvents.WithLabelValues(ap.binding, "session_dropped").Inc()
+	if !ap.a.CanClose() {
+		log.Debug("the spare's session opened ahead stays open unused: the agent has no session/close", zap.String("native", pre.native))
+		return
+	}
+	d.watchers.Add(1)
+	go func() {
+		defer d.watchers.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.conf().RestoreTimeout))
+		defer cancel()
+		if err := ap.a.CloseSession(ctx, pre.native); err != nil {
+			log.Info("the spare's session opened ahead was not closed", zap.String("native", pre.native), zap.Error(err))
+		}
+	}()
 }

@@ -206,13 +206,22 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	}()
 	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
 	// What the session needs of its key goes in its request (mcpServers),
-	// so a spare spawned before the key was known serves it.
-	servers, release := d.servers(k, b)
-	hook := func() { release(); exited() }
+	// so a spare spawned before the key was known serves it. The
+	// capabilities the process carries are revoked at its exit.
+	rel := &releases{}
+	hook := func() { rel.run(); exited() }
 	var ap *agentProc
 	for ap == nil {
 		if ap = d.takeSpare(b.ID); ap == nil {
 			break
+		}
+		if !fits(&ap.started, &b, ap.a.Info()) {
+			// Started before a reload changed what its process or its
+			// sessions are opened with (the reload stops such spares; this
+			// one was taken as it did).
+			d.stopEach([]*agentProc{ap}, "reload")
+			ap = nil
+			continue
 		}
 		if !ap.bind(k, log, hook) {
 			ap = nil // it died as it was taken; its exit was counted
@@ -220,31 +229,54 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		}
 		log.Info("took a spare agent", zap.Int("pid", ap.a.Pid()))
 	}
+	spare := ap != nil
 	if ap == nil {
 		d.makeRoom()
 		if ap, err = d.startAgent(ctx, b, k, log); err != nil {
-			release()
 			return nil, lease.Cold, err
 		}
 		if !ap.bind(k, log, hook) {
-			release()
 			return nil, lease.Cold, fmt.Errorf("agent pid %d exited before its session opened: %w", ap.a.Pid(), ap.a.ExitErr())
 		}
 	}
 	a, bw := ap.a, ap.bw
-	a.SetMCPServers(servers)
+	pre := ap.takePre() // a session the spare opened ahead, nil without one
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("residentd.spare", spare), attribute.Bool("residentd.spare_session", pre != nil))
+	}
+	// keyServers puts k's own servers in the process's next session
+	// request, once; the release they return is what revokes them.
+	var keyRelease func()
+	keyServers := func() {
+		if keyRelease != nil {
+			return
+		}
+		servers, release := d.servers(k, b)
+		keyRelease = release
+		rel.add(release)
+		a.SetMCPServers(servers)
+	}
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
 		id, err := d.st.NativeID(k)
 		if err != nil {
+			d.dropPre(ap, pre, log)
 			a.Close()
 			return nil, lease.Cold, fmt.Errorf("read saved session: %w", err)
 		}
 		want = id
 	}
 	if want != "" {
+		// The key's own session is reopened: the one opened ahead is
+		// dropped, after the restore so that its close does not compete
+		// with it. A restore that ends cold starts on it instead.
+		keyServers()
 		how, err := d.restore(ctx, a, b, want, log)
+		if err != nil || how != "" {
+			d.dropPre(ap, pre, log)
+			pre = nil
+		}
 		if err != nil {
 			a.Close()
 			return nil, lease.Cold, err
@@ -255,14 +287,23 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	}
 	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
 		// A thread key's first session: a fork of its channel's.
+		keyServers()
 		s, err := d.fork(ctx, a, k, b, bw, log)
 		if err != nil || s != nil {
+			d.dropPre(ap, pre, log)
 			if err != nil {
 				a.Close()
 			}
 			return s, lease.Restored, err
 		}
 	}
+	if pre != nil {
+		if s := d.usePre(ap, pre, k, b, rel, keyRelease, log); s != nil {
+			return s, lease.Cold, nil
+		}
+		keyRelease = nil // revoked: the session opened below gets new ones
+	}
+	keyServers()
 	t1 := d.now()
 	_, nspan := tracing.Start(ctx, "session new")
 	native, err := a.NewSession(ctx)
@@ -280,6 +321,61 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	// (RecordAgent waits for the next write): a cold turn costs the turn's
 	// commit and its run's.
 	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}), lease.Cold, nil
+}
+
+// usePre gives key k the session spare process ap opened ahead: its
+// capability is bound to k's channel, and k's cold turn starts on it
+// without waiting for session/new. Capabilities issued for k meanwhile
+// (keyRelease, for a fork that found nothing to fork) are revoked now: no
+// session carries them. Nil when the capability could not be bound; the
+// session opened ahead is dropped then, and so are those capabilities.
+func (d *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.Binding, rel *releases, keyRelease func(), log *zap.Logger) *Process {
+	if keyRelease != nil {
+		keyRelease()
+	}
+	if pre.bind != nil {
+		if err := pre.bind(k); err != nil {
+			log.Warn("the spare's session opened ahead could not be given this key's capability; opening a new session", zap.String("native", pre.native), zap.Error(err))
+			d.dropPre(ap, pre, log)
+			return nil
+		}
+	}
+	rel.add(pre.release)
+	d.m.SpareEvents.WithLabelValues(b.ID, "session_used").Inc()
+	log.Info("session opened ahead on the spare taken", zap.String("native", pre.native), zap.Int("pid", ap.a.Pid()))
+	return d.live(&Process{a: ap.a, key: k, between: ap.bw, native: pre.native, unsaved: b.KeepsSession(), binding: b, served: b})
+}
+
+// releases are what a process's exit undoes (its capabilities revoked),
+// added as they are made; one added after the exit ran runs at once.
+type releases struct {
+	mu   sync.Mutex
+	fs   []func()
+	done bool
+}
+
+func (r *releases) add(f func()) {
+	if f == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.done {
+		r.mu.Unlock()
+		f()
+		return
+	}
+	r.fs = append(r.fs, f)
+	r.mu.Unlock()
+}
+
+func (r *releases) run() {
+	r.mu.Lock()
+	fs := r.fs
+	r.fs, r.done = nil, true
+	r.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // fork opens thread key k's first session on a's process (the key's own,
@@ -392,19 +488,25 @@ type agentProc struct {
 	a       *acp.Agent
 	bw      *between
 	binding string
+	started config.Binding // the binding it was started with
 	born    time.Time
 
 	mu   sync.Mutex
-	hook func() // what its exit runs once it is bound to a key (the pool's hook)
-	gone bool   // it exited
+	hook func()     // what its exit runs once it is bound to a key (the pool's hook)
+	gone bool       // it exited
+	pre  *preopened // the session it opened ahead as a spare, until a turn takes it
 }
 
 // exit runs on the reaper once the process is gone.
 func (p *agentProc) exit(d *Keeper) {
 	p.mu.Lock()
 	p.gone = true
-	f := p.hook
+	f, pre := p.hook, p.pre
+	p.pre = nil
 	p.mu.Unlock()
+	if pre != nil && pre.release != nil {
+		pre.release()
+	}
 	if f != nil {
 		f()
 		return
@@ -449,7 +551,7 @@ func (d *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key
 	bw.mu.Unlock()
 	d.m.ObserveSpawn(d.now().Sub(t0))
 	d.recordAgent(a, k, b.Command, log)
-	p := &agentProc{a: a, bw: bw, binding: b.ID, born: d.now()}
+	p := &agentProc{a: a, bw: bw, binding: b.ID, started: b, born: d.now()}
 	d.watchExit(a, k, log, func() { bw.end("exit"); p.exit(d); d.kickSpares() })
 	return p, nil
 }

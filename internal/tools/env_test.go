@@ -109,8 +109,33 @@ func newEnvWith(t *testing.T, onSpare func(binding string, pid int), bindings ..
 		}
 		return servers, release
 	}
+	// A spare's session opened ahead: its capability counts as the key's
+	// once a turn binds it.
+	spareHook := func(b config.Binding) ([]sdk.McpServer, func(session.Key) error, func()) {
+		servers, bind, release := l.Spare(b)
+		if bind == nil {
+			return servers, nil, release
+		}
+		var token string
+		for _, s := range servers {
+			for _, v := range s.Stdio.Env {
+				if v.Name == tools.EnvCapability {
+					token = v.Value
+				}
+			}
+		}
+		return servers, func(k session.Key) error {
+			if err := bind(k); err != nil {
+				return err
+			}
+			e.mu.Lock()
+			e.issued[k] = append(e.issued[k], token)
+			e.mu.Unlock()
+			return nil
+		}, release
+	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	h := daemontest.New(t, cfg, daemontest.Options{Log: log, MCP: hook, OnSpare: onSpare})
+	h := daemontest.New(t, cfg, daemontest.Options{Log: log, MCP: hook, MCPSpare: spareHook, OnSpare: onSpare})
 	e.st, e.d = h.Store, h.Daemon
 	ln, err := api.Listen(e.socket)
 	if err != nil {

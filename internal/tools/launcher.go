@@ -36,6 +36,27 @@ func (l *Launcher) Servers(k session.Key, _ config.Binding) ([]sdk.McpServer, fu
 	if err != nil {
 		return nil, nil
 	}
+	return l.server(token), func() { l.Registry.Revoke(token) }
+}
+
+// Spare issues an unbound capability for a session opened ahead on a
+// spare process, before any key: bind scopes it to the key of the turn that
+// takes the session, release revokes it (the session was not taken, or its
+// process is gone). The MCP server reaches the daemon only when a tool is
+// called, so it starts fine with a capability that reads nothing yet. It
+// has the shape of daemon.SpareMCPServers; on failure it returns no
+// servers and nil funcs, and the spare opens no session ahead.
+func (l *Launcher) Spare(_ config.Binding) ([]sdk.McpServer, func(session.Key) error, func()) {
+	token, err := l.Registry.IssueUnbound()
+	if err != nil {
+		return nil, nil, nil
+	}
+	bind := func(k session.Key) error { return l.Registry.Bind(token, Scope{Channel: k.Channel}) }
+	return l.server(token), bind, func() { l.Registry.Revoke(token) }
+}
+
+// server is the stdio MCP server carrying token.
+func (l *Launcher) server(token string) []sdk.McpServer {
 	args := l.Args
 	if args == nil {
 		args = []string{"mcp"}
@@ -52,5 +73,5 @@ func (l *Launcher) Servers(k session.Key, _ config.Binding) ([]sdk.McpServer, fu
 	srv := sdk.McpServer{Stdio: &sdk.McpServerStdio{
 		Name: ServerName, Command: l.Command, Args: append([]string(nil), args...), Env: env,
 	}}
-	return []sdk.McpServer{srv}, func() { l.Registry.Revoke(token) }
+	return []sdk.McpServer{srv}
 }

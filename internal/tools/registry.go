@@ -23,7 +23,8 @@ var (
 const maxRevoked = 1024
 
 // Scope is what a capability may read: one channel, and within it one
-// thread ("" for the whole channel).
+// thread ("" for the whole channel). The zero Scope is a capability not
+// yet bound to a channel (IssueUnbound): it reads nothing.
 type Scope struct {
 	Channel string
 	Thread  string
@@ -59,6 +60,40 @@ func (r *Registry) Issue(s Scope) (string, error) {
 	return token, nil
 }
 
+// IssueUnbound returns a new token that reads nothing until Bind gives it
+// a channel: a spare's session, opened before any turn named its key,
+// carries one, so its MCP server is in place when a turn takes it.
+func (r *Registry) IssueUnbound() (string, error) {
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("tools: issue unbound capability: %w", err)
+	}
+	token := hex.EncodeToString(raw[:])
+	r.mu.Lock()
+	r.live[sha256.Sum256([]byte(token))] = Scope{}
+	r.mu.Unlock()
+	return token, nil
+}
+
+// ErrBound means Bind was asked to bind a token that is not live and
+// unbound: revoked, unknown, or bound already (a token is bound once).
+var ErrBound = errors.New("capability not live and unbound")
+
+// Bind gives the unbound token its scope.
+func (r *Registry) Bind(token string, s Scope) error {
+	if s.Channel == "" {
+		return fmt.Errorf("tools: bind capability: channel must be set")
+	}
+	h := sha256.Sum256([]byte(token))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.live[h]; !ok || cur != (Scope{}) {
+		return fmt.Errorf("tools: bind capability to channel %q: %w", s.Channel, ErrBound)
+	}
+	r.live[h] = s
+	return nil
+}
+
 // Revoke ends token; later checks fail with ErrRevokedCapability.
 // Revoking twice, or an unknown token, does nothing.
 func (r *Registry) Revoke(token string) {
@@ -83,6 +118,9 @@ func (r *Registry) Scope(token string) (Scope, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.live[h]; ok {
+		if s == (Scope{}) {
+			return Scope{}, fmt.Errorf("%w: it is not bound to a channel yet (a spare's session no turn has taken)", ErrUnknownCapability)
+		}
 		return s, nil
 	}
 	if r.revoked[h] {

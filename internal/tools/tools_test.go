@@ -368,3 +368,46 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("issue without a channel succeeded")
 	}
 }
+
+// A capability issued for a spare's session opened ahead reads nothing
+// until it is bound, is bound once, and revokes like any other.
+func TestUnboundCapability(t *testing.T) {
+	r := tools.NewRegistry()
+	u, err := r.IssueUnbound()
+	if err != nil || len(u) != 64 {
+		t.Fatalf("unbound token %q: %v", u, err)
+	}
+	if _, err := r.Scope(u); !errors.Is(err, tools.ErrUnknownCapability) || !strings.Contains(err.Error(), "not bound") {
+		t.Fatalf("unbound token checked: %v; want unknown, not bound yet", err)
+	}
+	if err := r.Bind(u, tools.Scope{}); err == nil {
+		t.Fatal("bound to no channel")
+	}
+	if err := r.Bind(u, tools.Scope{Channel: "ch-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := r.Scope(u); err != nil || s != (tools.Scope{Channel: "ch-a"}) {
+		t.Fatalf("bound token: %+v %v", s, err)
+	}
+	if err := r.Bind(u, tools.Scope{Channel: "ch-b"}); !errors.Is(err, tools.ErrBound) {
+		t.Fatalf("bound twice: %v", err)
+	}
+	if s, _ := r.Scope(u); s.Channel != "ch-a" {
+		t.Fatalf("a second bind moved the scope to %q", s.Channel)
+	}
+	issued, _ := r.Issue(tools.Scope{Channel: "ch-c"})
+	if err := r.Bind(issued, tools.Scope{Channel: "ch-b"}); !errors.Is(err, tools.ErrBound) {
+		t.Fatalf("bind of a bound token: %v", err)
+	}
+	v, _ := r.IssueUnbound()
+	r.Revoke(v)
+	if err := r.Bind(v, tools.Scope{Channel: "ch-a"}); !errors.Is(err, tools.ErrBound) {
+		t.Fatalf("bind after revoke: %v", err)
+	}
+	if _, err := r.Scope(v); !errors.Is(err, tools.ErrRevokedCapability) {
+		t.Fatalf("revoked unbound token: %v", err)
+	}
+	if r.Live() != 2 {
+		t.Fatalf("live %d, want 2", r.Live())
+	}
+}
