@@ -216,8 +216,9 @@ type route struct {
 	// answer), however soon it comes.
 	answered bool
 	text     strings.Builder
-	cut      bool   // the reply text reached MaxReplyBytes
-	line     []byte // the running prompt's request line, kept for the next one's
+	cut      bool           // the reply text reached MaxReplyBytes
+	line     []byte         // the running prompt's request line, kept for the next one's
+	writing  sync.WaitGroup // the running prompt's write of line
 
 	// What the prompt running, or the next one, has cost: cost (increases
 	// of the session's running cost, summed), the calls' tokens.
@@ -739,21 +740,24 @@ func (a *Agent) PromptMeta(ctx context.Context, native, text string, atts []Atta
 	}
 	r.line = line
 	answered := make(chan promptAnswer, 1)
-	finished := make(chan struct{})
 	a.awaitAnswer(id, answered)
 	// The write goroutine ends when the line is written or cannot be (the
 	// agent's stdin closed: Close, or its exit); Prompt waits for it
 	// either way, since the line is the route's buffer.
+	r.writing.Add(1)
 	go func() {
-		defer close(finished)
+		defer r.writing.Done()
 		if err := a.in.writeLine(line); err != nil {
 			a.forgetAnswer(id)
-			answered <- promptAnswer{err: sdk.NewInternalError(map[string]any{"error": err.Error()})}
+			select {
+			case answered <- promptAnswer{err: sdk.NewInternalError(map[string]any{"error": err.Error()})}:
+			default: // answered all the same (the pump delivered first)
+			}
 		}
 	}()
 	defer func() {
 		a.forgetAnswer(id)
-		<-finished
+		r.writing.Wait()
 	}()
 
 	finish := func(ans promptAnswer) (Result, error) {

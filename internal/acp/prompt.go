@@ -15,9 +15,10 @@ package acp
 import (
 	"encoding/json"
 	"strconv"
-	"unicode/utf8"
 
 	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/residentd/residentd/internal/jsonenc"
 )
 
 // promptIDBase is the first JSON-RPC id of a prompt sent here: below 2^53,
@@ -69,7 +70,7 @@ func promptLine(buf []byte, id uint64, native string, blocks []sdk.ContentBlock,
 		}
 		if t := b.Text; t != nil && b.Image == nil && b.Audio == nil && b.ResourceLink == nil && b.Resource == nil {
 			buf = append(buf, `{"text":`...)
-			buf = appendJSONString(buf, t.Text, true)
+			buf = jsonenc.AppendSDKText(buf, t.Text)
 			buf = append(buf, `,"type":"text"}`...)
 			continue
 		}
@@ -80,7 +81,7 @@ func promptLine(buf []byte, id uint64, native string, blocks []sdk.ContentBlock,
 		buf = append(buf, m...)
 	}
 	buf = append(buf, `],"sessionId":`...)
-	buf = appendJSONString(buf, native, false)
+	buf = jsonenc.AppendString(buf, native)
 	return append(buf, "}}\n"...), nil
 }
 
@@ -166,67 +167,6 @@ func (a *Agent) forgetAnswer(id uint64) {
 	delete(a.prompts, id)
 	a.promptsN.Store(int32(len(a.prompts)))
 	a.mu.Unlock()
-}
-
-// appendJSONString appends s as encoding/json encodes a string (HTML
-// escaping on, as json.Marshal has it): the same bytes. With text set, a
-// byte that is not UTF-8 becomes U+FFFD itself rather than its escape, as
-// the SDK's text block has it (it decodes its own encoding of the block
-// and encodes that again).
-func appendJSONString(dst []byte, s string, text bool) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			if text {
-				dst = append(dst, "\uFFFD"...)
-			} else {
-				dst = append(dst, `\ufffd`...)
-			}
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 // writeLine writes one whole line to the agent's stdin, between the SDK's

@@ -3,10 +3,8 @@ package acp
 import (
 	"bytes"
 	"encoding/json"
-	"math/rand/v2"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	sdk "github.com/coder/acp-go-sdk"
 )
@@ -59,37 +57,6 @@ func TestPromptLineAsSDK(t *testing.T) {
 					t.Fatalf("text %d meta %d blocks %d:\n got %s\nwant %s", i, j, k, got, want)
 				}
 			}
-		}
-	}
-}
-
-// TestAppendJSONString: a string is encoded as json.Marshal encodes it,
-// whatever its bytes, and a text block's text as the SDK encodes it.
-func TestAppendJSONString(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	alphabet := []string{"a", "<", ">", "&", "\"", "\\", "\n", "\x00", "\x1f", "\x7f", "é", "\u2028", "\u2029", "\xff", "\xe2\x80", "😀", "\ufffd"}
-	for range 5000 {
-		var sb strings.Builder
-		for range rng.IntN(20) {
-			if rng.IntN(4) == 0 {
-				sb.WriteByte(byte(rng.IntN(256)))
-				continue
-			}
-			sb.WriteString(alphabet[rng.IntN(len(alphabet))])
-		}
-		s := sb.String()
-		want, _ := json.Marshal(s)
-		if got := appendJSONString([]byte("x"), s, false); !bytes.Equal(got[1:], want) {
-			t.Fatalf("%q (valid utf8 %v): got %s, want %s", s, utf8.ValidString(s), got[1:], want)
-		}
-		// A text block's: the SDK's encoding of a decoded encoding.
-		var back string
-		if err := json.Unmarshal(want, &back); err != nil {
-			t.Fatal(err)
-		}
-		want, _ = json.Marshal(back)
-		if got := appendJSONString(nil, s, true); !bytes.Equal(got, want) {
-			t.Fatalf("text %q: got %s, want %s", s, got, want)
 		}
 	}
 }
