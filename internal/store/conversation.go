@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/jsonenc"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -158,7 +160,7 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 		if err != nil {
 			return err
 		}
-		v, err := json.Marshal(&turns[i]) // a pointer: no copy boxed for Marshal
+		v, err := marshalTurn(&turns[i])
 		if err != nil {
 			return err
 		}
@@ -179,6 +181,35 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 		}
 	}
 	return nil
+}
+
+// marshalTurn is json.Marshal(t), byte for byte, without Marshal's
+// reflection and its copy of the result (two turns are stored on every
+// turn); a time Marshal refuses goes to Marshal, for its error.
+func marshalTurn(t *session.Turn) ([]byte, error) {
+	b := make([]byte, 0, 96+len(t.Role)+len(t.Text)+len(t.MessageID)+len(t.Facts))
+	b = append(b, `{"role":`...)
+	b = jsonenc.AppendString(b, string(t.Role))
+	b = append(b, `,"text":`...)
+	b = jsonenc.AppendString(b, t.Text)
+	b = append(b, `,"at":`...)
+	b, ok := jsonenc.AppendTime(b, t.At)
+	if !ok {
+		return json.Marshal(t)
+	}
+	if t.MessageID != "" {
+		b = append(b, `,"message_id":`...)
+		b = jsonenc.AppendString(b, t.MessageID)
+	}
+	if t.MessageSeq != 0 {
+		b = append(b, `,"message_seq":`...)
+		b = strconv.AppendUint(b, t.MessageSeq, 10)
+	}
+	if t.Facts != "" {
+		b = append(b, `,"facts":`...)
+		b = jsonenc.AppendString(b, t.Facts)
+	}
+	return append(b, '}'), nil
 }
 
 // NativeID returns the key's native ACP session id, "" when none is saved.

@@ -156,3 +156,21 @@ func TestMarshalRunAsMarshal(t *testing.T) {
 		}
 	}
 }
+
+// TestMarshalTurnAsMarshal: a stored turn is written as json.Marshal
+// writes it, byte for byte, and refused where Marshal refuses it.
+func TestMarshalTurnAsMarshal(t *testing.T) {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 890, time.FixedZone("cet", 3600))
+	for i, tu := range []session.Turn{
+		{Role: session.RoleUser, Text: "hi", At: at},
+		{Role: session.RoleUser, Text: "{\"channel\":\"<ch>\"}\n\t— a & b \u2028 \xff", At: at.UTC(), MessageID: "m\"1", MessageSeq: 42, Facts: `{"project":"x"}`},
+		{Role: session.RoleAssistant, Text: "", At: time.Time{}},
+		{Role: session.RoleAssistant, Text: "x", At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		want, werr := json.Marshal(&tu)
+		got, gerr := marshalTurn(&tu)
+		if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
+			t.Errorf("turn %d:\n got %s (%v)\nwant %s (%v)", i, got, gerr, want, werr)
+		}
+	}
+}
