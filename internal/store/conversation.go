@@ -19,27 +19,36 @@ import (
 func (s *Store) Conversation(k session.Key) ([]session.Turn, error) {
 	var out []session.Turn
 	err := s.view(func(tx *bolt.Tx) error {
-		kb := tx.Bucket(bucketConversations).Bucket(convName(k))
-		if kb == nil {
-			return nil
-		}
-		turns := kb.Bucket(keyTurns)
-		if turns == nil {
-			return nil
-		}
-		return turns.ForEach(func(seq, v []byte) error {
-			var t session.Turn
-			if err := json.Unmarshal(v, &t); err != nil {
-				return fmt.Errorf("turn %d: %w", binary.BigEndian.Uint64(seq), err)
-			}
-			out = append(out, t)
-			return nil
-		})
+		var err error
+		out, err = conversation(tx, k)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: conversation of %q: %w", k, err)
 	}
 	return out, nil
+}
+
+// conversation is Conversation in tx.
+func conversation(tx *bolt.Tx, k session.Key) ([]session.Turn, error) {
+	kb := tx.Bucket(bucketConversations).Bucket(convName(k))
+	if kb == nil {
+		return nil, nil
+	}
+	turns := kb.Bucket(keyTurns)
+	if turns == nil {
+		return nil, nil
+	}
+	var out []session.Turn
+	err := turns.ForEach(func(seq, v []byte) error {
+		var t session.Turn
+		if err := json.Unmarshal(v, &t); err != nil {
+			return fmt.Errorf("turn %d: %w", binary.BigEndian.Uint64(seq), err)
+		}
+		out = append(out, t)
+		return nil
+	})
+	return out, err
 }
 
 // AppendTurns adds turns to the key's conversation in one transaction and
