@@ -76,6 +76,34 @@ func appendString(dst []byte, s string, text bool) []byte {
 	return append(dst, '"')
 }
 
+// StringLen is the length of AppendString's encoding of s: a buffer of
+// that much room takes it without growing.
+func StringLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
+				n++
+			case b < 0x20 || b == '<' || b == '>' || b == '&':
+				n += 5
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 5 // \ufffd for one byte
+		case r == '\u2028' || r == '\u2029':
+			n += 3 // \u202x for three bytes
+		}
+		i += size
+	}
+	return n
+}
+
 // AppendTime appends t as json.Marshal encodes a time.Time (RFC 3339 with
 // nanoseconds, quoted); ok is false where Marshal fails (a year outside
 // 0-9999, say), and dst is then as it was.

@@ -26,6 +26,9 @@ func TestAppendString(t *testing.T) {
 		}
 		s := sb.String()
 		want, _ := json.Marshal(s)
+		if n := StringLen(s); n != len(want) {
+			t.Fatalf("StringLen(%q) = %d, want %d", s, n, len(want))
+		}
 		if got := AppendString([]byte("x"), s); !bytes.Equal(got[1:], want) {
 			t.Fatalf("%q (valid utf8 %v): got %s, want %s", s, utf8.ValidString(s), got[1:], want)
 		}

@@ -196,7 +196,7 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 // reflection and its copy of the result (two turns are stored on every
 // turn); a time Marshal refuses goes to Marshal, for its error.
 func marshalTurn(t *session.Turn) ([]byte, error) {
-	b := make([]byte, 0, 96+len(t.Role)+len(t.Text)+len(t.MessageID)+len(t.Facts))
+	b := make([]byte, 0, 128+len(t.Role)+jsonenc.StringLen(t.Text)+len(t.MessageID)+jsonenc.StringLen(t.Facts))
 	b = append(b, `{"role":`...)
 	b = jsonenc.AppendString(b, string(t.Role))
 	b = append(b, `,"text":`...)
