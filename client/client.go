@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/residentd/residentd/apitype"
 )
@@ -325,21 +326,70 @@ func (c *Client) Version(ctx context.Context) (apitype.Version, error) {
 // name is an Event's first field).
 var updatePrefix = []byte(`{"event":"update",`)
 
-// leanUpdate is what readStream needs of an update nobody else sees.
+// startedPrefix opens every started event line the daemon writes.
+var startedPrefix = []byte(`{"event":"started",`)
+
+// leanUpdate is what readStream needs of an update nobody else sees: its
+// seq, whether it is a chunk of the reply, and its text, decoded without a
+// string made for either.
 type leanUpdate struct {
 	Seq    int64 `json:"seq"`
 	Update struct {
-		Kind string `json:"kind"`
-		Text string `json:"text"`
+		Kind chunkKind `json:"kind"`
+		Text chunkText `json:"text"`
 	} `json:"update"`
 }
 
+// leanSeq is what readStream needs of a started event nobody else sees.
+type leanSeq struct {
+	Seq int64 `json:"seq"`
+}
+
+// chunkKind is an update's kind as whether it is apitype.UpdateMessage;
+// anything but a string is refused as a string field refuses it.
+type chunkKind bool
+
+func (k *chunkKind) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' && bytes.IndexByte(b, '\\') < 0 {
+		*k = string(b) == `"`+apitype.UpdateMessage+`"`
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*k = s == apitype.UpdateMessage
+	return nil
+}
+
+// chunkText is an update's text decoded into a buffer kept from one line
+// to the next; anything but a string is refused as a string field
+// refuses it.
+type chunkText []byte
+
+func (t *chunkText) UnmarshalJSON(b []byte) error {
+	if len(b) >= 2 && b[0] == '"' && bytes.IndexByte(b, '\\') < 0 && utf8.Valid(b) {
+		*t = append((*t)[:0], b[1:len(b)-1]...)
+		return nil
+	}
+	var s string // escapes, or bytes that are not UTF-8: as Unmarshal reads them
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*t = append((*t)[:0], s...)
+	return nil
+}
+
 // streamReader is what readStream reuses from one stream to the next: its
-// scanner's buffer (most of a turn's bytes on the client) and its line
-// decoder. Nothing read keeps a reference into the buffer: decoding copies.
+// scanner's buffer (most of a turn's bytes on the client), its line
+// decoder and its decoding targets. Nothing read keeps a reference into
+// the buffer: decoding copies.
 type streamReader struct {
 	buf   []byte
 	lines apitype.LineDecoder
+	u     leanUpdate
+	seq   leanSeq
+	ev    apitype.Event
 }
 
 var streamReaders = sync.Pool{New: func() any { return &streamReader{buf: make([]byte, 64<<10)} }}
@@ -359,26 +409,38 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 	whole := true
 	// One of each, decoded into line after line: a decoding target is
 	// an allocation.
-	var u leanUpdate
-	var ev apitype.Event
+	u, ls, ev := &rs.u, &rs.seq, &rs.ev
+	defer func() { *ev = apitype.Event{} }() // nothing it points to stays in the pool
 	for sc.Scan() {
 		if on == nil && bytes.HasPrefix(sc.Bytes(), updatePrefix) {
 			// Nobody sees the update itself: only its seq and text count.
-			u = leanUpdate{}
-			if err := lines.Decode(sc.Bytes(), &u); err != nil {
+			u.Seq, u.Update.Kind, u.Update.Text = 0, false, u.Update.Text[:0]
+			if err := lines.Decode(sc.Bytes(), u); err != nil {
 				return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
 			}
 			if u.Seq != seq+1 {
 				whole = false
 			}
 			seq = u.Seq
-			if u.Update.Kind == apitype.UpdateMessage {
-				text.WriteString(u.Update.Text)
+			if u.Update.Kind {
+				text.Write(u.Update.Text)
 			}
 			continue
 		}
-		ev = apitype.Event{} // fresh pointers: the last one went to on
-		if err := lines.Decode(sc.Bytes(), &ev); err != nil {
+		if on == nil && bytes.HasPrefix(sc.Bytes(), startedPrefix) {
+			// Nobody sees the started event: only its seq counts.
+			*ls = leanSeq{}
+			if err := lines.Decode(sc.Bytes(), ls); err != nil {
+				return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
+			}
+			if ls.Seq != seq+1 {
+				whole = false
+			}
+			seq = ls.Seq
+			continue
+		}
+		*ev = apitype.Event{} // fresh pointers: the last one went to on
+		if err := lines.Decode(sc.Bytes(), ev); err != nil {
 			return apitype.Event{}, fmt.Errorf("client: turn stream: bad event line: %w", err)
 		}
 		if ev.Event == apitype.EventKeepalive {
@@ -397,7 +459,7 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 			} else {
 				run, err := c.Run(ctx, ev.RunID)
 				if err != nil {
-					return ev, fmt.Errorf("client: read the reply of run %q: %w", ev.RunID, err)
+					return *ev, fmt.Errorf("client: read the reply of run %q: %w", ev.RunID, err)
 				}
 				if run.Result != nil {
 					ev.Text = run.Result.Text
@@ -405,13 +467,13 @@ func (c *Client) readStream(ctx context.Context, r io.Reader, on func(apitype.Ev
 			}
 		}
 		if on != nil {
-			on(ev)
+			on(*ev)
 		}
 		switch ev.Event {
 		case apitype.EventDone:
-			return ev, nil
+			return *ev, nil
 		case apitype.EventError:
-			return ev, &Error{Status: http.StatusOK, Code: ev.Code, Message: ev.Message}
+			return *ev, &Error{Status: http.StatusOK, Code: ev.Code, Message: ev.Message}
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -148,6 +148,16 @@ type Agent struct {
 	lines apitype.LineDecoder // the pump's, for update lines
 	env   envelope            // the pump's target for update lines (see dispatch)
 	raw   rawUpdate           // the pump's target for an update's raw form
+	reply promptReply         // the pump's target for a prompt's answer (see takeAnswer)
+
+	// in is the agent's stdin as the SDK and this package write it.
+	in *capsWriter
+	// promptID numbers the prompts this package sends (prompt.go);
+	// prompts holds their answers' channels by id (under mu), promptsN
+	// its length, for the pump to look for answers only while one waits.
+	promptID atomic.Uint64
+	prompts  map[uint64]chan promptAnswer
+	promptsN atomic.Int32
 
 	proc      *child.Process
 	pid       int
@@ -207,7 +217,9 @@ type route struct {
 	// answer), however soon it comes.
 	answered bool
 	text     strings.Builder
-	cut      bool // the reply text reached MaxReplyBytes
+	cut      bool           // the reply text reached MaxReplyBytes
+	line     []byte         // the running prompt's request line, kept for the next one's
+	writing  sync.WaitGroup // the running prompt's write of line
 
 	// What the prompt running, or the next one, has cost: cost (increases
 	// of the session's running cost, summed), the calls' tokens.
@@ -291,7 +303,9 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		children: make(map[string]string),
 		working:  make(map[string]bool),
 		workCh:   make(chan struct{}),
+		prompts:  make(map[uint64]chan promptAnswer),
 	}
+	a.promptID.Store(promptIDBase)
 	a.servers.Store(&spec.MCPServers)
 	a.policy.Store(spec.Permission)
 	if err := a.spawn(path); err != nil {
@@ -354,7 +368,8 @@ func (a *Agent) spawn(path string) error {
 	// The SDK reads only what the pump passes on, which starts once the
 	// connection and the logger are set.
 	pr, pw := io.Pipe()
-	a.conn = sdk.NewClientSideConnection(&client{a: a}, &capsWriter{w: p.Stdin()}, pr)
+	a.in = &capsWriter{w: p.Stdin()}
+	a.conn = sdk.NewClientSideConnection(&client{a: a}, a.in, pr)
 	a.conn.SetLogger(newSlog(a.log))
 	// The pump ends when the agent's stdout does (the process exited or
 	// was stopped), or when the SDK's connection ended and nothing reads
@@ -737,27 +752,36 @@ func (a *Agent) PromptMeta(ctx context.Context, native, text string, atts []Atta
 		r.mu.Unlock()
 	}()
 
-	type answer struct {
-		resp sdk.PromptResponse
-		err  error
+	// The request is written here and its answer taken by the pump
+	// (prompt.go), not the SDK's: the same line, the same answer.
+	id := a.promptID.Add(1)
+	line, err := promptLine(r.line[:0], id, native, Blocks(text, atts, a.caps), meta)
+	if err != nil {
+		return Result{}, fmt.Errorf("acp: %s: encode the request: %w", op, err)
 	}
-	answered := make(chan answer, 1)
-	finished := make(chan struct{})
-	blocks := Blocks(text, atts, a.caps)
-	reqCtx, stopReq := context.WithCancel(context.Background())
+	r.line = line
+	answered := make(chan promptAnswer, 1)
+	a.awaitAnswer(id, answered)
+	// The write goroutine ends when the line is written or cannot be (the
+	// agent's stdin closed: Close, or its exit); Prompt waits for it
+	// either way, since the line is the route's buffer.
+	r.writing.Add(1)
 	go func() {
-		defer close(finished)
-		resp, err := a.conn.Prompt(reqCtx, sdk.PromptRequest{Meta: meta, SessionId: sdk.SessionId(native), Prompt: blocks})
-		answered <- answer{resp, err}
+		defer r.writing.Done()
+		if err := a.in.writeLine(line); err != nil {
+			a.forgetAnswer(id)
+			select {
+			case answered <- promptAnswer{err: sdk.NewInternalError(map[string]any{"error": err.Error()})}:
+			default: // answered all the same (the pump delivered first)
+			}
+		}
 	}()
-	// The request goroutine ends when its answer arrives, the connection
-	// drops, or reqCtx is cancelled here; Prompt waits for it either way.
 	defer func() {
-		stopReq()
-		<-finished
+		a.forgetAnswer(id)
+		r.writing.Wait()
 	}()
 
-	finish := func(ans answer) (Result, error) {
+	finish := func(ans promptAnswer) (Result, error) {
 		if ans.err != nil {
 			return a.partial(r), a.callErr(ctx, op.String(), ans.err)
 		}
@@ -771,6 +795,14 @@ func (a *Agent) PromptMeta(ctx context.Context, native, text string, atts []Atta
 	select {
 	case ans := <-answered:
 		return finish(ans)
+	case <-a.conn.Done():
+		select {
+		case ans := <-answered:
+			return finish(ans) // read before the end
+		default:
+		}
+		// The agent's stdout ended: no answer can come.
+		return finish(promptAnswer{err: sdk.NewInternalError(map[string]any{"error": "peer disconnected before response"})})
 	case <-a.done:
 		return a.partial(r), fmt.Errorf("acp: %s: %w", op, a.exitedErr())
 	case <-ctx.Done():
@@ -797,6 +829,16 @@ func (a *Agent) PromptMeta(ctx context.Context, native, text string, atts []Atta
 		}
 		res, _ := a.result(r, ans.resp)
 		return res, fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
+	case <-a.conn.Done():
+		select {
+		case ans := <-answered:
+			if ans.err == nil {
+				res, _ := a.result(r, ans.resp)
+				return res, fmt.Errorf("acp: %s: cancelled, agent stopped with %q: %w", op, ans.resp.StopReason, cause)
+			}
+		default:
+		}
+		return a.partial(r), fmt.Errorf("acp: %s: %w", op, cause)
 	case <-a.done:
 		return a.partial(r), fmt.Errorf("acp: %s: %w (and the agent exited: %v)", op, cause, a.exitedErr())
 	case <-t.C:

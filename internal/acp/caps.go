@@ -20,9 +20,11 @@ const subagentsCapability = `{}`
 
 // capsWriter writes the SDK's requests to the agent's stdin, adding the
 // capabilities above to the initialize request (the SDK writes each
-// message with one Write).
+// message with one Write). Every write holds wmu: the prompts this package
+// writes itself (writeLine) go between the SDK's messages, never into one.
 type capsWriter struct {
 	w    io.Writer
+	wmu  sync.Mutex
 	mu   sync.Mutex
 	done bool // the initialize line went by
 }
@@ -30,6 +32,8 @@ type capsWriter struct {
 var capsKey = []byte(`"clientCapabilities":{`)
 
 func (c *capsWriter) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.mu.Lock()
 	done := c.done
 	c.mu.Unlock()

@@ -115,7 +115,8 @@ func (a *Agent) dispatch(line []byte) bool {
 		if bytes.Contains(line, []byte(`"stopReason"`)) && !bytes.Contains(line, []byte(`"method"`)) {
 			a.promptAnswered()
 		}
-		return false
+		// The answer to a prompt sent here is this package's (prompt.go).
+		return a.promptsN.Load() > 0 && a.takeAnswer(line)
 	}
 	// One target for every line, zeroed first: a decode into pointers or
 	// slices left from the last line would write into what that line
@@ -123,7 +124,9 @@ func (a *Agent) dispatch(line []byte) bool {
 	env := &a.env
 	*env = envelope{}
 	if err := a.lines.Decode(line, env); err != nil || env.Method != sdk.ClientMethodSessionUpdate || env.ID != nil {
-		return false // the SDK reads it, and logs what it cannot
+		// The SDK reads it, and logs what it cannot; unless it is a
+		// response that quotes the method, to a prompt sent here.
+		return err == nil && env.Method == "" && a.promptsN.Load() > 0 && a.takeAnswer(line)
 	}
 	u := (*wireUpdate)(&env.Params.Update)
 	if !u.plainText() {

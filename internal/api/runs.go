@@ -141,8 +141,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 	hold := time.NewTimer(startHold)
 	hold.Stop()
 	defer hold.Stop()
+	var lines [][]byte // each read's, reused
 	for {
-		b := rn.Read(after, lean)
+		b := rn.ReadInto(after, lean, lines)
+		lines = b.Lines
 		if b.Gone {
 			snap := rn.Snapshot()
 			msg := fmt.Sprintf("events after seq %d of run %q fell out of its buffer (run.events and run.bytes bound it); the run's state and result are in this response and at GET /v1/runs/%s", after, rn.ID, rn.ID)

@@ -34,11 +34,16 @@ func benchClient(b *testing.B) (*client.Client, *store.Store) {
 // benchClientWith is benchClient with the daemon's options o.
 func benchClientWith(b *testing.B, o daemontest.Options) (*client.Client, *store.Store) {
 	b.Helper()
+	return benchClientIn(b, b.TempDir(), o)
+}
+
+// benchClientIn is benchClientWith with the daemon's state directory dir.
+func benchClientIn(b *testing.B, dir string, o daemontest.Options) (*client.Client, *store.Store) {
+	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	dir := b.TempDir()
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	cfg.Bindings = []config.Binding{{ID: "b-builtin", Handle: "@agent", Command: exe,
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
@@ -152,11 +157,33 @@ func BenchmarkWarmTurnDirectACP(b *testing.B) {
 // through the daemon's socket and the same warm turn (the mention line the
 // daemon sends) straight to a second built-in agent process over ACP, so
 // both see the same machine load. It reports each one's time per turn and
-// their ratio.
+// their ratio. It runs twice: disk, with the daemon's state directory (its
+// bbolt file, whose commits are fsynced) and the agents' directories where
+// the other benchmarks have them; tmpfs, with all of them in a directory
+// of /dev/shm, where an fsync costs next to nothing, so the ratio is the
+// daemon's own work against the agent's (skipped where there is no
+// /dev/shm).
 //
 //	go test -run '^$' -bench WarmTurnSocketVsDirect -benchtime 300x ./internal/api/
 func BenchmarkWarmTurnSocketVsDirect(b *testing.B) {
-	c, _ := benchClient(b)
+	b.Run("disk", func(b *testing.B) { benchSocketVsDirect(b, b.TempDir()) })
+	b.Run("tmpfs", func(b *testing.B) {
+		if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+			b.Skip("no /dev/shm on this system: the tmpfs variant needs one")
+		}
+		dir, err := os.MkdirTemp("/dev/shm", "rd-bench-")
+		if err != nil {
+			b.Skipf("cannot make a directory in /dev/shm: %v", err)
+		}
+		b.Cleanup(func() { os.RemoveAll(dir) })
+		benchSocketVsDirect(b, dir)
+	})
+}
+
+// benchSocketVsDirect is BenchmarkWarmTurnSocketVsDirect with every
+// directory (the daemon's state, the direct agent's) under dir.
+func benchSocketVsDirect(b *testing.B, dir string) {
+	c, _ := benchClientIn(b, filepath.Join(dir, "state"), daemontest.Options{Log: zap.NewNop()})
 	ctx := context.Background()
 	req := apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "q", Text: benchText}
 	if _, err := c.Turn(ctx, req, nil); err != nil {
@@ -166,8 +193,12 @@ func BenchmarkWarmTurnSocketVsDirect(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	adir := filepath.Join(dir, "direct")
+	if err := os.MkdirAll(adir, 0o700); err != nil {
+		b.Fatal(err)
+	}
 	a, err := acp.Start(ctx, acp.Spec{Command: exe, Args: []string{"agent"},
-		Env: []string{"RESIDENTD_TEST_AGENT=1"}, Dir: b.TempDir(), Grace: 2 * time.Second}, zap.NewNop())
+		Env: []string{"RESIDENTD_TEST_AGENT=1"}, Dir: adir, Grace: 2 * time.Second}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -276,7 +276,7 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 	if maxRcpt == 0 {
 		maxRcpt = 3
 	}
-	out, err := l.Compose(d.st, key, thread, lease.Input{
+	in := lease.Input{
 		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
 		SeenFacts: prep.Facts,
 		Mention: delivery.Payload{
@@ -287,6 +287,12 @@ func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequ
 		KeepsSession: b.KeepsSession(),
 		Self:         channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
 		Render: delivery.RenderOptions{Limit: d.conf().Context.Limit, MaxChars: d.conf().Context.MaxChars},
+	}
+	// What the session saw and what it has not: one read of the store.
+	var out lease.Output
+	err := d.st.Read(func(src *store.Reading) (err error) {
+		out, err = l.Compose(src, key, thread, in)
+		return err
 	})
 	if err != nil {
 		return lease.Output{}, nil, err

@@ -381,9 +381,7 @@ func (d *Daemon) prepare(ctx context.Context, r *run.Run, b config.Binding, req 
 		d.m.ObserveTurn(shape, lease.OutcomeRefused, d.now().Sub(start))
 		return resident.Prepared{}, err
 	}
-	octx, cancel := context.WithTimeout(ctx, time.Duration(b.TurnTimeout))
-	defer cancel()
-	prep, err := d.keeper.Prepare(octx, co.Key, b, co.Session, log)
+	prep, err := d.keeper.Prepare(ctx, time.Duration(b.TurnTimeout), co.Key, b, co.Session, log)
 	if err != nil {
 		err = d.ctxErr(ctx, err)
 		d.m.ObserveTurn(shape, Outcome(err), d.now().Sub(start))

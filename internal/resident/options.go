@@ -4,7 +4,6 @@
 package resident
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -89,13 +88,15 @@ func optionIDs(list []acp.Option) string {
 // listing as the ones before left it; one the agent lists, or offers the
 // value of, only after another changed waits for a second pass; count says
 // whether the sets are counted.
-func (d *Keeper) setOptions(ctx context.Context, s *Process, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
+func (d *Keeper) setOptions(bctx bounded, s *Process, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
 	list, listed := s.a.Options(s.native)
 	d.noteListing(b.ID, list, listed)
 	todo, reverts := s.optionsToApply(w.opts)
 	if len(todo) == 0 {
 		return nil
 	}
+	ctx, cancel := bctx.context()
+	defer cancel()
 	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
 		for _, o := range list {
 			v, ok := todo[o.ID]

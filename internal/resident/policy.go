@@ -5,7 +5,6 @@
 package resident
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -115,7 +114,7 @@ func (d *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls,
 // another mode as current (it may move itself, e.g. on leaving plan mode).
 // A mode the agent does not list fails the turn with ErrInvalidOption: the
 // policy would not hold.
-func (d *Keeper) applyPolicy(ctx context.Context, s *Process, b config.Binding, log *zap.Logger) error {
+func (d *Keeper) applyPolicy(bctx bounded, s *Process, b config.Binding, log *zap.Logger) error {
 	a := policy.Agent(s.a.Info())
 	c := policy.For(a, b.Permission)
 	if c.Mode == "" {
@@ -132,6 +131,8 @@ func (d *Keeper) applyPolicy(ctx context.Context, s *Process, b config.Binding, 
 	if set == c.Mode && cur == c.Mode {
 		return nil
 	}
+	ctx, cancel := bctx.context()
+	defer cancel()
 	_, span := tracing.Start(ctx, "session mode")
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("residentd.mode", c.Mode), attribute.String("residentd.permission_policy", string(b.Permission)))

@@ -2,6 +2,7 @@ package resident
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -29,17 +30,18 @@ type Prepared struct {
 // changed since its last turn (a config reload: the policy answering its
 // permission requests, the brief), its session options are brought to what
 // the key wants, and its mode to what the binding's permission policy
-// needs (bounded by ctx).
-func (d *Keeper) Prepare(ctx context.Context, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
+// needs (bounded by ctx, and by limit from now).
+func (d *Keeper) Prepare(ctx context.Context, limit time.Duration, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
 	if err := p.takeBinding(b); err != nil {
 		return Prepared{}, err
 	}
-	if err := d.setOptions(ctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
+	bctx := bounded{parent: ctx, at: time.Now().Add(limit)}
+	if err := d.setOptions(bctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
 		return Prepared{}, err
 	}
 	// After the options: the policy's mode wins over a session option that
 	// moved the same thing.
-	if err := d.applyPolicy(ctx, p, b, log); err != nil {
+	if err := d.applyPolicy(bctx, p, b, log); err != nil {
 		return Prepared{}, err
 	}
 	d.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
@@ -103,4 +105,17 @@ func (d *Keeper) SaveNative(k session.Key, p *Process, log *zap.Logger) {
 		p.KeepUnsaved()
 		log.Error("save native session id failed", zap.String("native", p.native), zap.Error(err))
 	}
+}
+
+// bounded is a context and a deadline that is made into a context only
+// when a request needs it: most turns send none, and a deadline context is
+// a timer and half a dozen allocations.
+type bounded struct {
+	parent context.Context
+	at     time.Time
+}
+
+// context is b as a context; cancel releases it.
+func (b bounded) context() (ctx context.Context, cancel context.CancelFunc) {
+	return context.WithDeadline(b.parent, b.at)
 }

@@ -297,7 +297,7 @@ type Batch struct {
 	Ended   bool            // the run has ended and Lines hold everything up to its end (none when the reader asked for events after its last)
 	Gone    bool            // events after the asked sequence fell out of the buffer
 	Hold    bool            // the last line is the started event: the next ones follow within moments
-	Changed <-chan struct{} // closed when there is more to read
+	Changed <-chan struct{} // closed when there is more to read; nil once Ended (nothing more can come)
 }
 
 // Read returns the buffered events after seq after. A lean reader gets
@@ -305,16 +305,22 @@ type Batch struct {
 // carried the reply, the done event without its text (the run's result
 // keeps it). Others read every event whole, as /v1 always sent them.
 func (r *Run) Read(after int64, lean bool) Batch {
+	return r.ReadInto(after, lean, nil)
+}
+
+// ReadInto is Read with the batch's lines appended to lines (a follower's
+// slice from its last read, reused rather than made anew for every read).
+func (r *Run) ReadInto(after int64, lean bool, lines [][]byte) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b := Batch{Last: after, Changed: r.changedLocked()}
+	b := Batch{Last: after, Lines: lines[:0]}
 	if after < r.dropped {
-		b.Gone = true
+		b.Gone, b.Changed = true, r.changedLocked()
 		return b
 	}
 	i := sort.Search(len(r.lines), func(i int) bool { return r.lines[i].seq > after })
-	if i < len(r.lines) {
-		b.Lines = make([][]byte, 0, len(r.lines)-i)
+	if n := len(r.lines) - i; n > 0 && cap(b.Lines) < n {
+		b.Lines = make([][]byte, 0, n)
 	}
 	for j := i; j < len(r.lines); j++ {
 		l := &r.lines[j]
@@ -332,6 +338,9 @@ func (r *Run) Read(after int64, lean bool) Batch {
 	// Ended when nothing after b.Last can come: a reader that asked for
 	// events after the run's last (after > r.last) has read its end too.
 	b.Ended = r.result != nil && b.Last >= r.last
+	if !b.Ended {
+		b.Changed = r.changedLocked()
+	}
 	return b
 }
 

@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/jsonenc"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -17,27 +19,36 @@ import (
 func (s *Store) Conversation(k session.Key) ([]session.Turn, error) {
 	var out []session.Turn
 	err := s.view(func(tx *bolt.Tx) error {
-		kb := tx.Bucket(bucketConversations).Bucket(convName(k))
-		if kb == nil {
-			return nil
-		}
-		turns := kb.Bucket(keyTurns)
-		if turns == nil {
-			return nil
-		}
-		return turns.ForEach(func(seq, v []byte) error {
-			var t session.Turn
-			if err := json.Unmarshal(v, &t); err != nil {
-				return fmt.Errorf("turn %d: %w", binary.BigEndian.Uint64(seq), err)
-			}
-			out = append(out, t)
-			return nil
-		})
+		var err error
+		out, err = conversation(tx, k)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: conversation of %q: %w", k, err)
 	}
 	return out, nil
+}
+
+// conversation is Conversation in tx.
+func conversation(tx *bolt.Tx, k session.Key) ([]session.Turn, error) {
+	kb := tx.Bucket(bucketConversations).Bucket(convName(k))
+	if kb == nil {
+		return nil, nil
+	}
+	turns := kb.Bucket(keyTurns)
+	if turns == nil {
+		return nil, nil
+	}
+	var out []session.Turn
+	err := turns.ForEach(func(seq, v []byte) error {
+		var t session.Turn
+		if err := json.Unmarshal(v, &t); err != nil {
+			return fmt.Errorf("turn %d: %w", binary.BigEndian.Uint64(seq), err)
+		}
+		out = append(out, t)
+		return nil
+	})
+	return out, err
 }
 
 // AppendTurns adds turns to the key's conversation in one transaction and
@@ -158,7 +169,7 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 		if err != nil {
 			return err
 		}
-		v, err := json.Marshal(&turns[i]) // a pointer: no copy boxed for Marshal
+		v, err := marshalTurn(&turns[i])
 		if err != nil {
 			return err
 		}
@@ -179,6 +190,35 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 		}
 	}
 	return nil
+}
+
+// marshalTurn is json.Marshal(t), byte for byte, without Marshal's
+// reflection and its copy of the result (two turns are stored on every
+// turn); a time Marshal refuses goes to Marshal, for its error.
+func marshalTurn(t *session.Turn) ([]byte, error) {
+	b := make([]byte, 0, 128+len(t.Role)+jsonenc.StringLen(t.Text)+len(t.MessageID)+jsonenc.StringLen(t.Facts))
+	b = append(b, `{"role":`...)
+	b = jsonenc.AppendString(b, string(t.Role))
+	b = append(b, `,"text":`...)
+	b = jsonenc.AppendString(b, t.Text)
+	b = append(b, `,"at":`...)
+	b, ok := jsonenc.AppendTime(b, t.At)
+	if !ok {
+		return json.Marshal(t)
+	}
+	if t.MessageID != "" {
+		b = append(b, `,"message_id":`...)
+		b = jsonenc.AppendString(b, t.MessageID)
+	}
+	if t.MessageSeq != 0 {
+		b = append(b, `,"message_seq":`...)
+		b = strconv.AppendUint(b, t.MessageSeq, 10)
+	}
+	if t.Facts != "" {
+		b = append(b, `,"facts":`...)
+		b = jsonenc.AppendString(b, t.Facts)
+	}
+	return append(b, '}'), nil
 }
 
 // NativeID returns the key's native ACP session id, "" when none is saved.

@@ -491,82 +491,90 @@ func (s *Store) DeleteMessage(ch, id string) error {
 func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
 	var v channel.View
 	err := s.view(func(tx *bolt.Tx) error {
-		cb := openChannel(tx, ch)
-		if cb == nil {
-			for _, id := range known {
-				v.Known = append(v.Known, channel.Known{ID: id})
-			}
-			pick(nil)
-			return nil
-		}
-		for _, id := range known {
-			k := channel.Known{ID: id}
-			if mk, seq, ok := cb.lookup(id); ok {
-				m, err := cb.message(mk)
-				if err != nil {
-					return err
-				}
-				k.Seq, k.Thread, k.Author = seq, timelineOf(m), m.Author
-				if len(m.Attachments) > 0 {
-					if v.Attached == nil {
-						v.Attached = map[string][]channel.Attachment{}
-					}
-					v.Attached[id] = s.withPaths(m)
-				}
-			}
-			v.Known = append(v.Known, k)
-		}
-		v.Seq = cb.lastSeq()
-		v.Total = int(cb.timelineCount(thread))
-		var (
-			cands []channel.Candidate
-			keys  [][]byte
-		)
-		if thread != "" {
-			if mk, seq, ok := cb.lookup(thread); ok {
-				v.Total++
-				// The root may itself be a reply in another thread: its
-				// arrival is filed under its own timeline.
-				root, err := cb.message(mk)
-				if err != nil {
-					return err
-				}
-				c, _, err := parseArrival(seq, cb.arrivals.Get(arrivalKey(root)))
-				if err != nil {
-					return fmt.Errorf("arrival of thread root %q: %w", thread, err)
-				}
-				cands, keys = append(cands, c), append(keys, mk)
-			}
-		}
-		prefix := joinKey(thread)
-		cur := cb.arrivals.Cursor()
-		for k, val := cur.Seek(binary.BigEndian.AppendUint64(bytes.Clone(prefix), after+1)); k != nil && bytes.HasPrefix(k, prefix); k, val = cur.Next() {
-			seq := binary.BigEndian.Uint64(k[len(prefix):])
-			c, mk, err := parseArrival(seq, val)
-			if err != nil {
-				return fmt.Errorf("arrival %d: %w", seq, err)
-			}
-			cands, keys = append(cands, c), append(keys, mk)
-		}
-		v.Candidates = len(cands)
-		chosen := pick(cands)
-		v.Rows = make([]channel.Message, 0, len(chosen))
-		for _, i := range chosen {
-			m, err := cb.message(keys[i])
-			if err != nil {
-				return err
-			}
-			m.Attachments = s.withPaths(m)
-			v.Rows = append(v.Rows, m)
-		}
-		slices.SortFunc(v.Rows, func(a, b channel.Message) int {
-			return bytes.Compare(msgKey(a.CreatedAt, a.ID), msgKey(b.CreatedAt, b.ID))
-		})
-		return nil
+		var err error
+		v, err = s.unseen(tx, ch, thread, after, known, pick)
+		return err
 	})
 	if err != nil {
 		return channel.View{}, fmt.Errorf("store: unseen messages of channel %q thread %q after %d: %w", ch, thread, after, err)
 	}
+	return v, nil
+}
+
+// unseen is Unseen in tx.
+func (s *Store) unseen(tx *bolt.Tx, ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+	var v channel.View
+	cb := openChannel(tx, ch)
+	if cb == nil {
+		for _, id := range known {
+			v.Known = append(v.Known, channel.Known{ID: id})
+		}
+		pick(nil)
+		return v, nil
+	}
+	for _, id := range known {
+		k := channel.Known{ID: id}
+		if mk, seq, ok := cb.lookup(id); ok {
+			m, err := cb.message(mk)
+			if err != nil {
+				return v, err
+			}
+			k.Seq, k.Thread, k.Author = seq, timelineOf(m), m.Author
+			if len(m.Attachments) > 0 {
+				if v.Attached == nil {
+					v.Attached = map[string][]channel.Attachment{}
+				}
+				v.Attached[id] = s.withPaths(m)
+			}
+		}
+		v.Known = append(v.Known, k)
+	}
+	v.Seq = cb.lastSeq()
+	v.Total = int(cb.timelineCount(thread))
+	var (
+		cands []channel.Candidate
+		keys  [][]byte
+	)
+	if thread != "" {
+		if mk, seq, ok := cb.lookup(thread); ok {
+			v.Total++
+			// The root may itself be a reply in another thread: its
+			// arrival is filed under its own timeline.
+			root, err := cb.message(mk)
+			if err != nil {
+				return v, err
+			}
+			c, _, err := parseArrival(seq, cb.arrivals.Get(arrivalKey(root)))
+			if err != nil {
+				return v, fmt.Errorf("arrival of thread root %q: %w", thread, err)
+			}
+			cands, keys = append(cands, c), append(keys, mk)
+		}
+	}
+	prefix := joinKey(thread)
+	cur := cb.arrivals.Cursor()
+	for k, val := cur.Seek(binary.BigEndian.AppendUint64(bytes.Clone(prefix), after+1)); k != nil && bytes.HasPrefix(k, prefix); k, val = cur.Next() {
+		seq := binary.BigEndian.Uint64(k[len(prefix):])
+		c, mk, err := parseArrival(seq, val)
+		if err != nil {
+			return v, fmt.Errorf("arrival %d: %w", seq, err)
+		}
+		cands, keys = append(cands, c), append(keys, mk)
+	}
+	v.Candidates = len(cands)
+	chosen := pick(cands)
+	v.Rows = make([]channel.Message, 0, len(chosen))
+	for _, i := range chosen {
+		m, err := cb.message(keys[i])
+		if err != nil {
+			return v, err
+		}
+		m.Attachments = s.withPaths(m)
+		v.Rows = append(v.Rows, m)
+	}
+	slices.SortFunc(v.Rows, func(a, b channel.Message) int {
+		return bytes.Compare(msgKey(a.CreatedAt, a.ID), msgKey(b.CreatedAt, b.ID))
+	})
 	return v, nil
 }
 

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/residentd/residentd/internal/jsonenc"
 )
 
 // Since schema version 7 (see migrateRuns).
@@ -65,7 +68,7 @@ func putRun(tx *bolt.Tx, r *RunRecord) error {
 	if b == nil {
 		return fmt.Errorf("bucket %q missing", bucketRuns)
 	}
-	v, err := json.Marshal(r)
+	v, err := marshalRun(r)
 	if err != nil {
 		return err
 	}
@@ -76,6 +79,56 @@ func putRun(tx *bolt.Tx, r *RunRecord) error {
 		return tx.Bucket(bucketRunsEnded).Put(r.endedKey(), nil)
 	}
 	return nil
+}
+
+// marshalRun is json.Marshal(r), byte for byte: a run record is written
+// twice on every turn, and Marshal's reflection, its copy of the result
+// and its encoding of each time were a dozen allocations of them. A
+// record whose raw parts Marshal would rewrite (not compact, or with
+// characters it escapes for HTML) or refuse goes to Marshal itself.
+func marshalRun(r *RunRecord) ([]byte, error) {
+	n := 128 + len(r.ID) + len(r.Request)
+	if !jsonenc.Plain(r.Request) {
+		return json.Marshal(r)
+	}
+	for _, e := range r.Events {
+		if !jsonenc.Plain(e) {
+			return json.Marshal(r)
+		}
+		n += len(e) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"id":`...)
+	b = jsonenc.AppendString(b, r.ID)
+	b = append(b, `,"request":`...)
+	b = append(b, r.Request...)
+	b = append(b, `,"created":`...)
+	b, ok := jsonenc.AppendTime(b, r.Created)
+	if !ok {
+		return json.Marshal(r)
+	}
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(r.Attempt), 10)
+	if r.Running {
+		b = append(b, `,"running":true`...)
+	}
+	if len(r.Events) > 0 {
+		b = append(b, `,"events":[`...)
+		for i, e := range r.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, e...)
+		}
+		b = append(b, ']')
+	}
+	if !r.Ended.IsZero() {
+		b = append(b, `,"ended":`...)
+		if b, ok = jsonenc.AppendTime(b, r.Ended); !ok {
+			return json.Marshal(r)
+		}
+	}
+	return append(b, '}'), nil
 }
 
 // Run reads the record of run id.

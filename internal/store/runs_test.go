@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"path/filepath"
 	"testing"
@@ -127,5 +128,49 @@ func TestRunRecords(t *testing.T) {
 	}
 	if got := ids(); len(got) != 2 || got[0] != "run-4" || got[1] != "run-a" {
 		t.Fatalf("after pruning by age: %v", got)
+	}
+}
+
+// TestMarshalRunAsMarshal: a run record is written as json.Marshal writes
+// it, byte for byte, and refused where Marshal refuses it.
+func TestMarshalRunAsMarshal(t *testing.T) {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 890, time.FixedZone("cet", 3600))
+	ev := json.RawMessage(`{"event":"update","run_id":"r1","seq":2,"at":"2026-03-04T05:06:07Z","update":{"kind":"agent_message_chunk","text":"a \"quoted\" — reply\n"}}`)
+	for i, r := range []RunRecord{
+		{ID: "r1", Request: json.RawMessage(`{"channel_id":"ch","text":"hi"}`), Created: at},
+		{ID: "r1", Request: json.RawMessage(`{"channel_id":"ch"}`), Created: at, Attempt: 2, Running: true, Events: []json.RawMessage{ev, ev}},
+		{ID: "r\"<1>\xff", Request: json.RawMessage(`{}`), Created: at.UTC(), Attempt: 1, Events: []json.RawMessage{ev}, Ended: at.Add(time.Second)},
+		{ID: "r1", Request: json.RawMessage(`{"text":"<b>"}`), Created: at},
+		{ID: "r1", Request: json.RawMessage(`{"text": "spaced"}`), Created: at},
+		{ID: "r1", Request: json.RawMessage(`{}`), Created: at, Events: []json.RawMessage{json.RawMessage(`{"text":"a & b"}`)}},
+		{ID: "r1", Created: at},
+		{ID: "r1", Request: json.RawMessage(`{}`), Events: []json.RawMessage{nil}},
+		{ID: "r1", Request: json.RawMessage(`{"broken":`), Created: at},
+		{ID: "r1", Request: json.RawMessage(`{}`), Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{ID: "r1", Request: json.RawMessage(`{}`), Created: at, Ended: time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		want, werr := json.Marshal(&r)
+		got, gerr := marshalRun(&r)
+		if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
+			t.Errorf("record %d:\n got %s (%v)\nwant %s (%v)", i, got, gerr, want, werr)
+		}
+	}
+}
+
+// TestMarshalTurnAsMarshal: a stored turn is written as json.Marshal
+// writes it, byte for byte, and refused where Marshal refuses it.
+func TestMarshalTurnAsMarshal(t *testing.T) {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 890, time.FixedZone("cet", 3600))
+	for i, tu := range []session.Turn{
+		{Role: session.RoleUser, Text: "hi", At: at},
+		{Role: session.RoleUser, Text: "{\"channel\":\"<ch>\"}\n\t— a & b \u2028 \xff", At: at.UTC(), MessageID: "m\"1", MessageSeq: 42, Facts: `{"project":"x"}`},
+		{Role: session.RoleAssistant, Text: "", At: time.Time{}},
+		{Role: session.RoleAssistant, Text: "x", At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		want, werr := json.Marshal(&tu)
+		got, gerr := marshalTurn(&tu)
+		if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
+			t.Errorf("turn %d:\n got %s (%v)\nwant %s (%v)", i, got, gerr, want, werr)
+		}
 	}
 }

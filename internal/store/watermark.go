@@ -41,26 +41,33 @@ func (s *Store) Watermark(wk channel.WatermarkKey) (channel.Watermark, bool, err
 // thread, the main timeline's (for the main one, main is wm); nil where
 // there is none.
 func (s *Store) Seen(k session.Key, thread string) (wm, main *channel.Watermark, err error) {
-	get := func(tx *bolt.Tx, wk channel.WatermarkKey) (*channel.Watermark, error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		wm, main, err = seen(tx, k, thread)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: watermarks of %q (thread %q): %w", k, thread, err)
+	}
+	return wm, main, nil
+}
+
+// seen is Seen in tx.
+func seen(tx *bolt.Tx, k session.Key, thread string) (wm, main *channel.Watermark, err error) {
+	get := func(wk channel.WatermarkKey) (*channel.Watermark, error) {
 		w, found, err := getWatermark(tx, wk)
 		if err != nil || !found {
 			return nil, err
 		}
 		return &w, nil
 	}
-	err = s.view(func(tx *bolt.Tx) error {
-		var err error
-		if wm, err = get(tx, channel.WatermarkKey{Key: k, Thread: thread}); err != nil {
-			return err
+	if wm, err = get(channel.WatermarkKey{Key: k, Thread: thread}); err != nil {
+		return nil, nil, err
+	}
+	main = wm
+	if thread != "" {
+		if main, err = get(channel.WatermarkKey{Key: k}); err != nil {
+			return nil, nil, err
 		}
-		main = wm
-		if thread != "" {
-			main, err = get(tx, channel.WatermarkKey{Key: k})
-		}
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: watermarks of %q (thread %q): %w", k, thread, err)
 	}
 	return wm, main, nil
 }
