@@ -464,28 +464,7 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 		t.Fatalf("turn: %v (agent pid %d)", err, agentPid)
 	}
 	// The grandchild shares the agent's process group.
-	grand := 0
-	members, err := child.Group(agentPid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range members {
-		if m.Pid != agentPid {
-			grand = m.Pid
-		}
-	}
-	if grand == 0 {
-		t.Fatalf("no grandchild in agent %d's group", agentPid)
-	}
-	grandTicks, err := child.StartTicks(grand)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if running(grand, grandTicks) {
-			syscall.Kill(grand, syscall.SIGKILL)
-		}
-	})
+	grand, grandTicks := grandchild(t, agentPid)
 
 	crashed.cmd.Process.Kill()
 	<-crashed.done
@@ -588,28 +567,7 @@ func TestRestartSweepsUnrecordedAgentOfACrash(t *testing.T) {
 	case <-crashed.done:
 		t.Fatalf("the daemon exited. Output:\n%s", crashed.out.String())
 	}
-	grand := 0
-	members, err := child.Group(agentPid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range members {
-		if m.Pid != agentPid {
-			grand = m.Pid
-		}
-	}
-	if grand == 0 {
-		t.Fatalf("no grandchild in agent %d's group", agentPid)
-	}
-	grandTicks, err := child.StartTicks(grand)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if running(grand, grandTicks) {
-			syscall.Kill(grand, syscall.SIGKILL)
-		}
-	})
+	grand, grandTicks := grandchild(t, agentPid)
 
 	crashed.cmd.Process.Kill()
 	<-crashed.done
@@ -642,4 +600,33 @@ func TestRestartSweepsUnrecordedAgentOfACrash(t *testing.T) {
 	if next.stop(20*time.Second) != nil {
 		t.Fatal("daemon did not stop")
 	}
+}
+
+// grandchild is the process in agent's group other than the agent, and
+// its start stamp; the test's end kills it if it still runs.
+func grandchild(t *testing.T, agentPid int) (int, uint64) {
+	t.Helper()
+	grand := 0
+	members, err := child.Group(agentPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.Pid != agentPid {
+			grand = m.Pid
+		}
+	}
+	if grand == 0 {
+		t.Fatalf("no grandchild in agent %d's group", agentPid)
+	}
+	ticks, err := child.StartTicks(grand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if running(grand, ticks) {
+			syscall.Kill(grand, syscall.SIGKILL)
+		}
+	})
+	return grand, ticks
 }
