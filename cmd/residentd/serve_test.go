@@ -436,25 +436,10 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to find the agent's grandchild:", err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cfgPath := filepath.Join(t.TempDir(), "config.json")
-	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": %q,
-		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false, "spare": 0}]}`, exe)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sockDir(t), "s.sock")
-	args := serveArgs(state, sock, "--config", cfgPath)
-
-	crashed := startProc(t, args, childEnv())
-	waitHealthy(t, crashed, sock)
+	state, sock, args, crashed := serveGrandchildAgent(t)
 	c := &client.Client{Socket: sock}
 	agentPid := 0
-	_, err = c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hi"}, func(ev apitype.Event) {
+	_, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hi"}, func(ev apitype.Event) {
 		if ev.Event == "started" {
 			agentPid = ev.Pid
 		}
@@ -529,22 +514,7 @@ func TestRestartSweepsUnrecordedAgentOfACrash(t *testing.T) {
 	if _, err := os.Stat("/proc/self/environ"); err != nil {
 		t.Skip("needs /proc to read the leftovers' marks:", err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cfgPath := filepath.Join(t.TempDir(), "config.json")
-	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": %q,
-		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false, "spare": 0}]}`, exe)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sockDir(t), "s.sock")
-	args := serveArgs(state, sock, "--config", cfgPath)
-
-	crashed := startProc(t, args, childEnv())
-	waitHealthy(t, crashed, sock)
+	state, sock, args, crashed := serveGrandchildAgent(t)
 	// The turn hangs in the agent: its run is accepted, its agent started,
 	// and nothing has committed the agent's record when the daemon dies.
 	started := make(chan int, 1)
@@ -629,4 +599,28 @@ func grandchild(t *testing.T, agentPid int) (int, uint64) {
 		}
 	})
 	return grand, ticks
+}
+
+// serveGrandchildAgent starts a healthy `residentd serve` whose one
+// binding, b-grand, is the built-in agent that starts a grandchild in its
+// process group; it returns the daemon's state dir, socket, arguments (to
+// start the next daemon on the same state) and process.
+func serveGrandchildAgent(t *testing.T) (state, sock string, args []string, p *proc) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state = t.TempDir()
+	cfgPath := filepath.Join(t.TempDir(), "config.json")
+	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": %q,
+		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false, "spare": 0}]}`, exe)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock = filepath.Join(sockDir(t), "s.sock")
+	args = serveArgs(state, sock, "--config", cfgPath)
+	p = startProc(t, args, childEnv())
+	waitHealthy(t, p, sock)
+	return state, sock, args, p
 }

@@ -65,6 +65,15 @@ func ValidMarkPrefix(p string) bool {
 	return len(p) == MarkPrefixLen && strings.Trim(p, "0123456789abcdef") == ""
 }
 
+// NewMarkPrefix returns a new random mark prefix.
+func NewMarkPrefix() (string, error) {
+	var b [MarkPrefixLen / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
 // newMark is prefix followed by 16 random hex digits, or 32 random ones
 // when prefix is not a valid one: 32 hex digits either way (validMark).
 func newMark(prefix string) string {

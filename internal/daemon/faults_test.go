@@ -323,21 +323,22 @@ func TestToleratedAgentFaults(t *testing.T) {
 // histSum is the sum of everything h observed.
 func histSum(t *testing.T, h prometheus.Histogram) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleSum()
+	return histOf(t, h).GetSampleSum()
 }
 
 // histCount is how many observations h has.
 func histCount(t *testing.T, h prometheus.Histogram) uint64 {
 	t.Helper()
+	return histOf(t, h).GetSampleCount()
+}
+
+func histOf(t *testing.T, h prometheus.Histogram) *dto.Histogram {
+	t.Helper()
 	var m dto.Metric
 	if err := h.Write(&m); err != nil {
 		t.Fatal(err)
 	}
-	return m.GetHistogram().GetSampleCount()
+	return m.GetHistogram()
 }
 
 // TestStubbornAgentsAreStopped: an agent that ignores SIGTERM, and one whose

@@ -1,17 +1,15 @@
 package store
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -184,10 +182,6 @@ func (s *Store) Agents() ([]AgentRecord, error) {
 // daemons ignore it.
 var keyMarkPrefix = []byte("mark-prefix")
 
-// markPrefixLen is the prefix's length in hex digits: half an agent's
-// mark (child.MarkPrefixLen).
-const markPrefixLen = 16
-
 // MarkPrefix is this file's agent mark prefix: 16 hex digits made once,
 // when the file was first opened, and kept in it. Every agent a daemon on
 // this file starts carries a mark beginning with it, so the next daemon's
@@ -199,20 +193,15 @@ func (s *Store) MarkPrefix() string { return s.markPrefix }
 // file has none (or a malformed one).
 func ensureMarkPrefix(tx *bolt.Tx) (string, error) {
 	meta := tx.Bucket(bucketMeta)
-	if v := meta.Get(keyMarkPrefix); validMarkPrefix(string(v)) {
+	if v := meta.Get(keyMarkPrefix); child.ValidMarkPrefix(string(v)) {
 		return string(v), nil
 	}
-	var b [markPrefixLen / 2]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	p, err := child.NewMarkPrefix()
+	if err != nil {
 		return "", fmt.Errorf("make the agent mark prefix: %w", err)
 	}
-	p := hex.EncodeToString(b[:])
 	if err := meta.Put(keyMarkPrefix, []byte(p)); err != nil {
 		return "", fmt.Errorf("save the agent mark prefix: %w", err)
 	}
 	return p, nil
-}
-
-func validMarkPrefix(p string) bool {
-	return len(p) == markPrefixLen && strings.Trim(p, "0123456789abcdef") == ""
 }

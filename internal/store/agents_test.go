@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -150,7 +151,7 @@ func TestAgentListingDuringCommits(t *testing.T) {
 func TestMarkPrefixIsKept(t *testing.T) {
 	s := openTest(t, Options{})
 	p := s.MarkPrefix()
-	if !validMarkPrefix(p) {
+	if !child.ValidMarkPrefix(p) {
 		t.Fatalf("mark prefix %q, want 16 hex digits", p)
 	}
 	if q := openTest(t, Options{}).MarkPrefix(); q == p {
