@@ -241,6 +241,9 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	}
 	a, bw := ap.a, ap.bw
 	pre := ap.takePre() // a session the spare opened ahead, nil without one
+	if pre != nil {
+		rel.add(pre.release) // revoked at the exit, if not before
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Bool("residentd.spare", spare), attribute.Bool("residentd.spare_session", pre != nil))
 	}
@@ -261,7 +264,6 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
 		id, err := d.st.NativeID(k)
 		if err != nil {
-			d.dropPre(ap, pre, log)
 			a.Close()
 			return nil, lease.Cold, fmt.Errorf("read saved session: %w", err)
 		}
@@ -273,7 +275,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		// with it. A restore that ends cold starts on it instead.
 		keyServers()
 		how, err := d.restore(ctx, a, b, want, log)
-		if err != nil || how != "" {
+		if how != "" {
 			d.dropPre(ap, pre, log)
 			pre = nil
 		}
@@ -289,16 +291,17 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		// A thread key's first session: a fork of its channel's.
 		keyServers()
 		s, err := d.fork(ctx, a, k, b, bw, log)
-		if err != nil || s != nil {
+		if err != nil {
+			a.Close()
+			return nil, lease.Restored, err
+		}
+		if s != nil {
 			d.dropPre(ap, pre, log)
-			if err != nil {
-				a.Close()
-			}
-			return s, lease.Restored, err
+			return s, lease.Restored, nil
 		}
 	}
 	if pre != nil {
-		if s := d.usePre(ap, pre, k, b, rel, keyRelease, log); s != nil {
+		if s := d.usePre(ap, pre, k, b, keyRelease, log); s != nil {
 			return s, lease.Cold, nil
 		}
 		keyRelease = nil // revoked: the session opened below gets new ones
@@ -329,7 +332,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 // (keyRelease, for a fork that found nothing to fork) are revoked now: no
 // session carries them. Nil when the capability could not be bound; the
 // session opened ahead is dropped then, and so are those capabilities.
-func (d *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.Binding, rel *releases, keyRelease func(), log *zap.Logger) *Process {
+func (d *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.Binding, keyRelease func(), log *zap.Logger) *Process {
 	if keyRelease != nil {
 		keyRelease()
 	}
@@ -340,7 +343,6 @@ func (d *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.B
 			return nil
 		}
 	}
-	rel.add(pre.release)
 	d.m.SpareEvents.WithLabelValues(b.ID, "session_used").Inc()
 	log.Info("session opened ahead on the spare taken", zap.String("native", pre.native), zap.Int("pid", ap.a.Pid()))
 	return d.live(&Process{a: ap.a, key: k, between: ap.bw, native: pre.native, unsaved: b.KeepsSession(), binding: b, served: b})
