@@ -118,11 +118,15 @@ func (wk WatermarkKey) String() string {
 // says nearly all: a message is seen when its current version arrived at
 // or before Seq. Marks hold what was seen outside that prefix: mentions
 // this session answered before the desktop app pushed them, and a thread's
-// root shown in the thread.
+// root shown in the thread. Held are the holes in the prefix: mentions
+// waiting on the key for a later turn when a block was read, left out of
+// it as the addressed message is, and not seen until a delivery gives
+// them (that turn's, or a later block once it ended unanswered).
 type Watermark struct {
 	Native string `json:"native"`
 	Seq    uint64 `json:"seq"`
 	Marks  []Mark `json:"marks,omitempty"`
+	Held   []Mark `json:"held,omitempty"`
 }
 
 // Mark says the session has seen message ID up to the version that arrived
@@ -167,7 +171,14 @@ func (w Watermark) For(native string) (Watermark, bool) {
 // that arrived as seq, edited telling whether that version is an edit. An
 // edit is always news unless that very version was seen.
 func (w Watermark) Covers(id string, seq uint64, edited bool) bool {
-	return seq <= w.Seq || w.Marked(id, seq, edited)
+	return seq <= w.Seq && !w.Holds(id, seq) || w.Marked(id, seq, edited)
+}
+
+// Holds reports whether the version of message id that arrived as seq is
+// a hole in the prefix: left out of a block because a later turn of the
+// key was to carry it.
+func (w Watermark) Holds(id string, seq uint64) bool {
+	return slices.Contains(w.Held, Mark{ID: id, Seq: seq})
 }
 
 // Marked reports whether one of the marks alone covers that version: what
@@ -192,25 +203,32 @@ func MarksCover(marks []Mark, id string, seq uint64, edited bool) bool {
 // run succeeds.
 type Seen struct {
 	Seq   uint64 `json:"seq"`   // the channel's arrival number when the block was rendered
-	Marks []Mark `json:"marks"` // seen outside the prefix up to Seq
+	Marks []Mark `json:"marks"` // seen outside the prefix up to Seq; a mark fills a hole it covers
+	// Held are versions up to Seq the delivery left out for a later turn
+	// of the key: holes in the prefix until a delivery fills them.
+	Held []Mark `json:"held,omitempty"`
 }
 
 // Empty reports whether there is nothing to commit.
-func (s Seen) Empty() bool { return s.Seq == 0 && len(s.Marks) == 0 }
+func (s Seen) Empty() bool { return s.Seq == 0 && len(s.Marks) == 0 && len(s.Held) == 0 }
 
 // Advance returns w moved past s for native session native. A watermark of
 // another native session is replaced, never merged: that process saw nothing
 // of the old one. Marks the new Seq covers are dropped; at most limit are kept
-// (MaxWatermarkIDs when max <= 0), the oldest dropped first.
+// (MaxWatermarkIDs when max <= 0), the oldest dropped first. A hole is
+// filled by a mark of s that covers it and kept otherwise; s's holes are
+// added. Holes are never dropped for the limit: each is a mention still
+// waiting on the key, and the key's queue is bounded.
 func (w Watermark) Advance(native string, s Seen, limit int) Watermark {
 	if limit <= 0 {
 		limit = MaxWatermarkIDs
 	}
 	out := Watermark{Native: native}
-	var marks []Mark
+	var marks, held []Mark
 	if own, ok := w.For(native); ok {
 		out.Seq = own.Seq
 		marks = append(marks, own.Marks...)
+		held = append(held, own.Held...)
 	}
 	out.Seq = max(out.Seq, s.Seq)
 	marks = append(marks, s.Marks...)
@@ -221,6 +239,11 @@ func (w Watermark) Advance(native string, s Seen, limit int) Watermark {
 	}
 	if len(out.Marks) > limit {
 		out.Marks = append([]Mark(nil), out.Marks[len(out.Marks)-limit:]...)
+	}
+	for _, h := range append(held, s.Held...) {
+		if h.Seq <= out.Seq && !MarksCover(s.Marks, h.ID, h.Seq, false) && !slices.Contains(out.Held, h) {
+			out.Held = append(out.Held, h)
+		}
 	}
 	return out
 }

@@ -130,3 +130,34 @@ func TestSelfWrote(t *testing.T) {
 		t.Error("an empty handle matched an empty author")
 	}
 }
+
+// A hole is a version at or below Seq left out for a later turn: not
+// covered until a mark fills it; other holes stay; holes never fall to
+// the mark limit.
+func TestAdvanceHoles(t *testing.T) {
+	w := Watermark{Native: "n", Seq: 10, Held: []Mark{{ID: "q1", Seq: 4}, {ID: "q2", Seq: 7}}}
+	for _, tt := range []struct {
+		id   string
+		seq  uint64
+		want bool
+	}{{"q1", 4, false}, {"q2", 7, false}, {"q1", 5, true}, {"other", 4, true}} {
+		if got := w.Covers(tt.id, tt.seq, false); got != tt.want {
+			t.Errorf("Covers(%q, %d) = %v, want %v", tt.id, tt.seq, got, tt.want)
+		}
+	}
+	got := w.Advance("n", Seen{Seq: 12, Marks: []Mark{{ID: "q1", Seq: 4}}, Held: []Mark{{ID: "q3", Seq: 11}}}, 1)
+	if fmt.Sprint(got.Held) != "[{q2 7} {q3 11}]" || len(got.Marks) != 0 || got.Seq != 12 {
+		t.Fatalf("advance = %+v, want q1 filled (its mark dropped under the seq), q2 kept, q3 added", got)
+	}
+	// A mention answered by any unedited version fills its hole too.
+	if got = got.Advance("n", Seen{Marks: Unedited("q2")}, 0); fmt.Sprint(got.Held) != "[{q3 11}]" {
+		t.Fatalf("unedited mark: holes %v", got.Held)
+	}
+	// Another native session's holes say nothing of this one.
+	if got = got.Advance("n2", Seen{Seq: 3}, 0); len(got.Held) != 0 {
+		t.Fatalf("other native kept holes %v", got.Held)
+	}
+	if (Seen{Held: []Mark{{ID: "q", Seq: 1}}}).Empty() {
+		t.Fatal("a Seen with only holes is empty")
+	}
+}

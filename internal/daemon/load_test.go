@@ -205,7 +205,7 @@ func TestLoad(t *testing.T) {
 			t.Errorf("%s: no watermark; successful runs were shown %d messages", key, len(ids))
 			continue
 		}
-		v, err := h.st.Unseen(key.Channel, "", wm.Seq, nil, func(c []channel.Candidate) []int {
+		v, err := h.st.Unseen(key.Channel, "", wm.Seq, nil, nil, func(c []channel.Candidate) []int {
 			var still []string
 			for _, c := range c {
 				if ids[c.ID] && !wm.Covers(c.ID, c.Seq, c.Edited) {

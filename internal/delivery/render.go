@@ -61,9 +61,14 @@ type SelectOptions struct {
 	// unedited one); a later edit of one is news.
 	Mention  string
 	Replayed []channel.Mark
-	Self     channel.Self
-	OmitOwn  bool // leave the agent's own posts out
-	Limit    int  // <= 0 means DefaultLimit
+	// Listed are the other mentions this prompt answers (a coalesced
+	// turn's list): carried, like the mention. Held are the mentions
+	// waiting on the key for a later turn: left out, and not seen.
+	Listed  []string
+	Held    []string
+	Self    channel.Self
+	OmitOwn bool // leave the agent's own posts out
+	Limit   int  // <= 0 means DefaultLimit
 }
 
 // Selection is what Select decided; Show indexes the candidates.
@@ -72,7 +77,10 @@ type Selection struct {
 	Covered int // candidates the watermark already covers (an addressed mention, a seen root)
 	Known   int // candidates the prompt carries another way
 	Own     int // the agent's own posts, left out
-	Older   int // unseen candidates the bound left out: the block's pointer
+	// Held are the candidates left out because a later turn of the key
+	// carries them (SelectOptions.Held): holes in what the session saw.
+	Held  []channel.Mark
+	Older int // unseen candidates the bound left out: the block's pointer
 	// OlderEdits are the ones of Older that are edits of a message the
 	// session saw: the pointer says so.
 	OlderEdits int
@@ -117,8 +125,10 @@ func Select(cands []channel.Candidate, o SelectOptions) Selection {
 		switch {
 		case inThread, inMain:
 			sel.Covered++
-		case o.Mention != "" && c.ID == o.Mention, channel.MarksCover(o.Replayed, c.ID, c.Seq, c.Edited):
+		case o.Mention != "" && c.ID == o.Mention, channel.MarksCover(o.Replayed, c.ID, c.Seq, c.Edited), slices.Contains(o.Listed, c.ID):
 			sel.Known++
+		case slices.Contains(o.Held, c.ID):
+			sel.Held = append(sel.Held, channel.Mark{ID: c.ID, Seq: c.Seq})
 		case o.OmitOwn && o.Self.Wrote(c.Author, c.Binding, c.Agent):
 			sel.Own++
 		default:
@@ -223,7 +233,8 @@ type Report struct {
 	Chars        int // characters (runes) of message bodies sent, markers included
 	DroppedSeen  int // messages of the timeline the session has already seen
 	DroppedBound int // unseen messages left out by the limit, counted in the pointer
-	Known        int // messages the prompt carries another way (the mention, a replay)
+	Known        int // messages the prompt carries another way (the mention, a replay, a coalesced list)
+	Held         int // mentions waiting on the key for a later turn, left out until it carries them
 	Truncated    int // bodies cut at MaxChars
 	OwnOmitted   int // the answering agent's own posts
 	Edited       int // lines marked edited: edits of messages the session saw
@@ -249,7 +260,7 @@ func Build(view channel.View, sel Selection, watermarked bool, opt RenderOptions
 	}
 	block, rep := Render(Block{Rows: rows, Older: sel.Older, OlderEdits: sel.OlderEdits, Watermarked: watermarked}, opt)
 	rep.DroppedSeen = view.Total - view.Candidates + sel.Covered
-	rep.Known, rep.OwnOmitted = sel.Known, sel.Own
+	rep.Known, rep.OwnOmitted, rep.Held = sel.Known, sel.Own, len(sel.Held)
 	return block, rep
 }
 

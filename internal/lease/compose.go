@@ -39,11 +39,16 @@ type Input struct {
 	// Conversation returns the key's stored turns, oldest first, for a replay.
 	Conversation func() ([]session.Turn, error)
 	Mention      delivery.Payload
+	// Listed are the message ids of the other mentions this turn answers
+	// (a coalesced turn lists them in its text): carried, as the mention
+	// is. Held are those of the mentions waiting on the key for a later
+	// turn: left out of the block, and not seen until a turn carries them.
+	Listed, Held []string
 
 	// Unseen reads the mention's timeline: the messages that arrived after
-	// after (and a thread's root) as candidates for pick, and the chosen
-	// rows (the store's Unseen).
-	Unseen func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error)
+	// after (and a thread's root, and the messages of also) as candidates
+	// for pick, and the chosen rows (the store's Unseen).
+	Unseen func(after uint64, also, known []string, pick func([]channel.Candidate) []int) (channel.View, error)
 	// Watermark is the stored record for the key and timeline, Main the
 	// key's main-timeline record for a thread mention (nil when none). Only
 	// a binding that keeps its session uses them and stages what it saw.
@@ -127,6 +132,12 @@ func Compose(in Input) (Output, error) {
 		replayed []channel.Mark // the mention versions a replay carries
 	)
 	known := []string{in.Mention.MessageID}
+	for _, id := range in.Listed {
+		if !slices.Contains(known, id) {
+			known = append(known, id)
+		}
+	}
+	carried := len(known) // the mention and the listed ones
 	if replay {
 		var err error
 		if conv, err = in.Conversation(); err != nil {
@@ -141,16 +152,25 @@ func Compose(in Input) (Output, error) {
 	}
 
 	wm := in.own(in.Watermark)
-	opt := delivery.SelectOptions{Watermark: wm, Main: in.own(in.Main), Mention: in.Mention.MessageID, Replayed: replayed, Self: in.Self, OmitOwn: in.OmitOwn, Limit: in.Render.Limit}
+	opt := delivery.SelectOptions{Watermark: wm, Main: in.own(in.Main), Mention: in.Mention.MessageID, Replayed: replayed, Listed: in.Listed, Held: in.Held,
+		Self: in.Self, OmitOwn: in.OmitOwn, Limit: in.Render.Limit}
 	if in.Mention.ThreadRootID != nil {
 		opt.Root = *in.Mention.ThreadRootID
 	}
-	var after uint64
+	var (
+		after uint64
+		holes []string
+	)
 	if wm != nil {
 		after = wm.Seq
+		for _, h := range wm.Held {
+			if !slices.Contains(holes, h.ID) {
+				holes = append(holes, h.ID)
+			}
+		}
 	}
 	var sel delivery.Selection
-	view, err := in.Unseen(after, known, func(c []channel.Candidate) []int {
+	view, err := in.Unseen(after, holes, known, func(c []channel.Candidate) []int {
 		sel = delivery.Select(c, opt)
 		return sel.Show
 	})
@@ -169,9 +189,9 @@ func Compose(in Input) (Output, error) {
 	if in.Mention.Author == "" {
 		in.Mention.Author = mention.Author
 	}
-	out.Attachments = attachments(wm, view, sel, mention, replayed)
+	out.Attachments = attachments(wm, view, sel, view.Known[:carried], replayed)
 	if in.KeepsSession {
-		out.Stage = stage(wm, view.Seq, mention)
+		out.Stage = stage(wm, view.Seq, view.Known[:carried], sel.Held)
 		out.Marks = marks(in.own(in.Main), opt.Root, sel.Root, replayed, view.Known)
 	}
 
@@ -270,16 +290,32 @@ func floor(in Input, out *Output, brief, block string, blank bool, conv []sessio
 }
 
 // stage is what a successful turn commits to its timeline: the arrival
-// number the block was read at, and the mention when the channel did not
-// hold it yet (pushed after its turn, it is then not news; replayed
-// mentions are placed by marks). It is empty when the watermark would not
-// move, so such a turn writes nothing.
-func stage(wm *channel.Watermark, seq uint64, mention channel.Known) channel.Seen {
-	s := channel.Seen{Seq: seq}
-	if m := (channel.Mark{ID: mention.ID}); mention.ID != "" && mention.Seq == 0 && (wm == nil || !slices.Contains(wm.Marks, m)) {
-		s.Marks = append(s.Marks, m)
+// number the block was read at; the mentions it carried (its own and a
+// coalesced list) that the channel did not hold yet (pushed after their
+// turn, they are then not news; replayed mentions are placed by marks);
+// the mentions it left out for a later turn (held), holes in that prefix;
+// and a mark filling each earlier hole it accounted for (every one not
+// held again: it was a candidate, or is gone). It is empty when the
+// watermark would not change, so such a turn writes nothing.
+func stage(wm *channel.Watermark, seq uint64, carried []channel.Known, held []channel.Mark) channel.Seen {
+	s := channel.Seen{Seq: seq, Held: held}
+	for _, k := range carried {
+		if m := (channel.Mark{ID: k.ID}); k.ID != "" && k.Seq == 0 && (wm == nil || !slices.Contains(wm.Marks, m)) && !slices.Contains(s.Marks, m) {
+			s.Marks = append(s.Marks, m)
+		}
 	}
-	if wm != nil && seq <= wm.Seq && len(s.Marks) == 0 {
+	same := true
+	for _, h := range held {
+		same = same && wm != nil && slices.Contains(wm.Held, h)
+	}
+	if wm != nil {
+		for _, h := range wm.Held {
+			if !slices.Contains(held, h) {
+				s.Marks = append(s.Marks, h)
+			}
+		}
+	}
+	if wm != nil && seq <= wm.Seq && len(s.Marks) == 0 && same {
 		return channel.Seen{}
 	}
 	return s
@@ -317,11 +353,12 @@ func marks(main *channel.Watermark, thread string, root *channel.Mark, replayed 
 }
 
 // attachments lists what the prompt carries the attachments of, each
-// message once: the mention (unless the session saw it already, in an
-// earlier block), the mentions a replay gives a new process, and the
-// lines shown, but for a shown edit of a message the session saw: its
-// attachments are its first push's, which went with that earlier sight.
-func attachments(wm *channel.Watermark, view channel.View, sel delivery.Selection, mention channel.Known, replayed []channel.Mark) []channel.Attachment {
+// message once: the mentions it carries (its own, a coalesced list; each
+// unless the session saw it already, in an earlier block), the mentions a
+// replay gives a new process, and the lines shown, but for a shown edit of
+// a message the session saw: its attachments are its first push's, which
+// went with that earlier sight.
+func attachments(wm *channel.Watermark, view channel.View, sel delivery.Selection, carried []channel.Known, replayed []channel.Mark) []channel.Attachment {
 	var out []channel.Attachment
 	done := map[string]bool{}
 	add := func(id string, atts []channel.Attachment) {
@@ -331,8 +368,10 @@ func attachments(wm *channel.Watermark, view channel.View, sel delivery.Selectio
 		done[id] = true
 		out = append(out, atts...)
 	}
-	if mention.ID != "" && !(wm != nil && mention.Seq > 0 && wm.Covers(mention.ID, mention.Seq, false)) {
-		add(mention.ID, view.Attached[mention.ID])
+	for _, mention := range carried {
+		if mention.ID != "" && !(wm != nil && mention.Seq > 0 && wm.Covers(mention.ID, mention.Seq, false)) {
+			add(mention.ID, view.Attached[mention.ID])
+		}
 	}
 	for _, r := range replayed {
 		add(r.ID, view.Attached[r.ID])

@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,8 +40,8 @@ func (l *loaders) input(shape Shape, text string) Input {
 
 // unseen reads rows as the store would: they arrived in the order given
 // (Seq 1, 2, ... unless set).
-func unseen(rows []channel.Message) func(uint64, []string, func([]channel.Candidate) []int) (channel.View, error) {
-	return func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+func unseen(rows []channel.Message) func(uint64, []string, []string, func([]channel.Candidate) []int) (channel.View, error) {
+	return func(after uint64, also, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
 		var (
 			cands []channel.Candidate
 			msgs  []channel.Message
@@ -51,7 +52,7 @@ func unseen(rows []channel.Message) func(uint64, []string, func([]channel.Candid
 				m.Seq = uint64(i + 1)
 			}
 			v.Seq = max(v.Seq, m.Seq)
-			if m.Seq > after {
+			if m.Seq > after || slices.Contains(also, m.ID) {
 				cands = append(cands, channel.Candidate{ID: m.ID, Seq: m.Seq, At: m.CreatedAt, Author: m.Author, Binding: m.BindingID, Agent: m.AuthorKind == channel.KindAgent, Edited: m.Edited})
 				msgs = append(msgs, m)
 			}
@@ -389,7 +390,7 @@ func TestComposeLoaderErrors(t *testing.T) {
 		t.Fatalf("conversation error = %v", err)
 	}
 	in = ld.input(Warm, "q")
-	in.Unseen = func(uint64, []string, func([]channel.Candidate) []int) (channel.View, error) {
+	in.Unseen = func(uint64, []string, []string, func([]channel.Candidate) []int) (channel.View, error) {
 		return channel.View{}, boom
 	}
 	if _, err := Compose(in); !errors.Is(err, boom) {
@@ -431,5 +432,48 @@ func BenchmarkCompose(b *testing.B) {
 				b.Fatal("empty prompt")
 			}
 		})
+	}
+}
+
+// The mentions the key's lane holds for later turns are left out of a
+// block and staged as holes, not as seen; a coalesced list is carried as
+// the mention is; once no turn holds it, a hole is a candidate again and
+// the delivery that accounts for it fills it.
+func TestComposeHeldAndListed(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	row := func(id string) channel.Message {
+		return channel.Message{ID: id, Channel: "ch", Author: "aiko", AuthorKind: channel.KindUser, CreatedAt: at, Body: "@agent " + id}
+	}
+	rows := []channel.Message{row("m1"), row("q2"), row("q3"), row("m9")}
+	var ld loaders
+	in := ld.input(Warm, "q")
+	in.Unseen, in.Listed, in.Held = unseen(rows), []string{"q3", "q-unpushed"}, []string{"q2"}
+	out, err := Compose(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(out.Context.Shown); got != "[m1]" || out.Context.Known != 2 || out.Context.Held != 1 {
+		t.Fatalf("shown %s, report %+v: want m1 alone, q3 and m9 carried, q2 held", got, out.Context)
+	}
+	if fmt.Sprint(out.Stage) != "{4 [{q-unpushed 0}] [{q2 2}]}" {
+		t.Fatalf("stage %+v: want the prefix to 4, the unpushed listed mention marked, q2 a hole", out.Stage)
+	}
+	wm := (channel.Watermark{}).Advance("nat-1", out.Stage, 0)
+	if wm.Covers("q2", 2, false) || !wm.Covers("q3", 3, false) {
+		t.Fatalf("watermark %+v covers the held mention, or not the listed one", wm)
+	}
+
+	// Still held: left out again, nothing changes, nothing to write.
+	in.Listed, in.Watermark = nil, &wm
+	if out, err = Compose(in); err != nil || out.Context.Lines != 0 || out.Context.Held != 1 || !out.Stage.Empty() {
+		t.Fatalf("held again: report %+v stage %+v err %v", out.Context, out.Stage, err)
+	}
+	// Its turn ended unanswered: the next block shows it, and fills the hole.
+	in.Held = nil
+	if out, err = Compose(in); err != nil || fmt.Sprint(out.Context.Shown) != "[q2]" {
+		t.Fatalf("released: shown %v err %v", out.Context.Shown, err)
+	}
+	if wm = wm.Advance("nat-1", out.Stage, 0); len(wm.Held) != 0 || !wm.Covers("q2", 2, false) {
+		t.Fatalf("after the block that showed it: %+v", wm)
 	}
 }

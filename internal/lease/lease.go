@@ -100,7 +100,7 @@ func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 type Source interface {
 	Seen(k session.Key, thread string) (wm, main *channel.Watermark, err error)
 	Conversation(k session.Key) ([]session.Turn, error)
-	Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error)
+	Unseen(ch, thread string, after uint64, also, known []string, pick func([]channel.Candidate) []int) (channel.View, error)
 }
 
 // Compose decides the turn's prompt (see Compose) for the lease's shape
@@ -115,8 +115,8 @@ func (l *Lease) Compose(src Source, key session.Key, thread string, in Input) (O
 	}
 	in.Shape, in.Native, in.Watermark, in.Main = l.Shape, l.Native, wm, main
 	in.Conversation = func() ([]session.Turn, error) { return src.Conversation(key) }
-	in.Unseen = func(after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
-		return src.Unseen(key.Channel, thread, after, known, pick)
+	in.Unseen = func(after uint64, also, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+		return src.Unseen(key.Channel, thread, after, also, known, pick)
 	}
 	out, err := Compose(in)
 	if err != nil {

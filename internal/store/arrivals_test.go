@@ -20,7 +20,7 @@ import (
 func candidates(t *testing.T, s *Store, ch, thread string, after uint64) ([]channel.Candidate, channel.View) {
 	t.Helper()
 	var got []channel.Candidate
-	v, err := s.Unseen(ch, thread, after, nil, func(c []channel.Candidate) []int {
+	v, err := s.Unseen(ch, thread, after, nil, nil, func(c []channel.Candidate) []int {
 		got = c
 		idx := make([]int, len(c))
 		for i := range idx {
@@ -60,12 +60,12 @@ func TestUnseenByArrival(t *testing.T) {
 		t.Fatalf("candidate fields: %+v", got[2])
 	}
 	// Only what pick chose is decoded.
-	v, err := s.Unseen("ch", "", 0, []string{"x1", "q-not-pushed"}, func(c []channel.Candidate) []int { return []int{1} })
+	v, err := s.Unseen("ch", "", 0, nil, []string{"x1", "q-not-pushed"}, func(c []channel.Candidate) []int { return []int{1} })
 	if err != nil || fmt.Sprint(ids(v.Rows)) != "[xm]" || fmt.Sprint(v.Known) != "[{x1 1  ann} {q-not-pushed 0  }]" {
 		t.Fatalf("pick one: %v %v known %v", ids(v.Rows), err, v.Known)
 	}
 	// An unknown channel: nothing, and every known id missing.
-	v, err = s.Unseen("nope", "", 0, []string{"a"}, func(c []channel.Candidate) []int { return nil })
+	v, err = s.Unseen("nope", "", 0, nil, []string{"a"}, func(c []channel.Candidate) []int { return nil })
 	if err != nil || v.Seq != 0 || len(v.Rows) != 0 || fmt.Sprint(v.Known) != "[{a 0  }]" {
 		t.Fatalf("unknown channel: %+v %v", v, err)
 	}
@@ -327,5 +327,36 @@ func TestDeleteRedactsTheConversation(t *testing.T) {
 	// Another channel's conversation is not this message's.
 	if conv, _ := s.Conversation(other); conv[0].Text != "the password is hunter2" {
 		t.Fatalf("another channel's turn was redacted: %+v", conv)
+	}
+}
+
+// A watermark's holes are candidates again whatever their arrival, in
+// their own timeline only, and never twice.
+func TestUnseenOffersHoles(t *testing.T) {
+	s := openTest(t, Options{})
+	put(t, s, msg("ch", "r1", 1, ""), msg("ch", "h1", 2, ""), msg("ch", "t1", 3, "r1"), msg("ch", "m4", 4, ""), msg("ch", "h5", 5, ""))
+	offered := func(thread string, after uint64, also ...string) string {
+		t.Helper()
+		var got []channel.Candidate
+		if _, err := s.Unseen("ch", thread, after, also, nil, func(c []channel.Candidate) []int { got = c; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return candIDs(got)
+	}
+	for _, tt := range []struct {
+		thread string
+		after  uint64
+		also   []string
+		want   string
+	}{
+		{"", 4, []string{"h1"}, "[h1@2 h5@5]"},
+		{"", 4, []string{"h5"}, "[h5@5]"},              // after the prefix: the scan has it once
+		{"", 4, []string{"t1", "gone"}, "[h5@5]"},      // another timeline's, or not held
+		{"r1", 3, []string{"t1", "h1"}, "[r1@1 t1@3]"}, // the thread's own hole beside its root
+		{"r1", 3, []string{"r1"}, "[r1@1]"},            // the root is offered once
+	} {
+		if got := offered(tt.thread, tt.after, tt.also...); got != tt.want {
+			t.Errorf("thread %q after %d also %v: %s, want %s", tt.thread, tt.after, tt.also, got, tt.want)
+		}
 	}
 }

@@ -67,7 +67,7 @@ func TestAttachmentsKeptOnceDroppedWithTheirLastMessage(t *testing.T) {
 	if n := refs(t, s, a.SHA256); n != 2 {
 		t.Fatalf("refs %d after a duplicate and an edit, want 2", n)
 	}
-	v, err := s.Unseen("ch", "", 0, []string{"m1"}, func(c []channel.Candidate) []int { return []int{0, 1} })
+	v, err := s.Unseen("ch", "", 0, nil, []string{"m1"}, func(c []channel.Candidate) []int { return []int{0, 1} })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -483,16 +483,17 @@ func (s *Store) DeleteMessage(ch, id string) error {
 
 // Unseen reads one timeline for a channel block: every message whose
 // current version arrived after after (the watermark's Seq; 0 for all),
-// and a thread's root whatever its arrival, as candidates in arrival order,
-// handed to pick; the messages pick chose (by index) are decoded and
-// returned. Messages that arrived at or before after are skipped on their
-// index keys and never decoded. View.Known says where each id of known
-// lives (Seq 0: the channel does not hold it).
-func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+// and a thread's root and the messages of also (a watermark's holes) of
+// the timeline whatever their arrival, as candidates, handed to pick; the
+// messages pick chose (by index) are decoded and returned. Messages that
+// arrived at or before after are skipped on their index keys and never
+// decoded. View.Known says where each id of known lives (Seq 0: the
+// channel does not hold it).
+func (s *Store) Unseen(ch, thread string, after uint64, also, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
 	var v channel.View
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		v, err = s.unseen(tx, ch, thread, after, known, pick)
+		v, err = s.unseen(tx, ch, thread, after, also, known, pick)
 		return err
 	})
 	if err != nil {
@@ -502,7 +503,7 @@ func (s *Store) Unseen(ch, thread string, after uint64, known []string, pick fun
 }
 
 // unseen is Unseen in tx.
-func (s *Store) unseen(tx *bolt.Tx, ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+func (s *Store) unseen(tx *bolt.Tx, ch, thread string, after uint64, also, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
 	var v channel.View
 	cb := openChannel(tx, ch)
 	if cb == nil {
@@ -535,20 +536,40 @@ func (s *Store) unseen(tx *bolt.Tx, ch, thread string, after uint64, known []str
 		cands []channel.Candidate
 		keys  [][]byte
 	)
-	if thread != "" {
-		if mk, seq, ok := cb.lookup(thread); ok {
+	// offer makes message id a candidate whatever its arrival: a thread's
+	// root (which may itself be a reply in another thread, its arrival
+	// filed under its own timeline), or a hole of this timeline that the
+	// scan below does not reach.
+	offer := func(id string, root bool) error {
+		mk, seq, ok := cb.lookup(id)
+		if !ok || !root && (seq > after || id == thread) {
+			return nil
+		}
+		m, err := cb.message(mk)
+		if err != nil {
+			return err
+		}
+		if !root && timelineOf(m) != thread {
+			return nil
+		}
+		if root {
 			v.Total++
-			// The root may itself be a reply in another thread: its
-			// arrival is filed under its own timeline.
-			root, err := cb.message(mk)
-			if err != nil {
-				return v, err
-			}
-			c, _, err := parseArrival(seq, cb.arrivals.Get(arrivalKey(root)))
-			if err != nil {
-				return v, fmt.Errorf("arrival of thread root %q: %w", thread, err)
-			}
-			cands, keys = append(cands, c), append(keys, mk)
+		}
+		c, _, err := parseArrival(seq, cb.arrivals.Get(arrivalKey(m)))
+		if err != nil {
+			return fmt.Errorf("arrival of %q: %w", id, err)
+		}
+		cands, keys = append(cands, c), append(keys, mk)
+		return nil
+	}
+	if thread != "" {
+		if err := offer(thread, true); err != nil {
+			return v, err
+		}
+	}
+	for _, id := range also {
+		if err := offer(id, false); err != nil {
+			return v, err
 		}
 	}
 	prefix := joinKey(thread)

@@ -75,10 +75,10 @@ func (r *Reading) Conversation(k session.Key) ([]session.Turn, error) {
 }
 
 // Unseen is Store.Unseen in r's transaction.
-func (r *Reading) Unseen(ch, thread string, after uint64, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
+func (r *Reading) Unseen(ch, thread string, after uint64, also, known []string, pick func([]channel.Candidate) []int) (channel.View, error) {
 	var v channel.View
 	err := r.s.guard(func() (err error) {
-		v, err = r.s.unseen(r.tx, ch, thread, after, known, pick)
+		v, err = r.s.unseen(r.tx, ch, thread, after, also, known, pick)
 		return err
 	})
 	if err != nil {

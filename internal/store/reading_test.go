@@ -36,11 +36,11 @@ func TestReadingAsStore(t *testing.T) {
 	} {
 		wm, main, err := s.Seen(c.k, c.th)
 		conv, cerr := s.Conversation(c.k)
-		v, verr := s.Unseen(c.ch, c.th, c.after, []string{"m2", "gone"}, pickAll)
+		v, verr := s.Unseen(c.ch, c.th, c.after, nil, []string{"m2", "gone"}, pickAll)
 		rerr := s.Read(func(r *Reading) error {
 			rwm, rmain, err2 := r.Seen(c.k, c.th)
 			rconv, rcerr := r.Conversation(c.k)
-			rv, rverr := r.Unseen(c.ch, c.th, c.after, []string{"m2", "gone"}, pickAll)
+			rv, rverr := r.Unseen(c.ch, c.th, c.after, nil, []string{"m2", "gone"}, pickAll)
 			if !reflect.DeepEqual(rwm, wm) || !reflect.DeepEqual(rmain, main) || (err2 == nil) != (err == nil) {
 				t.Errorf("%+v: Seen %v %v %v, Store %v %v %v", c, rwm, rmain, err2, wm, main, err)
 			}
