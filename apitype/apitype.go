@@ -437,8 +437,11 @@ type ContextReport struct {
 	DroppedBound int    `json:"dropped_bound"`
 	Truncated    int    `json:"truncated"`
 	OwnOmitted   int    `json:"own_omitted"`
-	Known        int    `json:"known"`  // carried by the prompt another way: the mention, a replayed mention
-	Edited       int    `json:"edited"` // lines marked (edited): edits of messages the session saw
+	Known        int    `json:"known"` // carried by the prompt another way: the mention, a replayed mention, a coalesced list
+	// Held are mentions waiting on the key for a later turn, left out of
+	// this block as the mention is: their own turn carries them.
+	Held   int `json:"held"`
+	Edited int `json:"edited"` // lines marked (edited): edits of messages the session saw
 	// DroppedBoundEdits are the ones of DroppedBound that are edits of
 	// messages the session saw; the pointer says how many.
 	DroppedBoundEdits int `json:"dropped_bound_edits"`

@@ -14,67 +14,56 @@ import (
 	"github.com/residentd/residentd/internal/store"
 )
 
+// errorCodes names each class of daemon error with its stable API code
+// (apitype.Code*), in the order they are asked: a cancellation names its
+// cause first.
+var errorCodes = []struct {
+	err  error
+	code string
+}{
+	{ErrBadRequest, apitype.CodeBadRequest},
+	{ErrInvalidConfig, apitype.CodeInvalidConfig},
+	{ErrNoConfigFile, apitype.CodeNoConfigFile},
+	{channel.ErrInvalidAttachment, apitype.CodeInvalidAttachment},
+	{channel.ErrInvalid, apitype.CodeInvalidMessage},
+	{ErrUnknownBinding, apitype.CodeUnknownBinding},
+	{ErrUnknownRun, apitype.CodeUnknownRun},
+	{ErrUnknownThread, apitype.CodeUnknownThread},
+	{run.ErrUnknownRequest, apitype.CodeUnknownRequest},
+	{run.ErrBadOption, apitype.CodeBadOption},
+	{run.ErrAlreadyAnswered, apitype.CodeAlreadyAnswered},
+	{ErrRunEnded, apitype.CodeRunEnded},
+	{ErrInterrupted, apitype.CodeInterrupted},
+	{store.ErrDamaged, apitype.CodeStoreDamaged},
+	{store.ErrNotFound, apitype.CodeNotFound},
+	{run.ErrInUse, apitype.CodeRunInUse},
+	{pool.ErrQueueFull, apitype.CodeQueueFull},
+	{pool.ErrQueueTimeout, apitype.CodeQueueTimeout},
+	{ErrBackoff, apitype.CodeAgentBackoff},
+	{ErrBudgetExceeded, apitype.CodeBudgetExceeded},
+	{ErrInvalidOption, apitype.CodeInvalidOption},
+	{ErrShuttingDown, apitype.CodeShuttingDown},
+	{pool.ErrClosed, apitype.CodeShuttingDown},
+	{context.DeadlineExceeded, apitype.CodeTimeout},
+	{context.Canceled, apitype.CodeCancelled},
+	{acp.ErrStart, apitype.CodeAgentStartFailed},
+	{acp.ErrExited, apitype.CodeAgentCrashed},
+	{ErrAgentFailed, apitype.CodeAgentFailed},
+	{acp.ErrProtocol, apitype.CodeAgentFailed},
+	{acp.ErrLimit, apitype.CodeAgentFailed},
+}
+
 // Code names the class of a daemon error with its stable API code
-// (apitype.Code*); the API maps codes to HTTP statuses. Order matters: a
-// cancellation names its cause first.
+// (apitype.Code*); the API maps codes to HTTP statuses. An error of no
+// class is internal.
 func Code(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return ""
-	case errors.Is(err, ErrBadRequest):
-		return apitype.CodeBadRequest
-	case errors.Is(err, ErrInvalidConfig):
-		return apitype.CodeInvalidConfig
-	case errors.Is(err, ErrNoConfigFile):
-		return apitype.CodeNoConfigFile
-	case errors.Is(err, channel.ErrInvalidAttachment):
-		return apitype.CodeInvalidAttachment
-	case errors.Is(err, channel.ErrInvalid):
-		return apitype.CodeInvalidMessage
-	case errors.Is(err, ErrUnknownBinding):
-		return apitype.CodeUnknownBinding
-	case errors.Is(err, ErrUnknownRun):
-		return apitype.CodeUnknownRun
-	case errors.Is(err, ErrUnknownThread):
-		return apitype.CodeUnknownThread
-	case errors.Is(err, run.ErrUnknownRequest):
-		return apitype.CodeUnknownRequest
-	case errors.Is(err, run.ErrBadOption):
-		return apitype.CodeBadOption
-	case errors.Is(err, run.ErrAlreadyAnswered):
-		return apitype.CodeAlreadyAnswered
-	case errors.Is(err, ErrRunEnded):
-		return apitype.CodeRunEnded
-	case errors.Is(err, ErrInterrupted):
-		return apitype.CodeInterrupted
-	case errors.Is(err, store.ErrDamaged):
-		return apitype.CodeStoreDamaged
-	case errors.Is(err, store.ErrNotFound):
-		return apitype.CodeNotFound
-	case errors.Is(err, run.ErrInUse):
-		return apitype.CodeRunInUse
-	case errors.Is(err, pool.ErrQueueFull):
-		return apitype.CodeQueueFull
-	case errors.Is(err, pool.ErrQueueTimeout):
-		return apitype.CodeQueueTimeout
-	case errors.Is(err, ErrBackoff):
-		return apitype.CodeAgentBackoff
-	case errors.Is(err, ErrBudgetExceeded):
-		return apitype.CodeBudgetExceeded
-	case errors.Is(err, ErrInvalidOption):
-		return apitype.CodeInvalidOption
-	case errors.Is(err, ErrShuttingDown), errors.Is(err, pool.ErrClosed):
-		return apitype.CodeShuttingDown
-	case errors.Is(err, context.DeadlineExceeded):
-		return apitype.CodeTimeout
-	case errors.Is(err, context.Canceled):
-		return apitype.CodeCancelled
-	case errors.Is(err, acp.ErrStart):
-		return apitype.CodeAgentStartFailed
-	case errors.Is(err, acp.ErrExited):
-		return apitype.CodeAgentCrashed
-	case errors.Is(err, ErrAgentFailed), errors.Is(err, acp.ErrProtocol), errors.Is(err, acp.ErrLimit):
-		return apitype.CodeAgentFailed
+	}
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
 	}
 	return apitype.CodeInternal
 }

@@ -1,10 +1,14 @@
-// Package daemon runs turns and nothing else: a mention is submitted as a
-// run, queued and leased from the pool, prepared by the keeper
-// (internal/resident, which owns the agent processes), composed by its
-// lease, prompted, settled with the keeper and the daily budgets, and
-// committed (the exchange and the watermarks in one transaction) or
-// discarded; then the process is released. It also cancels runs, routes
-// permission requests to the run that asked, and starts keys fresh.
+// Package daemon runs turns and nothing else. A mention is submitted as a
+// run and becomes a turn (turn.go) in its key's lane (lane.go), which
+// answers a key's mentions once each, in the order they were accepted,
+// across restarts, by the binding's bursts rule. A turn waits for its
+// key, acquires the key's process from the pool, is gated by the budgets
+// and readied by the keeper (internal/resident, which owns the agent
+// processes), composed by its lease, recorded as started, prompted,
+// settled with the keeper and the budgets, and committed (the exchange,
+// the watermarks and the run's end in one transaction) or discarded; then
+// it releases the process and the key. The daemon also cancels runs,
+// routes permission requests to the run that asked, and starts keys fresh.
 package daemon
 
 import (
@@ -24,9 +28,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/budget"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
@@ -106,32 +108,34 @@ type Options struct {
 	Tracer trace.Tracer
 }
 
-// Daemon runs turns. Create it with New; stop it with Close.
+// Daemon runs turns. Create it with New; stop it with Close. It keeps
+// only what outlives a turn: each turn's own state is its turn value.
 type Daemon struct {
-	cfg    atomic.Pointer[config.Config] // the config in force: an immutable snapshot, swapped by Reload
-	st     *store.Store
-	m      *metrics.Metrics
-	log    *zap.Logger
-	tracer trace.Tracer // nil: no traces
-	now    func() time.Time
-	pool   *pool.Pool[*resident.Process]
-	keeper *resident.Keeper
-	book   *budget.Book // daily budgets
+	cfg     atomic.Pointer[config.Config] // the config in force: an immutable snapshot, swapped by Reload
+	st      *store.Store
+	records runLog // where turns record their runs: the store
+	m       *metrics.Metrics
+	log     *zap.Logger
+	tracer  trace.Tracer // nil: no traces
+	now     func() time.Time
+	pool    *pool.Pool[*resident.Process]
+	keeper  *resident.Keeper
+	book    *budget.Book // daily budgets
 
-	runs  *run.Registry
-	turns sync.WaitGroup // runs in flight
+	runs     *run.Registry
+	wg       sync.WaitGroup // turn goroutines
+	accepted atomic.Uint64  // the last run accepted (RunRecord.Seq)
 
-	lastMu  sync.Mutex
-	lastEnd map[session.Key]time.Time // when each key's last turn ended, this run
-
-	mu       sync.Mutex                         // guards cancels, asking, framing, warned, bursts, steering and closing
-	cancels  map[string]context.CancelCauseFunc // run id -> cancel, while it runs
-	asking   map[string]*asker                  // native session -> the run its permission requests go to
-	framing  map[string]string                  // binding -> framing of its last cold turn
-	warned   map[string]bool                    // what warnOnce logged already
-	bursts   map[session.Key][]*burst           // runs of coalescing bindings waiting for their key
-	steering map[session.Key]*steerTarget       // running turns of steering bindings
-	closing  bool
+	// mu guards the fields below. Lock order: mu, then run.Registry's
+	// (newTurn opens a run under mu); a lane's lock is never taken under
+	// mu.
+	mu      sync.Mutex
+	live    map[string]*turn      // run id -> its turn, until it ends: what Cancel, start fresh and Close cancel
+	lanes   map[session.Key]*lane // every key's lane, kept for its last end
+	asking  map[string]*asker     // native session -> the run its permission requests go to
+	framing map[string]string     // binding -> framing of its last cold turn
+	warned  map[string]bool       // what warnOnce logged already
+	closing bool
 
 	reloadMu sync.Mutex // serializes reloads
 	load     func() (*config.Config, error)
@@ -152,16 +156,13 @@ func New(o Options) (*Daemon, error) {
 		o.Now = time.Now
 	}
 	d := &Daemon{
-		st: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), tracer: o.Tracer, now: o.Now,
-		cancels: map[string]context.CancelCauseFunc{}, asking: map[string]*asker{}, framing: map[string]string{}, warned: map[string]bool{},
+		st: o.Store, records: o.Store, m: o.Metrics, log: o.Log.Named("daemon"), tracer: o.Tracer, now: o.Now,
+		live: map[string]*turn{}, lanes: map[session.Key]*lane{}, asking: map[string]*asker{}, framing: map[string]string{}, warned: map[string]bool{},
 		runs: run.NewRegistry(run.Limits{
 			Events: o.Config.Runs.Events, Bytes: o.Config.Runs.Bytes,
 			Retention: time.Duration(o.Config.Runs.Retention), Ended: o.Config.Runs.Ended,
 			Pending: o.Config.Runs.PendingPermissions,
 		}, o.Now),
-		lastEnd:  map[session.Key]time.Time{},
-		bursts:   map[session.Key][]*burst{},
-		steering: map[session.Key]*steerTarget{},
 	}
 	d.cfg.Store(o.Config)
 	d.load, d.file = o.Reload, o.ConfigFile
@@ -182,8 +183,23 @@ func New(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	d.m.InitBindings(o.Config.BindingIDs())
+	d.pool = pool.New[*resident.Process](d.poolConfig(o), d.keeper)
+	d.keeper.RunSpares(d.pool.Live)
+	d.m.SetGauges(d)
+	d.m.SetStore(d.st)
+	d.m.SetBudgets(budgetGauges{d.book})
+	if err := d.resume(); err != nil {
+		d.Close(0)
+		return nil, fmt.Errorf("daemon: resume the recorded runs: %w", err)
+	}
+	return d, nil
+}
+
+// poolConfig is the pool's config in o: its limits, and what it tells the
+// daemon.
+func (d *Daemon) poolConfig(o Options) pool.Config {
 	plog := o.Log.Named("pool")
-	d.pool = pool.New[*resident.Process](pool.Config{
+	return pool.Config{
 		MaxLive:      o.Config.MaxLive,
 		IdleTimeout:  time.Duration(o.Config.IdleTimeout),
 		QueueLen:     o.Config.QueueLen,
@@ -202,16 +218,7 @@ func New(o Options) (*Daemon, error) {
 			}
 			plog.Info("evicted", zap.String("key", k.String()), zap.String("reason", string(r)))
 		},
-	}, d.keeper)
-	d.keeper.RunSpares(d.pool.Live)
-	d.m.SetGauges(d)
-	d.m.SetStore(d.st)
-	d.m.SetBudgets(budgetGauges{d.book})
-	if err := d.resume(); err != nil {
-		d.Close(0)
-		return nil, fmt.Errorf("daemon: resume the recorded runs: %w", err)
 	}
-	return d, nil
 }
 
 // Live, Busy and Queued feed the metrics gauges.
@@ -255,84 +262,6 @@ func Outcome(err error) lease.Outcome {
 		return lease.OutcomeCrash
 	}
 	return lease.OutcomeAgentError
-}
-
-// compose has the lease decide this turn's prompt (Lease.Compose reads the
-// store and stages the watermarks it would move) from the binding and the
-// mention.
-func (d *Daemon) compose(key session.Key, b config.Binding, req apitype.TurnRequest, l *lease.Lease, prep resident.Prepared) (lease.Output, *apitype.ContextReport, error) {
-	thread := ""
-	if req.ThreadRoot != nil {
-		thread = *req.ThreadRoot
-	}
-	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
-	if req.ChannelAgents != nil {
-		agents = make([]delivery.Agent, len(req.ChannelAgents))
-		for i, a := range req.ChannelAgents {
-			agents[i] = delivery.Agent{Handle: a.Handle, Reachable: a.Reachable}
-		}
-	}
-	maxRcpt := req.MaxRecipients
-	if maxRcpt == 0 {
-		maxRcpt = 3
-	}
-	in := lease.Input{
-		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: prep.BriefCount, BriefDue: prep.BriefDue,
-		SeenFacts: prep.Facts,
-		Mention: delivery.Payload{
-			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
-			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
-			ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
-		},
-		KeepsSession: b.KeepsSession(),
-		Self:         channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
-		Render: delivery.RenderOptions{Limit: d.conf().Context.Limit, MaxChars: d.conf().Context.MaxChars},
-	}
-	// What the session saw and what it has not: one read of the store.
-	var out lease.Output
-	err := d.st.Read(func(src *store.Reading) (err error) {
-		out, err = l.Compose(src, key, thread, in)
-		return err
-	})
-	if err != nil {
-		return lease.Output{}, nil, err
-	}
-	r := out.Context
-	d.m.ChannelRender(r.Lines, r.DroppedSeen, r.DroppedBound, r.OwnOmitted, r.Known, r.Chars, r.Truncated)
-	if out.Framing != "" {
-		d.guardFraming(b.ID, out.Framing)
-	}
-	if out.BriefSent {
-		brief := b.Brief
-		if brief == "" {
-			brief = delivery.DefaultBrief
-		}
-		d.m.BriefTokens(b.BriefPlacement, approxTokens(brief))
-	}
-	rep := &apitype.ContextReport{Header: out.Header(), Lines: r.Lines, Chars: r.Chars, DroppedSeen: r.DroppedSeen, DroppedBound: r.DroppedBound, Truncated: r.Truncated, OwnOmitted: r.OwnOmitted, Known: r.Known, Edited: r.Edited, DroppedBoundEdits: r.BoundEdits, Shown: r.Shown, PromptBytes: len(out.Text)}
-	if rep.Shown == nil {
-		rep.Shown = []string{}
-	}
-	return out, rep, nil
-}
-
-// idleGap is the time from the end of the key's previous turn in this run
-// to start; false for its first.
-func (d *Daemon) idleGap(k session.Key, start time.Time) (time.Duration, bool) {
-	d.lastMu.Lock()
-	defer d.lastMu.Unlock()
-	prev, ok := d.lastEnd[k]
-	if !ok {
-		return 0, false
-	}
-	return max(0, start.Sub(prev)), true
-}
-
-// turnEnded notes when the key's turn ended, for the next one's gap.
-func (d *Daemon) turnEnded(k session.Key) {
-	d.lastMu.Lock()
-	d.lastEnd[k] = d.now()
-	d.lastMu.Unlock()
 }
 
 // approxTokens estimates tokens at four bytes each; good enough for a
@@ -395,26 +324,24 @@ func (d *Daemon) Close(grace time.Duration) error {
 	d.closing = true
 	// Runs that have not started (queued, or starting: their process
 	// not readied yet) end now. Running ones get the grace to finish normally.
-	for id, c := range d.cancels {
-		if r, ok := d.runs.Get(id); ok {
-			if st := r.Snapshot().State; st == apitype.RunQueued || st == apitype.RunStarting {
-				c(ErrShuttingDown)
-			}
+	for _, t := range d.live {
+		if st := t.r.Snapshot().State; st == apitype.RunQueued || st == apitype.RunStarting {
+			t.cancel(ErrShuttingDown)
 		}
 	}
 	d.mu.Unlock()
 	d.keeper.StopSpares() // no turn will take one now
 	if !already {
 		done := make(chan struct{})
-		go func() { d.turns.Wait(); close(done) }()
+		go func() { d.wg.Wait(); close(done) }()
 		timer := time.NewTimer(grace)
 		select {
 		case <-done:
 		case <-timer.C:
 			d.mu.Lock()
-			d.log.Warn("runs still going after the shutdown grace; cancelling them", zap.Int("runs", len(d.cancels)), zap.Duration("grace", grace))
-			for _, c := range d.cancels {
-				c(ErrShuttingDown)
+			d.log.Warn("runs still going after the shutdown grace; cancelling them", zap.Int("runs", len(d.live)), zap.Duration("grace", grace))
+			for _, t := range d.live {
+				t.cancel(ErrShuttingDown)
 			}
 			d.mu.Unlock()
 		}
@@ -423,7 +350,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	err := d.pool.Close()
 	// With their agents stopped the remaining turns end promptly; wait for
 	// them so none writes to the store (or spawns) after Close.
-	d.turns.Wait()
+	d.wg.Wait()
 	d.keeper.Close()
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/budget"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/pool"
 )
@@ -46,59 +47,19 @@ func (d *Daemon) Reload() (apitype.ConfigReload, error) {
 		log.Warn("config not reloaded", zap.Error(err))
 		return apitype.ConfigReload{}, err
 	}
-	refuse := func(err error) (apitype.ConfigReload, error) {
+	n, err := d.load()
+	var bc budget.Config
+	if err == nil {
+		bc, err = bookConfig(n.Budgets)
+	}
+	if err != nil {
 		err = fmt.Errorf("%w from %s: %w; the config in force stays", ErrInvalidConfig, d.file, err)
 		d.m.Reloaded(false, nil)
 		log.Error("config reload refused", zap.String("file", d.file), zap.Error(err))
 		return apitype.ConfigReload{}, err
 	}
-	n, err := d.load()
-	if err != nil {
-		return refuse(err)
-	}
-	bc, err := bookConfig(n.Budgets)
-	if err != nil {
-		return refuse(err)
-	}
 	old := d.conf()
-	diff := config.Compare(old, n)
-	live := map[string]int{}
-	for _, s := range d.pool.Sessions() {
-		live[s.Key.Binding]++
-	}
-	out := apitype.ConfigReload{File: d.file, Bindings: []apitype.BindingReload{}, Settings: []apitype.ReloadChange{}, Restart: []string{}}
-	var actions []string
-	for _, bd := range diff.Bindings {
-		br := apitype.BindingReload{Binding: bd.ID, Action: apitype.ReloadUnchanged, Changes: []apitype.ReloadChange{}, Processes: live[bd.ID]}
-		switch {
-		case bd.Added:
-			br.Action = apitype.ReloadAdded
-		case bd.Removed:
-			br.Action = apitype.ReloadRemoved
-		default:
-			ob, _ := old.Binding(bd.ID)
-			nb, _ := n.Binding(bd.ID)
-			rank := 0
-			for _, c := range bd.Changes {
-				if c.Setting == "permission" {
-					c.Class = d.keeper.PermissionClass(bd.ID, ob, nb)
-				}
-				br.Changes = append(br.Changes, apitype.ReloadChange{Setting: c.Setting, Class: string(c.Class)})
-				r, a := actionOf(c.Class)
-				if r > rank {
-					rank, br.Action = r, a
-				}
-			}
-		}
-		out.Bindings = append(out.Bindings, br)
-		actions = append(actions, br.Action)
-	}
-	for _, c := range diff.Settings {
-		out.Settings = append(out.Settings, apitype.ReloadChange{Setting: c.Setting, Class: string(c.Class)})
-		if c.Class == config.Restart {
-			out.Restart = append(out.Restart, c.Setting)
-		}
-	}
+	out, actions := d.reloadReport(old, n)
 
 	// In force from here: new turns read the new bindings, new processes
 	// start with them, and the pool's Retired hook sees the removed ones.
@@ -126,6 +87,49 @@ func (d *Daemon) Reload() (apitype.ConfigReload, error) {
 		log.Warn("config reload: settings that take effect only at a restart changed; their running values stay", zap.Strings("settings", out.Restart))
 	}
 	return out, nil
+}
+
+// reloadReport compares config n with old, the one in force: what happens
+// to each binding and setting, and each binding's action.
+func (d *Daemon) reloadReport(old, n *config.Config) (apitype.ConfigReload, []string) {
+	diff := config.Compare(old, n)
+	live := map[string]int{}
+	for _, s := range d.pool.Sessions() {
+		live[s.Key.Binding]++
+	}
+	out := apitype.ConfigReload{File: d.file, Bindings: []apitype.BindingReload{}, Settings: []apitype.ReloadChange{}, Restart: []string{}}
+	var actions []string
+	for _, bd := range diff.Bindings {
+		br := apitype.BindingReload{Binding: bd.ID, Action: apitype.ReloadUnchanged, Changes: []apitype.ReloadChange{}, Processes: live[bd.ID]}
+		switch {
+		case bd.Added:
+			br.Action = apitype.ReloadAdded
+		case bd.Removed:
+			br.Action = apitype.ReloadRemoved
+		default:
+			ob, _ := old.Binding(bd.ID)
+			nb, _ := n.Binding(bd.ID)
+			rank := 0
+			for _, c := range bd.Changes {
+				if c.Setting == "permission" {
+					c.Class = d.keeper.PermissionClass(bd.ID, ob, nb)
+				}
+				br.Changes = append(br.Changes, apitype.ReloadChange{Setting: c.Setting, Class: string(c.Class)})
+				if r, a := actionOf(c.Class); r > rank {
+					rank, br.Action = r, a
+				}
+			}
+		}
+		out.Bindings = append(out.Bindings, br)
+		actions = append(actions, br.Action)
+	}
+	for _, c := range diff.Settings {
+		out.Settings = append(out.Settings, apitype.ReloadChange{Setting: c.Setting, Class: string(c.Class)})
+		if c.Class == config.Restart {
+			out.Restart = append(out.Restart, c.Setting)
+		}
+	}
+	return out, actions
 }
 
 // actionOf ranks a change class as a binding's action: the strongest

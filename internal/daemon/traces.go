@@ -105,3 +105,12 @@ func usageAttrs(span trace.Span, shape, native string, u apitype.Usage) {
 		span.SetAttributes(attribute.Float64("residentd.cost", u.Cost.Float()), attribute.String("residentd.cost.currency", u.Currency))
 	}
 }
+
+// endSpan ends span, failed with err's code when err is set.
+func endSpan(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("residentd.error_code", Code(err)))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}

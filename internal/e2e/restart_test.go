@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -254,4 +256,22 @@ func TestSIGTERMKeepsRuns(t *testing.T) {
 	}
 	n.cmd.Process.Signal(syscall.SIGTERM)
 	n.cmd.Wait()
+}
+
+// TestShippedBinaryHasNoCrashPoints: the switch the restart tests kill the
+// daemon with is in a binary built with -tags crashpoints only.
+func TestShippedBinaryHasNoCrashPoints(t *testing.T) {
+	plain := filepath.Join(t.TempDir(), "residentd")
+	if out, err := exec.Command("go", "build", "-o", plain, "github.com/residentd/residentd/cmd/residentd").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for path, want := range map[string]bool{plain: false, bin: true} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(data, []byte("RESIDENTD_CRASH_AT")); got != want {
+			t.Errorf("%s holds the crash switch: %v, want %v", path, got, want)
+		}
+	}
 }

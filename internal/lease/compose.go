@@ -148,6 +148,13 @@ func Compose(in Input) (Output, error) {
 				known = append(known, t.MessageID)
 				replayed = append(replayed, channel.Mark{ID: t.MessageID, Seq: t.MessageSeq})
 			}
+			// The other mentions it answered: any unedited version.
+			for _, id := range t.Answers {
+				if id != "" && !slices.Contains(known, id) {
+					known = append(known, id)
+					replayed = append(replayed, channel.Mark{ID: id})
+				}
+			}
 		}
 	}
 

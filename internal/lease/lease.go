@@ -92,6 +92,7 @@ func (l *Lease) Stage(k channel.WatermarkKey, seen channel.Seen) {
 	prev := l.staged[k]
 	prev.Seq = max(prev.Seq, seen.Seq)
 	prev.Marks = append(prev.Marks, seen.Marks...)
+	prev.Held = append(prev.Held, seen.Held...)
 	l.staged[k] = prev
 }
 

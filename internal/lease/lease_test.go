@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestCommitMovesWatermarkOnce(t *testing.T) {
 	k := channel.WatermarkKey{Key: session.Key{Channel: "ch", Binding: "b"}}
 	l := New(Warm, "nat-1")
 	l.Stage(k, channel.Seen{Seq: 7, Marks: channel.Unedited("q1")})
-	l.Stage(k, channel.Seen{Seq: 5, Marks: channel.Unedited("q2")})
+	l.Stage(k, channel.Seen{Seq: 5, Marks: channel.Unedited("q2"), Held: []channel.Mark{{ID: "q3", Seq: 4}}})
 	l.Stage(k, channel.Seen{}) // nothing shown: nothing staged
 	if l.Staged() != 1 {
 		t.Fatalf("Staged = %d, want 1", l.Staged())
@@ -49,7 +50,7 @@ func TestCommitMovesWatermarkOnce(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Watermark after commit: ok=%v err=%v", ok, err)
 	}
-	if wm.Native != "nat-1" || wm.Seq != 7 || strings.Join(channel.MarkIDs(wm.Marks), ",") != "q1,q2" {
+	if wm.Native != "nat-1" || wm.Seq != 7 || strings.Join(channel.MarkIDs(wm.Marks), ",") != "q1,q2" || fmt.Sprint(wm.Held) != "[{q3 4}]" {
 		t.Fatalf("watermark = %+v", wm)
 	}
 	if n := l.Discard(); n != 0 {

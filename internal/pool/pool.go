@@ -468,7 +468,9 @@ func dead[S Session](s S) bool {
 	}
 }
 
-// holdKey waits until this caller holds k.
+// holdKey waits until this caller holds k: at once when k is free or was
+// reserved for owner and handed to it, otherwise in line (in its reserved
+// place, when it has one).
 func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string, onWait func(Wait)) (*entry[S], error) {
 	p.mu.Lock()
 	if p.closed {
@@ -476,14 +478,27 @@ func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string, onWa
 		return nil, ErrClosed
 	}
 	e := p.entryLocked(k)
+	if e.held && owner != "" && e.holder == owner {
+		p.mu.Unlock()
+		return e, nil
+	}
 	if !e.held {
 		e.held, e.holder = true, owner
 		p.mu.Unlock()
 		return e, nil
 	}
-	w := &keyWaiter{ch: make(chan struct{}), owner: owner, wait: waitReport{on: onWait}}
-	e.waiters = append(e.waiters, w)
-	w.wait.report(Wait{Position: len(e.waiters)})
+	var w *keyWaiter
+	for _, x := range e.waiters {
+		if owner != "" && x.owner == owner {
+			w = x
+		}
+	}
+	if w == nil {
+		w = &keyWaiter{ch: make(chan struct{}), owner: owner}
+		e.waiters = append(e.waiters, w)
+	}
+	w.wait = waitReport{on: onWait}
+	p.reportKeyLocked(e)
 	p.mu.Unlock()
 	select {
 	case <-w.ch:
@@ -511,6 +526,53 @@ func (p *Pool[S]) holdKey(ctx context.Context, k session.Key, owner string, onWa
 		// Handed over just as we gave up: pass the key on.
 		p.releaseKey(e)
 		return nil, ctx.Err()
+	}
+}
+
+// Reserve puts owner in line for key k now, before it asks: the turn that
+// holds the key hands it to owner at its release (after any start-fresh
+// request, before the turns that wait for a slot can evict the key's idle
+// process), and a free key is held for owner at once. An Acquire with
+// Owner owner takes the key reserved for it; Unreserve gives up a
+// reservation that will not be taken. A key's turns are ordered outside
+// the pool (the daemon's lanes); this keeps that order's next turn on the
+// key's warm process.
+func (p *Pool[S]) Reserve(k session.Key, owner string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || owner == "" {
+		return
+	}
+	e := p.entryLocked(k)
+	if !e.held {
+		e.held, e.holder = true, owner
+		return
+	}
+	e.waiters = append(e.waiters, &keyWaiter{ch: make(chan struct{}), owner: owner})
+}
+
+// Unreserve gives up owner's reservation of key k, and the key itself when
+// it was handed to owner and not taken: it passes on.
+func (p *Pool[S]) Unreserve(k session.Key, owner string) {
+	p.mu.Lock()
+	e := p.entries[k]
+	if e == nil || owner == "" {
+		p.mu.Unlock()
+		return
+	}
+	for i, w := range e.waiters {
+		if w.owner == owner {
+			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+			p.reportKeyLocked(e)
+			p.cleanupLocked(e)
+			p.mu.Unlock()
+			return
+		}
+	}
+	held := e.held && e.holder == owner
+	p.mu.Unlock()
+	if held {
+		p.releaseKey(e)
 	}
 }
 

@@ -961,3 +961,56 @@ func TestOnStartAfterTheWait(t *testing.T) {
 		t.Fatalf("events %v, shape %s; want %v, warm", events, co.Lease.Shape, want)
 	}
 }
+
+// A key's next turn reserved before the turn holding the key releases it
+// gets the key, and its warm process, ahead of a turn waiting for the only
+// slot, which would otherwise evict the idle process; a reservation given
+// up passes the key on; a free key reserved is held for its owner.
+func TestReserveHandsTheKeyOver(t *testing.T) {
+	p, _, ev := newPool(t, Config{MaxLive: 1, QueueTimeout: 30 * time.Second})
+	a := acquire(t, p, key(0))
+	slot := make(chan error, 1)
+	go func() {
+		co, err := p.Acquire(context.Background(), key(1), AcquireOptions{})
+		if err == nil {
+			p.Release(co, true)
+		}
+		slot <- err
+	}()
+	waitFor(t, "a turn on key 1 queued for the slot", func() bool { return p.Queued() == 1 })
+	p.Reserve(key(0), "next")
+	p.Release(a, true)
+	co, err := p.Acquire(context.Background(), key(0), AcquireOptions{Owner: "next"})
+	if err != nil || co.Lease.Shape != lease.Warm {
+		t.Fatalf("the reserved turn: %v, shape %v; want the warm process", err, co)
+	}
+	if p.Free(key(0)) {
+		t.Fatal("key 0 free while its reserved turn runs")
+	}
+	p.Reserve(key(0), "gives-up")
+	p.Release(co, true)
+	if p.Free(key(0)) {
+		t.Fatal("a reserved key is free")
+	}
+	p.Unreserve(key(0), "gives-up") // the key passes on: the slot waiter evicts its idle process
+	if got := ev.wait(t); got != key(0).String()+" capacity" {
+		t.Fatalf("evicted %q, want key 0 for the slot", got)
+	}
+	if err := <-slot; err != nil {
+		t.Fatalf("the slot waiter: %v", err)
+	}
+	p.Reserve(key(2), "owner") // free: held for its owner at once
+	other := make(chan error, 1)
+	go func() {
+		co, err := p.Acquire(context.Background(), key(2), AcquireOptions{Owner: "other"})
+		if err == nil {
+			p.Release(co, true)
+		}
+		other <- err
+	}()
+	waitFor(t, "another turn waiting for the reserved key", func() bool { return p.keyWaiters(key(2)) == 1 })
+	p.Unreserve(key(2), "owner")
+	if err := <-other; err != nil {
+		t.Fatalf("the turn after the given-up reservation: %v", err)
+	}
+}

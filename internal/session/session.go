@@ -88,6 +88,10 @@ type Turn struct {
 	// answered, 0 when the channel did not hold it yet: a replay carries
 	// that version, and a later edit is still news.
 	MessageSeq uint64 `json:"message_seq,omitempty"`
+	// Answers are the message ids of the other mentions a user turn
+	// answered (a coalesced list, mentions steered into it): a replay
+	// carries them too, so its block leaves them out.
+	Answers []string `json:"answers,omitempty"`
 	// Facts is the key's facts JSON a user turn went out with (brief in the
 	// framing): a restored session is told only when they changed since.
 	Facts string `json:"facts,omitempty"`

@@ -86,6 +86,10 @@ type Finish struct {
 	Run        *RunRecord
 	RunsBefore time.Time
 	RunsKeep   int
+	// Answered are the ended records of the runs the turn answered besides
+	// its own (a coalesced list, mentions steered into it): they end in
+	// its transaction, so no restart answers one of them again.
+	Answered []RunRecord
 }
 
 // FinishTurn stores what a successful turn leaves behind in one
@@ -115,7 +119,12 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 			return fmt.Errorf("store: finish turn of %q: %w", k, err)
 		}
 	}
-	if len(f.Turns) == 0 && len(f.Staged) == 0 && !f.SaveNative && len(f.Spend) == 0 && f.Run == nil {
+	for _, r := range f.Answered {
+		if err := r.check(); err != nil {
+			return fmt.Errorf("store: finish turn of %q: %w", k, err)
+		}
+	}
+	if len(f.Turns) == 0 && len(f.Staged) == 0 && !f.SaveNative && len(f.Spend) == 0 && f.Run == nil && len(f.Answered) == 0 {
 		return nil
 	}
 	err := s.update(func(tx *bolt.Tx) error {
@@ -137,6 +146,11 @@ func (s *Store) FinishTurn(k session.Key, f Finish) error {
 		if len(f.Spend) > 0 {
 			if err := addSpend(tx, f.Spend); err != nil {
 				return fmt.Errorf("add spending: %w", err)
+			}
+		}
+		for i := range f.Answered {
+			if err := putRun(tx, &f.Answered[i]); err != nil {
+				return fmt.Errorf("record run %q: %w", f.Answered[i].ID, err)
 			}
 		}
 		if f.Run != nil {
@@ -196,6 +210,9 @@ func (s *Store) appendTurns(tx *bolt.Tx, k session.Key, turns []session.Turn) er
 // reflection and its copy of the result (two turns are stored on every
 // turn); a time Marshal refuses goes to Marshal, for its error.
 func marshalTurn(t *session.Turn) ([]byte, error) {
+	if len(t.Answers) > 0 {
+		return json.Marshal(t) // a turn that answered several mentions: rare
+	}
 	b := make([]byte, 0, 128+len(t.Role)+jsonenc.StringLen(t.Text)+len(t.MessageID)+jsonenc.StringLen(t.Facts))
 	b = append(b, `{"role":`...)
 	b = jsonenc.AppendString(b, string(t.Role))
@@ -344,3 +361,4 @@ func bucketIn(parent *bolt.Bucket, name []byte) (*bolt.Bucket, error) {
 	}
 	return parent.CreateBucketIfNotExists(name)
 }
+

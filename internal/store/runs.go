@@ -26,6 +26,10 @@ type RunRecord struct {
 	ID      string          `json:"id"`
 	Request json.RawMessage `json:"request"` // the turn request as accepted
 	Created time.Time       `json:"created"`
+	// Seq numbers the runs in the order they were accepted (1, 2, ...;
+	// 0 in a record written before it was kept): a restart runs a key's
+	// runs in this order.
+	Seq uint64 `json:"seq,omitempty"`
 	// Attempt is the number of attempts started: 0 while the run has not
 	// started. Running says attempt Attempt was started and has not ended:
 	// its agent may have been prompted.
@@ -106,6 +110,10 @@ func marshalRun(r *RunRecord) ([]byte, error) {
 	b, ok := jsonenc.AppendTime(b, r.Created)
 	if !ok {
 		return json.Marshal(r)
+	}
+	if r.Seq != 0 {
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, r.Seq, 10)
 	}
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(r.Attempt), 10)

@@ -138,6 +138,7 @@ func TestMarshalRunAsMarshal(t *testing.T) {
 	ev := json.RawMessage(`{"event":"update","run_id":"r1","seq":2,"at":"2026-03-04T05:06:07Z","update":{"kind":"agent_message_chunk","text":"a \"quoted\" — reply\n"}}`)
 	for i, r := range []RunRecord{
 		{ID: "r1", Request: json.RawMessage(`{"channel_id":"ch","text":"hi"}`), Created: at},
+		{ID: "r1", Request: json.RawMessage(`{"channel_id":"ch"}`), Created: at, Seq: 18446744073709551615, Attempt: 1, Running: true},
 		{ID: "r1", Request: json.RawMessage(`{"channel_id":"ch"}`), Created: at, Attempt: 2, Running: true, Events: []json.RawMessage{ev, ev}},
 		{ID: "r\"<1>\xff", Request: json.RawMessage(`{}`), Created: at.UTC(), Attempt: 1, Events: []json.RawMessage{ev}, Ended: at.Add(time.Second)},
 		{ID: "r1", Request: json.RawMessage(`{"text":"<b>"}`), Created: at},
@@ -165,6 +166,7 @@ func TestMarshalTurnAsMarshal(t *testing.T) {
 		{Role: session.RoleUser, Text: "hi", At: at},
 		{Role: session.RoleUser, Text: "{\"channel\":\"<ch>\"}\n\t— a & b \u2028 \xff", At: at.UTC(), MessageID: "m\"1", MessageSeq: 42, Facts: `{"project":"x"}`},
 		{Role: session.RoleAssistant, Text: "", At: time.Time{}},
+		{Role: session.RoleUser, Text: "listed", At: at, MessageID: "m1", Answers: []string{"m2", "m3"}},
 		{Role: session.RoleAssistant, Text: "x", At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 	} {
 		want, werr := json.Marshal(&tu)
