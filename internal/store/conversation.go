@@ -361,4 +361,3 @@ func bucketIn(parent *bolt.Bucket, name []byte) (*bolt.Bucket, error) {
 	}
 	return parent.CreateBucketIfNotExists(name)
 }
-
