@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -291,4 +292,10 @@ func TestRunStartingBetweenQueueAndStarted(t *testing.T) {
 	}
 	testkit.WaitFor(t, 30*time.Second, func() bool { return listed(second.ID).State == apitype.RunCancelled },
 		testkit.Waiting("the second run to end cancelled"))
+	// Listed as cancelled, it is ended: a second cancel says so at once.
+	for _, id := range []string{second.ID, second.ID, first.ID} {
+		if err := e.c.Cancel(ctx, id); !client.IsCode(err, apitype.CodeRunEnded) {
+			t.Fatalf("cancel %s again: %v, want run_ended", id, err)
+		}
+	}
 }
