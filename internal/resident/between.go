@@ -44,6 +44,11 @@ type between struct {
 	// waits for an end the quiet timer began; mu is held only to detach
 	// the run, never across a write: the pool asks working under its own
 	// lock and add runs on the agent's reader, neither may wait for one.
+	// Lock order: ending, then mu; ending, then the store's and the run
+	// registry's and a run's (an end); mu, then the run registry's and a
+	// run's (add opens and logs the agent run). mu itself is taken under
+	// pool.Pool.mu (working) and acp's route mu (add): nothing under it
+	// may call the pool or the agent.
 	ending sync.Mutex
 
 	mu     sync.Mutex

@@ -107,14 +107,18 @@ type Keeper struct {
 	procs sync.Map // agent pid -> *Process, while it lives
 	sp    spares   // the bindings' spare processes (spare.go)
 
-	mu       sync.Mutex                        // guards health, keyLoops, keyOpts, seen and warned
+	// mu guards health, keyLoops, keyOpts, seen and warned. It is
+	// innermost: nothing else is locked under it.
+	mu       sync.Mutex
 	health   map[string]*health                // binding id -> what its agents did lately
 	keyLoops map[session.Key]*keyLoop          // keys whose processes crash mid-turn
 	keyOpts  map[session.Key]map[string]string // the keys' own session options (the store's copy)
 	warned   map[string]bool                   // what warnOnce logged already
 	seen     map[string]store.AgentSeen        // binding id -> its agent as last started (the store's copy)
 
-	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
+	// setOptsMu is held across a key's options' store write and keyOpts
+	// update. Lock order: setOptsMu, then the store's, then mu.
+	setOptsMu sync.Mutex
 
 	watchers  sync.WaitGroup // agent exit hooks still running
 	closeOnce sync.Once

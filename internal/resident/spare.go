@@ -31,6 +31,9 @@ import (
 // a turn took it, counts as a failure of its binding's agent in the crash
 // loop, whose backoff the goroutine waits out like a turn would.
 type spares struct {
+	// mu guards ready, starting, lastTurn, want, poolLive, stop and
+	// closed. Nothing else is locked under it (poolLive, which takes the
+	// pool's lock, is called outside it), and it is taken under no other.
 	mu       sync.Mutex
 	ready    map[string][]*agentProc // binding id -> its spares, oldest first
 	starting int                     // spares being started (the goroutine starts one at a time)

@@ -36,6 +36,7 @@ type Process struct {
 	between *between // its output between prompts
 	native  string
 
+	// Nothing else is locked under mu.
 	mu       sync.Mutex // guards briefN, briefDue, facts, unsaved, appliedOpts, origOpts, policyMode and the usage below
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
@@ -351,7 +352,7 @@ func (d *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.B
 // releases are what a process's exit undoes (its capabilities revoked),
 // added as they are made; one added after the exit ran runs at once.
 type releases struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards fs and done; the releases (the tools registry's lock) run outside it
 	fs   []func()
 	done bool
 }
@@ -493,6 +494,8 @@ type agentProc struct {
 	started config.Binding // the binding it was started with
 	born    time.Time
 
+	// mu guards hook, gone and pre; nothing else is locked under it (bind
+	// sets its between's key before it, exit runs hook after it).
 	mu   sync.Mutex
 	hook func()     // what its exit runs once it is bound to a key (the pool's hook)
 	gone bool       // it exited
