@@ -128,7 +128,7 @@ func (bw *between) add(native string, u acp.Update) {
 		bw.k.m.AgentRun()
 		bw.log.Info("agent output between prompts: agent run started", zap.String("run", r.ID), zap.String("native", native))
 		// A timer that fired for this run must not end a later one.
-		bw.timer = time.AfterFunc(bw.k.agentQuiet, func() { bw.endRun(r, "quiet") })
+		bw.timer = bw.k.afterFunc(bw.k.agentQuiet, func() { bw.endRun(r, "quiet") })
 	} else {
 		bw.timer.Reset(bw.k.agentQuiet)
 	}

@@ -11,6 +11,7 @@
 package resident
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -120,7 +121,17 @@ type Keeper struct {
 	// update. Lock order: setOptsMu, then the store's, then mu.
 	setOptsMu sync.Mutex
 
-	watchers  sync.WaitGroup // agent exit hooks still running
+	// The keeper's background work: the spares' goroutine, the stops of
+	// spares a reload dropped, the closes of sessions spares opened ahead,
+	// the agent runs' quiet ends and every agent's exit hook. Each is
+	// counted in wg by hold (goBg and afterFunc start it); StopSpares
+	// cancels ctx, and Close then refuses new work and waits for wg.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	bgMu    sync.Mutex // guards closing; nothing else is locked under it
+	closing bool       // Close waits for wg: hold refuses
+
 	closeOnce sync.Once
 }
 
@@ -190,6 +201,7 @@ func New(o Options) (*Keeper, error) {
 	if k.seen, err = k.st.AgentsSeen(); err != nil {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
+	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.reportPolicies()
 	sweepLeftovers(k.st, k.log)
 	k.cgroups = openCgroups(o.Config, k.log)
@@ -202,18 +214,59 @@ func New(o Options) (*Keeper, error) {
 	return k, nil
 }
 
-// Close stops the spares and their goroutine, waits for every exit hook
-// and removes the agents' cgroup. Call it after the pool has stopped the
-// processes. Idempotent.
+// Close stops the spares, waits for the keeper's background work (every
+// goroutine it started and every exit hook) and removes the agents'
+// cgroup. Call it after the pool has stopped the processes. Idempotent.
 func (k *Keeper) Close() {
 	k.closeOnce.Do(func() {
 		k.StopSpares()
-		k.watchers.Wait()
+		k.bgMu.Lock()
+		k.closing = true
+		k.bgMu.Unlock()
+		k.wg.Wait()
 		if k.cgroups != nil {
 			if err := k.cgroups.Close(); err != nil {
 				k.log.Warn("remove the agents' cgroup", zap.Error(err))
 			}
 		}
+	})
+}
+
+// hold counts one piece of background work in wg, unless Close already
+// waits for it (false: the work must not start). Whoever got true calls
+// wg.Done when the work ends.
+func (d *Keeper) hold() bool {
+	d.bgMu.Lock()
+	defer d.bgMu.Unlock()
+	if d.closing {
+		return false
+	}
+	d.wg.Add(1)
+	return true
+}
+
+// goBg runs f in a goroutine of the keeper's, under its ctx; false when
+// Close refused it (f does not run).
+func (d *Keeper) goBg(f func(ctx context.Context)) bool {
+	if !d.hold() {
+		return false
+	}
+	go func() {
+		defer d.wg.Done()
+		f(d.ctx)
+	}()
+	return true
+}
+
+// afterFunc is time.AfterFunc with f counted as the keeper's work: Close
+// waits for an f that runs, and none runs once Close waits.
+func (d *Keeper) afterFunc(wait time.Duration, f func()) *time.Timer {
+	return time.AfterFunc(wait, func() {
+		if !d.hold() {
+			return
+		}
+		defer d.wg.Done()
+		f()
 	})
 }
 

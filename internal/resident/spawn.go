@@ -2,6 +2,7 @@ package resident
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -201,7 +202,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		return nil, lease.Cold, err
 	}
 	defer func() {
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, pool.ErrClosed) {
 			d.spawnFailed(b.ID, err)
 		}
 	}()
@@ -546,9 +547,14 @@ func (d *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key
 	bw := &between{k: d, key: k, log: log}
 	spec.Between = bw.add
 	spec.Stray = func(native string, n int) { d.m.Stray(b.ID, n) }
+	// Its exit hook is counted from now: Close waits for an agent starting.
+	if !d.hold() {
+		return nil, fmt.Errorf("resident: the keeper is closed: %w", pool.ErrClosed)
+	}
 	t0 := d.now()
 	a, err := acp.Start(ctx, spec, log)
 	if err != nil {
+		d.wg.Done()
 		return nil, err
 	}
 	bw.mu.Lock()
@@ -597,11 +603,11 @@ func (d *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *z
 }
 
 // watchExit has the agent's reaper clean up after its exit: the listing,
-// the tools' capability, the store's record, the exit counter.
+// the tools' capability, the store's record, the exit counter. The hook
+// ends the work startAgent held for it.
 func (d *Keeper) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release func()) {
-	d.watchers.Add(1)
 	a.OnExit(func() {
-		defer d.watchers.Done()
+		defer d.wg.Done()
 		d.procs.Delete(a.Pid())
 		release()
 		if err := d.st.ForgetAgent(a.Pid()); err != nil {
