@@ -63,7 +63,7 @@ func serve() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: d.Feed, Version: "test"})
+	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: d.Inbox, Version: "test"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(countingListener{ln}) }()
 	os.Setenv(client.EnvSocket, sock)
