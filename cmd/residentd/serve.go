@@ -21,7 +21,7 @@ import (
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/feed"
+	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/server"
@@ -299,7 +299,7 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	// A metrics address that cannot be opened (a port already taken) is
 	// reported in /v1/health and logged; the socket serves on.
 	run := &server.Server{Daemon: d, Listener: ln, Metrics: m.Handler(), MetricsAddr: deps.metricsAddr, Grace: deps.grace, Log: log, Config: d}
-	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: feed.New(st, m, cfg.Attachments), Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg,
+	srv := api.NewServer(api.ServerOptions{Turns: d, Sessions: d, Channel: inbox.New(st, m, cfg.Attachments), Log: log, Level: deps.level, Metrics: m.Handler(), Version: version, Tools: reg,
 		Keepalive: time.Duration(cfg.Runs.Keepalive), Listeners: run.Listeners, Config: run,
 		// Agents' trees may use only their tools (OPERATIONS.md).
 		Agents: &child.Lineage{Self: os.Getpid(), Cgroups: d.Keeper().AgentCgroups(), Adopts: adopts}})

@@ -178,6 +178,10 @@ type Agent struct {
 	// SetPermission (a config reload) changes it.
 	policy atomic.Value // permission.Policy
 
+	// Lock order: mu, then a route's mu (releaseEarlyLocked and reopen
+	// hand over from one to the other), then what a route's on and
+	// Spec.Between take: a route's mu is held while they run, so they must
+	// not call the Agent's methods that take mu.
 	mu     sync.Mutex
 	routes map[string]*route        // native session id -> its update route
 	early  map[string]*earlyUpdates // updates for ids not routed yet
@@ -208,7 +212,7 @@ const maxEarly = 64
 // Its mutex is held while on runs, so detaching under it guarantees on is
 // never called after Prompt returns.
 type route struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // taken after Agent.mu, never before it (see there)
 	loading bool
 	on      func(Update)
 	// answered: the pump has read the agent's answer to the running

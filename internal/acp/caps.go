@@ -22,6 +22,7 @@ const subagentsCapability = `{}`
 // capabilities above to the initialize request (the SDK writes each
 // message with one Write). Every write holds wmu: the prompts this package
 // writes itself (writeLine) go between the SDK's messages, never into one.
+// Lock order: wmu, then mu; neither is held with Agent.mu or a route's.
 type capsWriter struct {
 	w    io.Writer
 	wmu  sync.Mutex

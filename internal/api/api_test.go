@@ -27,7 +27,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/daemontest"
-	"github.com/residentd/residentd/internal/feed"
+	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -59,12 +59,12 @@ func peerMain(sock string) int {
 
 // env is a daemon with the built-in agent, served on a real socket.
 type env struct {
-	d    *daemon.Daemon
-	feed *feed.Feed
-	srv  *Server
-	sock string
-	c    *client.Client
-	hc   *http.Client // for requests the client would not send
+	d     *daemon.Daemon
+	inbox *inbox.Inbox
+	srv   *Server
+	sock  string
+	c     *client.Client
+	hc    *http.Client // for requests the client would not send
 }
 
 // unixHTTP is an HTTP client that dials sock.
@@ -107,14 +107,14 @@ func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak .
 		t.Fatal(err)
 	}
 	level := zap.NewAtomicLevel()
-	so := ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: log, Level: &level, Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)}
+	so := ServerOptions{Turns: h, Sessions: h, Channel: h.Inbox, Log: log, Level: &level, Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)}
 	if opts != nil {
 		opts(&so, h.Daemon)
 	}
 	srv := NewServer(so)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	e := &env{d: h.Daemon, feed: h.Feed, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
+	e := &env{d: h.Daemon, inbox: h.Inbox, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
 	t.Cleanup(func() {
 		e.c.Close()
 		srv.Shutdown(context.Background())
@@ -259,7 +259,7 @@ func TestMessageEditAndDelete(t *testing.T) {
 	if res, _ := e.c.PutMessages(ctx, []apitype.Message{m("m/2", "two")}); res != (apitype.MessagesResponse{Duplicates: 1}) {
 		t.Fatalf("a deleted id came back: %+v", res)
 	}
-	page, _, err := e.feed.History("team/a", "", "", 10)
+	page, _, err := e.inbox.History("team/a", "", "", 10)
 	if err != nil || len(page) != 1 || page[0].ID != "m1" || page[0].Body != "one, fixed" || !page[0].Edited {
 		t.Fatalf("history after edit and delete: %+v %v", page, err)
 	}

@@ -266,7 +266,7 @@ func TestRefusedAttachmentsLeaveTheBatchUnwritten(t *testing.T) {
 				}
 			}
 			for _, id := range []string{"ok", "m1"} {
-				if has, err := e.feed.HasMessage("ch", id); err != nil || has {
+				if has, err := e.inbox.HasMessage("ch", id); err != nil || has {
 					t.Errorf("message %s written (%v, %v)", id, has, err)
 				}
 			}

@@ -137,7 +137,7 @@ func TestEditUnderABurstReachesTheSession(t *testing.T) {
 	if pointer != "(2 earlier messages not shown here, 1 of them edited since you last heard of it; channel_history has them.)" {
 		t.Fatalf("pointer %q", pointer)
 	}
-	hist, _, err := e.feed.History("ch", "", "", 100)
+	hist, _, err := e.inbox.History("ch", "", "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestOwnPostsOnlyByWhatTheDaemonKnows(t *testing.T) {
 	if strings.Contains(prompts()[0], "a reply the agent posted") {
 		t.Fatal("the block mentions the agent's own post")
 	}
-	hist, _, err := e.feed.History("ch", "", "", 10)
+	hist, _, err := e.inbox.History("ch", "", "", 10)
 	if err != nil || len(hist) != 3 {
 		t.Fatalf("channel_history %+v, %v; want all three posts", hist, err)
 	}
@@ -229,7 +229,7 @@ func TestEditedOnlyWhereTheSessionSawAnEarlierVersion(t *testing.T) {
 	if !slices.Equal(lines, []string{"- [user] aiko (edited): final, really"}) || done.Context.Edited != 1 {
 		t.Fatalf("an edit of a seen message: lines %q context %+v", lines, done.Context)
 	}
-	hist, _, err := e.feed.History("ch", "", "", 10)
+	hist, _, err := e.inbox.History("ch", "", "", 10)
 	if err != nil || len(hist) != 2 {
 		t.Fatalf("history %+v, %v", hist, err)
 	}

@@ -66,7 +66,7 @@ func newReloadEnv(t testing.TB, ids ...string) *reloadEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Feed, Log: log, Version: "test", Config: e.h.Daemon})
+	srv := NewServer(ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Inbox, Log: log, Version: "test", Config: e.h.Daemon})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e.c = &client.Client{Socket: sock}

@@ -26,7 +26,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/feed"
+	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -75,9 +75,9 @@ type Reloader interface {
 }
 
 // Channel is what the desktop app pushes and the agents' tools read
-// (*feed.Feed).
+// (*inbox.Inbox).
 type Channel interface {
-	Push(batch []feed.Push) (apitype.MessagesResponse, error)
+	Push(batch []inbox.Push) (apitype.MessagesResponse, error)
 	DeleteMessage(ch, id string) error
 	History(ch, thread, before string, limit int) ([]apitype.HistoryMessage, string, error)
 	HasMessage(ch, id string) (bool, error)
@@ -94,7 +94,7 @@ type Channel interface {
 type Server struct {
 	turns   Turns
 	keys    Sessions
-	feed    Channel
+	inbox   Channel
 	log     *zap.Logger
 	level   *zap.AtomicLevel
 	metrics http.Handler
@@ -180,7 +180,7 @@ func NewServer(o ServerOptions) *Server {
 	if o.Agents == nil {
 		o.Agents = &child.Lineage{Self: os.Getpid()}
 	}
-	s := &Server{turns: o.Turns, keys: o.Sessions, feed: o.Channel, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners, agents: o.Agents, config: o.Config}
+	s := &Server{turns: o.Turns, keys: o.Sessions, inbox: o.Channel, log: o.Log.Named("api"), level: o.Level, metrics: o.Metrics, version: o.Version, started: time.Now(), uid: os.Getuid(), keepalive: o.Keepalive, listeners: o.Listeners, agents: o.Agents, config: o.Config}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
 	mux.HandleFunc("GET /v1/version", s.versionInfo)
@@ -323,7 +323,7 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, apitype.CodeNestingTooDeep
 	case errors.Is(err, errInvalidID):
 		return http.StatusBadRequest, apitype.CodeInvalidID
-	case errors.Is(err, errDecode), errors.Is(err, errBadRequest), errors.Is(err, feed.ErrBadRequest):
+	case errors.Is(err, errDecode), errors.Is(err, errBadRequest), errors.Is(err, inbox.ErrBadRequest):
 		return http.StatusBadRequest, apitype.CodeBadRequest
 	}
 	code := daemon.Code(err)
@@ -567,7 +567,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: messages must hold at least one message", errBadRequest))
 		return
 	}
-	msgs := make([]feed.Push, len(req.Messages))
+	msgs := make([]inbox.Push, len(req.Messages))
 	for i, m := range req.Messages {
 		nth := func(name string) string { return fmt.Sprintf("messages[%d].%s", i, name) }
 		if err := checkIDs(field(nth("id"), m.ID), field(nth("channel_id"), m.Channel), field(nth("thread_root_id"), m.ThreadRoot), field(nth("binding_id"), m.BindingID)); err != nil {
@@ -579,9 +579,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			fail(w, fmt.Errorf("%w %q (message %d of %d): created_at %q is not an RFC 3339 time such as 2026-12-01T09:00:00Z; nothing of the batch was stored", channel.ErrInvalid, m.ID, i, len(req.Messages), m.CreatedAt))
 			return
 		}
-		msgs[i] = feed.Push{Message: channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}, Attachments: m.Attachments}
+		msgs[i] = inbox.Push{Message: channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}, Attachments: m.Attachments}
 	}
-	res, err := s.feed.Push(msgs)
+	res, err := s.inbox.Push(msgs)
 	if err != nil {
 		fail(w, err)
 		return
@@ -597,7 +597,7 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.feed.DeleteMessage(ch, id); err != nil {
+	if err := s.inbox.DeleteMessage(ch, id); err != nil {
 		fail(w, err)
 		return
 	}

@@ -29,7 +29,7 @@ const toolsPrefix = "/v1/tools/"
 // registerTools adds the roster/activity push endpoints and the tool
 // endpoints the MCP server calls.
 func (s *Server) registerTools(mux *http.ServeMux, caps Capabilities) {
-	t := &toolsAPI{d: s.feed, caps: caps}
+	t := &toolsAPI{d: s.inbox, caps: caps}
 	mux.HandleFunc("PUT /v1/channels/{channel}/roster", t.putRoster)
 	mux.HandleFunc("PUT /v1/channels/{channel}/project", t.putProject)
 	mux.HandleFunc("POST /v1/projects/{project}/activity", t.postActivity)

@@ -274,7 +274,7 @@ func newTracedEnvWith(t *testing.T, mod func(*config.Config), onSpare func(bindi
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Feed, Log: zap.NewNop(), Version: "test"})
+	srv := NewServer(ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Inbox, Log: zap.NewNop(), Version: "test"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e.c, e.hc = &client.Client{Socket: sock}, unixHTTP(sock)

@@ -57,7 +57,7 @@ func benchClientIn(b *testing.B, dir string, o daemontest.Options) (*client.Clie
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := NewServer(ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: zap.NewNop(), Version: "bench"})
+	srv := NewServer(ServerOptions{Turns: h, Sessions: h, Channel: h.Inbox, Log: zap.NewNop(), Version: "bench"})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	c := &client.Client{Socket: filepath.Join(sdir, "api.sock")}

@@ -73,6 +73,8 @@ type Process struct {
 	start  uint64  // start stamp: tells the agent from a later process with its pid
 	cg     *cgroup // nil without cgroups
 
+	// sigMu, exitMu and own's lock are never held together, and the
+	// reaper runs onExit with none held.
 	sigMu  sync.Mutex // serialises group signals with the reap
 	reaped bool
 

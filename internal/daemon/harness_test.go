@@ -18,7 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/daemontest"
-	"github.com/residentd/residentd/internal/feed"
+	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/session"
@@ -33,16 +33,16 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // harness is a daemon on a real bbolt file with the built-in agent bound as
 // "b-builtin" (and whatever bindings a test adds).
 type harness struct {
-	t    *testing.T
-	dir  string
-	cfg  *config.Config
-	st   *store.Store
-	m    *metrics.Metrics
-	d    *daemon.Daemon
-	feed *feed.Feed
-	td   *daemontest.Daemon // the daemon, its store and channel data
-	log  *zap.Logger
-	now  func() time.Time // the daemon's clock; nil is time.Now
+	t     *testing.T
+	dir   string
+	cfg   *config.Config
+	st    *store.Store
+	m     *metrics.Metrics
+	d     *daemon.Daemon
+	inbox *inbox.Inbox
+	td    *daemontest.Daemon // the daemon, its store and channel data
+	log   *zap.Logger
+	now   func() time.Time // the daemon's clock; nil is time.Now
 	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
 	backoffBase, backoffCap time.Duration
 	agentQuiet              time.Duration // how long an agent run waits for more output (0: the default)
@@ -116,7 +116,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.td, h.d, h.st, h.m, h.feed = td, td.Daemon, td.Store, td.Metrics, td.Feed
+	h.td, h.d, h.st, h.m, h.inbox = td, td.Daemon, td.Store, td.Metrics, td.Inbox
 }
 
 func (h *harness) close() {
@@ -184,7 +184,7 @@ func (h *harness) post(msgs ...channel.Message) {
 			msgs[i].AuthorKind = channel.KindUser
 		}
 	}
-	if _, err := h.feed.PutMessages(msgs); err != nil {
+	if _, err := h.inbox.PutMessages(msgs); err != nil {
 		h.t.Fatal(err)
 	}
 }

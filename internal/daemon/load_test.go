@@ -103,7 +103,7 @@ func TestLoad(t *testing.T) {
 					clock.t = clock.t.Add(time.Second)
 					at := clock.t
 					clock.Unlock()
-					if _, err := h.feed.PutMessages([]channel.Message{{ID: req.MessageID, Channel: key.Channel, Author: "carla", AuthorKind: apitype.AuthorUser, Body: req.Text, CreatedAt: at}}); err != nil {
+					if _, err := h.inbox.PutMessages([]channel.Message{{ID: req.MessageID, Channel: key.Channel, Author: "carla", AuthorKind: apitype.AuthorUser, Body: req.Text, CreatedAt: at}}); err != nil {
 						results[i] = outcome{key, fault, fmt.Errorf("post: %w", err)}
 						continue
 					}

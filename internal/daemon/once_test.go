@@ -117,7 +117,7 @@ func TestPointerCountsTheWholeBurst(t *testing.T) {
 		t.Fatalf("lines %d pointer %d context %+v", len(blockLines(p)), pointer(p), r.done.Context)
 	}
 	// The 28 are in channel_history, and the next turn does not repeat them.
-	hist, _, err := h.feed.History("ch", "", "burst13", 100)
+	hist, _, err := h.inbox.History("ch", "", "burst13", 100)
 	if err != nil || len(hist) != 13 || hist[0].ID != "q1" || hist[1].ID != "burst1" {
 		t.Fatalf("history before burst13: %d rows %v", len(hist), err)
 	}
@@ -177,7 +177,7 @@ func TestEditsAndDeletes(t *testing.T) {
 		channel.Message{ID: "m2", Channel: "ch", Author: "aiko", Body: "secret pasted by mistake"})
 	reply(t, h.mention("ch", "b-builtin", "q1", "@agent one"))
 	at := clock.t
-	res, err := h.feed.PutMessages([]channel.Message{
+	res, err := h.inbox.PutMessages([]channel.Message{
 		{ID: "m1", Channel: "ch", Author: "aiko", AuthorKind: "user", CreatedAt: at, Body: "the fix is in b.go"},
 		{ID: "q1", Channel: "ch", Author: "carla", AuthorKind: "user", CreatedAt: at, Body: "@agent one"},
 	})
@@ -186,7 +186,7 @@ func TestEditsAndDeletes(t *testing.T) {
 	}
 	h.post(channel.Message{ID: "m3", Channel: "ch", Author: "aiko", Body: "also deleted"})
 	for _, id := range []string{"m2", "m3"} {
-		if err := h.feed.DeleteMessage("ch", id); err != nil {
+		if err := h.inbox.DeleteMessage("ch", id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -199,7 +199,7 @@ func TestEditsAndDeletes(t *testing.T) {
 	if reply(t, r); r.done.Context.Lines != 0 {
 		t.Fatalf("the edit came back: %q", blockLines(got()[2]))
 	}
-	hist, _, _ := h.feed.History("ch", "", "", 10)
+	hist, _, _ := h.inbox.History("ch", "", "", 10)
 	for _, m := range hist {
 		if m.ID == "m2" || m.ID == "m3" {
 			t.Fatalf("channel_history returns deleted %s", m.ID)
@@ -393,7 +393,7 @@ func TestDeletedMentionIsNotReplayed(t *testing.T) {
 	off := false
 	h, got := recorded(t, func(c *config.Config) { c.Bindings[0].Restore = &off })
 	reply(t, h.mention("ch", "b-builtin", "q1", "@agent the password is hunter2"))
-	if err := h.feed.DeleteMessage("ch", "q1"); err != nil {
+	if err := h.inbox.DeleteMessage("ch", "q1"); err != nil {
 		t.Fatal(err)
 	}
 	h.restart()

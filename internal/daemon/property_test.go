@@ -296,7 +296,7 @@ func (p *propRun) put(ms ...*pmsg) error {
 	for i, m := range ms {
 		in[i] = m.apiMsg()
 	}
-	if _, err := p.h.feed.PutMessages(in); err != nil {
+	if _, err := p.h.inbox.PutMessages(in); err != nil {
 		return err
 	}
 	for _, m := range ms {
@@ -343,7 +343,7 @@ func (p *propRun) editBurst() {
 		if len(batch) == 0 {
 			return
 		}
-		if _, err := p.h.feed.PutMessages(batch); err != nil {
+		if _, err := p.h.inbox.PutMessages(batch); err != nil {
 			p.t.Fatal(err)
 		}
 		for _, m := range fresh {
@@ -401,7 +401,7 @@ func (p *propRun) repushSame() {
 func (p *propRun) del() {
 	if l := p.live(); len(l) > 0 {
 		m := l[p.rnd.IntN(len(l))]
-		if err := p.h.feed.DeleteMessage(m.ch, m.id); err != nil {
+		if err := p.h.inbox.DeleteMessage(m.ch, m.id); err != nil {
 			p.t.Fatal(err)
 		}
 		m.deleted = true
@@ -662,7 +662,7 @@ func (p *propRun) given(m *pmsg) bool {
 func (p *propRun) inHistory(m *pmsg) bool {
 	thread, before := m.thread, ""
 	for {
-		page, next, err := p.h.feed.History(m.ch, thread, before, 100)
+		page, next, err := p.h.inbox.History(m.ch, thread, before, 100)
 		if err != nil {
 			p.t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
-	"github.com/residentd/residentd/internal/feed"
+	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -63,7 +63,7 @@ type Daemon struct {
 	Config  *config.Config
 	Store   *store.Store
 	Metrics *metrics.Metrics
-	Feed    *feed.Feed
+	Inbox   *inbox.Inbox
 
 	opts Options
 }
@@ -109,7 +109,7 @@ func (h *Daemon) open() error {
 		st.Close()
 		return err
 	}
-	h.Daemon, h.Store, h.Metrics, h.Feed = d, st, o.Metrics, feed.New(st, o.Metrics, h.Config.Attachments)
+	h.Daemon, h.Store, h.Metrics, h.Inbox = d, st, o.Metrics, inbox.New(st, o.Metrics, h.Config.Attachments)
 	return nil
 }
 

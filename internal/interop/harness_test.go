@@ -20,7 +20,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/daemontest"
-	"github.com/residentd/residentd/internal/feed"
+	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/store"
 )
@@ -83,8 +83,8 @@ type harness struct {
 	d   *daemon.Daemon
 	log *zap.Logger
 
-	td   *daemontest.Daemon
-	feed *feed.Feed
+	td    *daemontest.Daemon
+	inbox *inbox.Inbox
 	// spares hears of every spare process as it becomes ready (pid 0: one
 	// that failed to start).
 	spares chan int
@@ -124,7 +124,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.td, h.d, h.st, h.m, h.feed = d, d.Daemon, d.Store, d.Metrics, d.Feed
+	h.td, h.d, h.st, h.m, h.inbox = d, d.Daemon, d.Store, d.Metrics, d.Inbox
 }
 
 func (h *harness) close() {
@@ -215,7 +215,7 @@ func (h *harness) post(msgs ...channel.Message) {
 			msgs[i].AuthorKind = apitype.AuthorUser
 		}
 	}
-	if _, err := h.feed.PutMessages(msgs); err != nil {
+	if _, err := h.inbox.PutMessages(msgs); err != nil {
 		h.t.Fatal(err)
 	}
 }

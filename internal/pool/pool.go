@@ -237,7 +237,15 @@ type Pool[S Session] struct {
 	cfg   Config
 	spawn Spawner[S]
 
-	mu      sync.Mutex // guards everything below and every entry
+	// mu guards everything below and every entry. Lock order: mu, then
+	// what the callbacks called under it take (AcquireOptions.OnWait and
+	// Reuse, Config.Retired, a Worker's Working, a Session's Pid, Native
+	// and Done): none may call the pool. The daemon's OnWait takes a run's
+	// lock; resident's Working takes acp.Agent.mu, then its between.mu.
+	// The daemon's lanes call Reserve and Unreserve with a lane's lock held
+	// (lane, then mu). Spawn, OnEvict, OnStart, Close and EndWork run
+	// without mu.
+	mu      sync.Mutex
 	entries map[session.Key]*entry[S]
 	slots   int           // entries not gone: starting, ready, busy or stopping
 	slotQ   []*slotWaiter // turns waiting for a slot, FIFO

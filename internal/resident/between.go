@@ -44,6 +44,11 @@ type between struct {
 	// waits for an end the quiet timer began; mu is held only to detach
 	// the run, never across a write: the pool asks working under its own
 	// lock and add runs on the agent's reader, neither may wait for one.
+	// Lock order: ending, then mu; ending, then the store's and the run
+	// registry's and a run's (an end); mu, then the run registry's and a
+	// run's (add opens and logs the agent run). mu itself is taken under
+	// pool.Pool.mu (working) and acp's route mu (add): nothing under it
+	// may call the pool or the agent.
 	ending sync.Mutex
 
 	mu     sync.Mutex
@@ -123,7 +128,7 @@ func (bw *between) add(native string, u acp.Update) {
 		bw.k.m.AgentRun()
 		bw.log.Info("agent output between prompts: agent run started", zap.String("run", r.ID), zap.String("native", native))
 		// A timer that fired for this run must not end a later one.
-		bw.timer = time.AfterFunc(bw.k.agentQuiet, func() { bw.endRun(r, "quiet") })
+		bw.timer = bw.k.afterFunc(bw.k.agentQuiet, func() { bw.endRun(r, "quiet") })
 	} else {
 		bw.timer.Reset(bw.k.agentQuiet)
 	}

@@ -11,6 +11,7 @@
 package resident
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -107,16 +108,30 @@ type Keeper struct {
 	procs sync.Map // agent pid -> *Process, while it lives
 	sp    spares   // the bindings' spare processes (spare.go)
 
-	mu       sync.Mutex                        // guards health, keyLoops, keyOpts, seen and warned
+	// mu guards health, keyLoops, keyOpts, seen and warned. It is
+	// innermost: nothing else is locked under it.
+	mu       sync.Mutex
 	health   map[string]*health                // binding id -> what its agents did lately
 	keyLoops map[session.Key]*keyLoop          // keys whose processes crash mid-turn
 	keyOpts  map[session.Key]map[string]string // the keys' own session options (the store's copy)
 	warned   map[string]bool                   // what warnOnce logged already
 	seen     map[string]store.AgentSeen        // binding id -> its agent as last started (the store's copy)
 
-	setOptsMu sync.Mutex // held across a key's options' store write and keyOpts update
+	// setOptsMu is held across a key's options' store write and keyOpts
+	// update. Lock order: setOptsMu, then the store's, then mu.
+	setOptsMu sync.Mutex
 
-	watchers  sync.WaitGroup // agent exit hooks still running
+	// The keeper's background work: the spares' goroutine, the stops of
+	// spares a reload dropped, the closes of sessions spares opened ahead,
+	// the agent runs' quiet ends and every agent's exit hook. Each is
+	// counted in wg by hold (goBg and afterFunc start it); StopSpares
+	// cancels ctx, and Close then refuses new work and waits for wg.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	bgMu    sync.Mutex // guards closing; nothing else is locked under it
+	closing bool       // Close waits for wg: hold refuses
+
 	closeOnce sync.Once
 }
 
@@ -161,60 +176,102 @@ func New(o Options) (*Keeper, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	k := &Keeper{
+	d := &Keeper{
 		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, mcpSpare: o.MCPSpare, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
 		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,
 	}
-	k.cfg.Store(o.Config)
-	k.sp.init(o.Config)
-	if k.agentQuiet <= 0 {
-		k.agentQuiet = DefaultAgentQuiet
+	d.cfg.Store(o.Config)
+	d.sp.init(o.Config)
+	if d.agentQuiet <= 0 {
+		d.agentQuiet = DefaultAgentQuiet
 	}
-	if k.backoffBase <= 0 {
-		k.backoffBase = time.Second
+	if d.backoffBase <= 0 {
+		d.backoffBase = time.Second
 	}
-	if k.backoffCap <= 0 {
-		k.backoffCap = time.Minute
+	if d.backoffCap <= 0 {
+		d.backoffCap = time.Minute
 	}
-	keyOpts, err := k.st.KeyOptions()
+	keyOpts, err := d.st.KeyOptions()
 	if err != nil {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
-	k.keyOpts = keyOpts
-	if k.seen, err = k.st.AgentsSeen(); err != nil {
+	d.keyOpts = keyOpts
+	if d.seen, err = d.st.AgentsSeen(); err != nil {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
-	k.reportPolicies()
-	sweepLeftovers(k.st, k.log)
-	k.cgroups = openCgroups(o.Config, k.log)
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.reportPolicies()
+	sweepLeftovers(d.st, d.log)
+	d.cgroups = openCgroups(o.Config, d.log)
 	// Said at startup, before anyone mentions an agent that cannot start.
-	for _, c := range k.BindingCommands() {
+	for _, c := range d.BindingCommands() {
 		if !c.Startable {
-			k.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
+			d.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
 		}
 	}
-	return k, nil
+	return d, nil
 }
 
-// Close stops the spares and their goroutine, waits for every exit hook
-// and removes the agents' cgroup. Call it after the pool has stopped the
-// processes. Idempotent.
-func (k *Keeper) Close() {
-	k.closeOnce.Do(func() {
-		k.StopSpares()
-		k.watchers.Wait()
-		if k.cgroups != nil {
-			if err := k.cgroups.Close(); err != nil {
-				k.log.Warn("remove the agents' cgroup", zap.Error(err))
+// Close stops the spares, waits for the keeper's background work (every
+// goroutine it started and every exit hook) and removes the agents'
+// cgroup. Call it after the pool has stopped the processes. Idempotent.
+func (d *Keeper) Close() {
+	d.closeOnce.Do(func() {
+		d.StopSpares()
+		d.bgMu.Lock()
+		d.closing = true
+		d.bgMu.Unlock()
+		d.wg.Wait()
+		if d.cgroups != nil {
+			if err := d.cgroups.Close(); err != nil {
+				d.log.Warn("remove the agents' cgroup", zap.Error(err))
 			}
 		}
 	})
 }
 
+// hold counts one piece of background work in wg, unless Close already
+// waits for it (false: the work must not start). Whoever got true calls
+// wg.Done when the work ends.
+func (d *Keeper) hold() bool {
+	d.bgMu.Lock()
+	defer d.bgMu.Unlock()
+	if d.closing {
+		return false
+	}
+	d.wg.Add(1)
+	return true
+}
+
+// goBg runs f in a goroutine of the keeper's, under its ctx; false when
+// Close refused it (f does not run).
+func (d *Keeper) goBg(f func(ctx context.Context)) bool {
+	if !d.hold() {
+		return false
+	}
+	go func() {
+		defer d.wg.Done()
+		f(d.ctx)
+	}()
+	return true
+}
+
+// afterFunc is time.AfterFunc with f counted as the keeper's work: Close
+// waits for an f that runs, and none runs once Close waits.
+func (d *Keeper) afterFunc(wait time.Duration, f func()) *time.Timer {
+	return time.AfterFunc(wait, func() {
+		if !d.hold() {
+			return
+		}
+		defer d.wg.Done()
+		f()
+	})
+}
+
 // conf is the config in force: an immutable snapshot.
-func (k *Keeper) conf() *config.Config { return k.cfg.Load() }
+func (d *Keeper) conf() *config.Config { return d.cfg.Load() }
 
 // SetConfig puts a reloaded config (defaults set, validated, never changed
 // after) in force: new processes are started by it, and the settings the
@@ -224,17 +281,17 @@ func (k *Keeper) conf() *config.Config { return k.cfg.Load() }
 // The agents' cgroup enables the controllers the bindings' limits needed at
 // start: a limit that needs another one is logged, and applies after a
 // restart.
-func (k *Keeper) SetConfig(c *config.Config) {
-	old := k.cfg.Load()
-	k.cfg.Store(c)
-	k.reconfigureSpares(old, c)
-	if k.cgroups == nil {
+func (d *Keeper) SetConfig(c *config.Config) {
+	old := d.cfg.Load()
+	d.cfg.Store(c)
+	d.reconfigureSpares(old, c)
+	if d.cgroups == nil {
 		return
 	}
 	for _, b := range c.Bindings {
 		for _, ctl := range limitsOf(b).Controllers() {
-			if !slices.Contains(k.cgroups.Controllers, ctl) {
-				k.log.Warn("binding's limits need a cgroup controller the agents' cgroup did not enable at start; the limit applies after a restart",
+			if !slices.Contains(d.cgroups.Controllers, ctl) {
+				d.log.Warn("binding's limits need a cgroup controller the agents' cgroup did not enable at start; the limit applies after a restart",
 					zap.String("binding", b.ID), zap.String("controller", ctl))
 			}
 		}
@@ -242,21 +299,21 @@ func (k *Keeper) SetConfig(c *config.Config) {
 }
 
 // of returns binding's health record, creating it; call with mu held.
-func (k *Keeper) of(binding string) *health {
-	h := k.health[binding]
+func (d *Keeper) of(binding string) *health {
+	h := d.health[binding]
 	if h == nil {
 		h = &health{}
-		k.health[binding] = h
+		d.health[binding] = h
 	}
 	return h
 }
 
 // warnOnce runs warn the first time the daemon meets what names.
-func (k *Keeper) warnOnce(what string, warn func()) {
-	k.mu.Lock()
-	first := !k.warned[what]
-	k.warned[what] = true
-	k.mu.Unlock()
+func (d *Keeper) warnOnce(what string, warn func()) {
+	d.mu.Lock()
+	first := !d.warned[what]
+	d.warned[what] = true
+	d.mu.Unlock()
 	if first {
 		warn()
 	}

@@ -27,6 +27,12 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // as "b-builtin" and, with extra arguments, as "b-extra" too.
 func newKeeper(t *testing.T, o Options, extra ...string) (*Keeper, *store.Store) {
 	t.Helper()
+	return newKeeperWith(t, o, nil, extra...)
+}
+
+// newKeeperWith is newKeeper with the config changed by edit first.
+func newKeeperWith(t *testing.T, o Options, edit func(*config.Config), extra ...string) (*Keeper, *store.Store) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +45,9 @@ func newKeeper(t *testing.T, o Options, extra ...string) (*Keeper, *store.Store)
 		x := b
 		x.ID, x.Handle, x.Args = "b-extra", "@extra", append(append([]string{}, b.Args...), extra...)
 		cfg.Bindings = append(cfg.Bindings, x)
+	}
+	if edit != nil {
+		edit(cfg)
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -22,7 +22,7 @@ import (
 // any agent; nothing in a process is specific to a key (see agentSpec), so
 // any spare fits any key of its binding.
 //
-// One goroutine keeps them (RunSpares starts it, Close stops it): it
+// One goroutine keeps them (RunSpares starts it, StopSpares ends it): it
 // starts a binding's spares, one at a time, while the binding had a turn
 // within idle_timeout (or has spare_at_start), it has fewer than its
 // spare setting, and the pool's processes and all spares together stay
@@ -31,6 +31,9 @@ import (
 // a turn took it, counts as a failure of its binding's agent in the crash
 // loop, whose backoff the goroutine waits out like a turn would.
 type spares struct {
+	// mu guards ready, starting, lastTurn, want, poolLive, running and
+	// closed. Nothing else is locked under it (poolLive, which takes the
+	// pool's lock, is called outside it), and it is taken under no other.
 	mu       sync.Mutex
 	ready    map[string][]*agentProc // binding id -> its spares, oldest first
 	starting int                     // spares being started (the goroutine starts one at a time)
@@ -42,9 +45,8 @@ type spares struct {
 
 	kick     chan struct{} // wakes the goroutine: a turn, an exit
 	poolLive func() int    // the pool's processes (alive, starting or stopping)
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
-	closed   bool
+	running  bool          // RunSpares started the goroutine
+	closed   bool          // StopSpares ran: no spare joins ready
 }
 
 // bindingSpares is a binding's spare setting.
@@ -96,21 +98,10 @@ func (d *Keeper) reconfigureSpares(_, n *config.Config) {
 		s.ready[id] = kept
 		d.m.SpareProcesses.WithLabelValues(id).Set(float64(len(kept)))
 	}
-	closed := s.closed
-	if len(stop) > 0 && !closed {
-		// Off the reload's path: stopping waits for the agents' grace.
-		s.wg.Add(1)
-	}
 	s.mu.Unlock()
-	if closed {
-		d.stopEach(stop, "reload")
-		return
-	}
-	if len(stop) > 0 {
-		go func() {
-			defer s.wg.Done()
-			d.stopEach(stop, "reload")
-		}()
+	// Off the reload's path: stopping waits for the agents' grace.
+	if len(stop) > 0 && !d.goBg(func(context.Context) { d.stopEach(stop, "reload") }) {
+		d.stopEach(stop, "reload") // the keeper is closed
 	}
 	d.kickSpares()
 }
@@ -129,39 +120,33 @@ func (s *spares) of(binding string) int {
 
 // RunSpares starts the goroutine that keeps the bindings' spares; live
 // counts the pool's processes, for max_processes. Call it once, after the
-// pool exists; Close stops it. A keeper it is never called on keeps no
+// pool exists; StopSpares ends it. A keeper it is never called on keeps no
 // spares.
 func (d *Keeper) RunSpares(live func() int) {
 	s := &d.sp
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.stop != nil {
+	if s.closed || s.running {
+		s.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stop, s.poolLive = cancel, live
+	s.running, s.poolLive = true, live
 	for _, w := range s.want {
 		if w.atStart {
 			s.lastTurn[w.id] = d.now()
 		}
 	}
-	s.wg.Add(1)
-	go d.keepSpares(ctx)
+	s.mu.Unlock()
+	d.goBg(d.keepSpares)
 }
 
-// StopSpares stops the goroutine and every spare, for good: a daemon
-// that shuts down calls it first, Close again. Idempotent.
+// StopSpares begins the keeper's shutdown: its ctx is cancelled, so the
+// spares' goroutine ends (a spare it was starting is stopped, never
+// kept), and every spare is stopped, for good. A daemon that shuts down
+// calls it first, Close again. Idempotent.
 func (d *Keeper) StopSpares() {
 	s := &d.sp
 	s.mu.Lock()
 	s.closed = true
-	stop := s.stop
-	s.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	s.wg.Wait()
-	s.mu.Lock()
 	var all []*agentProc
 	for id, list := range s.ready {
 		all = append(all, list...)
@@ -169,6 +154,7 @@ func (d *Keeper) StopSpares() {
 		d.m.SpareProcesses.WithLabelValues(id).Set(0)
 	}
 	s.mu.Unlock()
+	d.cancel()
 	d.stopEach(all, "shutdown")
 }
 
@@ -291,7 +277,6 @@ func (d *Keeper) stopEach(ps []*agentProc, why string) {
 
 // keepSpares is the spares' goroutine.
 func (d *Keeper) keepSpares(ctx context.Context) {
-	defer d.sp.wg.Done()
 	idle := time.Duration(d.conf().IdleTimeout)
 	tick := time.NewTicker(max(min(idle/10, time.Minute), 10*time.Millisecond))
 	defer tick.Stop()
@@ -355,11 +340,17 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			}
 			s.mu.Lock()
 			s.starting--
-			if err == nil {
+			closed := s.closed
+			if err == nil && !closed {
 				s.ready[w.id] = append(s.ready[w.id], p)
 				have = len(s.ready[w.id])
 			}
 			s.mu.Unlock()
+			if err == nil && closed {
+				// StopSpares ran while it started: it is stopped, not kept.
+				d.stopEach([]*agentProc{p}, "shutdown")
+				return 0
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return 0
@@ -517,13 +508,11 @@ func (d *Keeper) dropPre(ap *agentProc, pre *preopened, log *zap.Logger) {
 		log.Debug("the spare's session opened ahead stays open unused: the agent has no session/close", zap.String("native", pre.native))
 		return
 	}
-	d.watchers.Add(1)
-	go func() {
-		defer d.watchers.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.conf().RestoreTimeout))
+	d.goBg(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, time.Duration(d.conf().RestoreTimeout))
 		defer cancel()
 		if err := ap.a.CloseSession(ctx, pre.native); err != nil {
 			log.Info("the spare's session opened ahead was not closed", zap.String("native", pre.native), zap.Error(err))
 		}
-	}()
+	})
 }

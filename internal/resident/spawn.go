@@ -2,6 +2,7 @@ package resident
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,6 +37,7 @@ type Process struct {
 	between *between // its output between prompts
 	native  string
 
+	// Nothing else is locked under mu.
 	mu       sync.Mutex // guards briefN, briefDue, facts, unsaved, appliedOpts, origOpts, policyMode and the usage below
 	briefN   int        // warm turns since the brief last went out in full (brief in framing)
 	briefDue bool       // the agent compacted its history: the next warm turn carries the full brief
@@ -200,7 +202,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		return nil, lease.Cold, err
 	}
 	defer func() {
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, pool.ErrClosed) {
 			d.spawnFailed(b.ID, err)
 		}
 	}()
@@ -351,7 +353,7 @@ func (d *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.B
 // releases are what a process's exit undoes (its capabilities revoked),
 // added as they are made; one added after the exit ran runs at once.
 type releases struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards fs and done; the releases (the tools registry's lock) run outside it
 	fs   []func()
 	done bool
 }
@@ -493,6 +495,8 @@ type agentProc struct {
 	started config.Binding // the binding it was started with
 	born    time.Time
 
+	// mu guards hook, gone and pre; nothing else is locked under it (bind
+	// sets its between's key before it, exit runs hook after it).
 	mu   sync.Mutex
 	hook func()     // what its exit runs once it is bound to a key (the pool's hook)
 	gone bool       // it exited
@@ -543,9 +547,14 @@ func (d *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key
 	bw := &between{k: d, key: k, log: log}
 	spec.Between = bw.add
 	spec.Stray = func(native string, n int) { d.m.Stray(b.ID, n) }
+	// Its exit hook is counted from now: Close waits for an agent starting.
+	if !d.hold() {
+		return nil, fmt.Errorf("resident: the keeper is closed: %w", pool.ErrClosed)
+	}
 	t0 := d.now()
 	a, err := acp.Start(ctx, spec, log)
 	if err != nil {
+		d.wg.Done()
 		return nil, err
 	}
 	bw.mu.Lock()
@@ -594,11 +603,11 @@ func (d *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *z
 }
 
 // watchExit has the agent's reaper clean up after its exit: the listing,
-// the tools' capability, the store's record, the exit counter.
+// the tools' capability, the store's record, the exit counter. The hook
+// ends the work startAgent held for it.
 func (d *Keeper) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release func()) {
-	d.watchers.Add(1)
 	a.OnExit(func() {
-		defer d.watchers.Done()
+		defer d.wg.Done()
 		d.procs.Delete(a.Pid())
 		release()
 		if err := d.st.ForgetAgent(a.Pid()); err != nil {

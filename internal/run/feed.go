@@ -20,6 +20,8 @@ type Feed struct {
 	max int
 	now func() time.Time
 
+	// mu is taken under no other lock: a run is announced once its own
+	// and the registry's are let go.
 	mu      sync.Mutex
 	lines   [][]byte      // encoded announcements, seq first-..last
 	first   int64         // the seq of lines[0]

@@ -90,7 +90,7 @@ type Run struct {
 	now    func() time.Time
 	reg    *Registry
 
-	mu       sync.Mutex // guards everything below
+	mu       sync.Mutex // guards everything below; taken under Registry.mu, nothing else under it
 	state    string
 	shape    string
 	qReason  string
@@ -511,7 +511,9 @@ type Registry struct {
 	now    func() time.Time
 	feed   *Feed
 
-	mu    sync.Mutex // guards runs and ended
+	// mu guards runs and order. Lock order: mu, then a Run's mu (pruning
+	// reads when each ended); the feed is told after both are let go.
+	mu    sync.Mutex
 	runs  map[string]*Run
 	order []*Run // ended runs, oldest end first
 }

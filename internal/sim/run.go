@@ -22,7 +22,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/delivery"
-	"github.com/residentd/residentd/internal/feed"
+	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
@@ -129,7 +129,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 		return nil, err
 	}
 	d, st, closeD, err := o.open(cfg)
-	f := feed.New(st, metrics.New("sim", nil), config.Attachments{})
+	f := inbox.New(st, metrics.New("sim", nil), config.Attachments{})
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func (o *Options) play(ctx context.Context, dir string, names []string, evictAt 
 			if d, st, closeD, err = o.open(cfg); err != nil {
 				return nil, fmt.Errorf("sim: restart the daemon at mention %d: %w", mention, err)
 			}
-			f = feed.New(st, metrics.New("sim", nil), config.Attachments{})
+			f = inbox.New(st, metrics.New("sim", nil), config.Attachments{})
 		}
 		text := m.Body
 		if mention == o.FailAt {

@@ -141,7 +141,7 @@ func newEnvWith(t *testing.T, onSpare func(binding string, pid int), bindings ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewServer(api.ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: log, Tools: e.reg})
+	srv := api.NewServer(api.ServerOptions{Turns: h, Sessions: h, Channel: h.Inbox, Log: log, Tools: e.reg})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e.c = &client.Client{Socket: e.socket}

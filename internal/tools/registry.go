@@ -33,7 +33,7 @@ type Scope struct {
 // Registry holds the live capabilities. It keeps only SHA-256 digests of
 // tokens, so a memory dump does not hand them out. Safe for concurrent use.
 type Registry struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // nothing else is locked under it
 	live    map[[32]byte]Scope
 	revoked map[[32]byte]bool
 	order   [][32]byte // revoked digests, oldest first

@@ -1,4 +1,4 @@
-package feed
+package inbox
 
 import (
 	"crypto/sha256"
