@@ -147,7 +147,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 		lines = b.Lines
 		if b.Gone {
 			snap := rn.Snapshot()
-			msg := fmt.Sprintf("events after seq %d of run %q fell out of its buffer (run.events and run.bytes bound it); the run's state and result are in this response and at GET /v1/runs/%s", after, rn.ID, rn.ID)
+			msg := fmt.Sprintf("events after seq %d of run %q fell out of its buffer (the settings runs.events and runs.bytes bound it); the run's state and result are in this response and at GET /v1/runs/%s", after, rn.ID, rn.ID)
 			if !started {
 				writeJSON(w, http.StatusGone, apitype.EventsGone{Error: apitype.Error{Code: apitype.CodeEventsGone, Message: msg}, Run: snap})
 				return

@@ -78,13 +78,15 @@ func (f *Feed) Read(after int64) FeedBatch {
 		f.changed = make(chan struct{})
 	}
 	b := FeedBatch{Last: after, Changed: f.changed}
+	if after > f.last {
+		// Beyond the newest (a seq from before a restart, or any larger
+		// one): everything from now on.
+		after = f.last
+		b.Last = after
+	}
 	if after+1 < f.first {
 		b.Gone = true
 		return b
-	}
-	if after > f.last {
-		after = f.last // a seq from before a restart: everything from now on
-		b.Last = after
 	}
 	i := int(after + 1 - f.first)
 	b.Lines = append(b.Lines, f.lines[i:]...)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -445,5 +446,36 @@ func BenchmarkEndedRuns64(b *testing.B) {
 			b.ReportMetric(buffer, "buffer-B")
 			b.ReportMetric(heap, "heap-B")
 		})
+	}
+}
+
+// A feed position beyond the newest, however large, waits for the next
+// announcement as a smaller one does; one that fell out is gone.
+func TestFeedBeyondTheNewestWaits(t *testing.T) {
+	f := NewFeed(2, nil)
+	for range 3 {
+		f.announce(apitype.FeedEvent{Event: apitype.FeedRunStarted})
+	}
+	for _, after := range []int64{3, 4, math.MaxInt64 - 1, math.MaxInt64} {
+		b := f.Read(after)
+		if b.Gone || len(b.Lines) != 0 || b.Last != 3 {
+			t.Fatalf("read after %d: gone %v, %d lines, last %d; want to wait after 3", after, b.Gone, len(b.Lines), b.Last)
+		}
+		f.announce(apitype.FeedEvent{Event: apitype.FeedRunEnded})
+		if nb := f.Read(b.Last); len(nb.Lines) != 1 {
+			t.Fatalf("after %d: the next announcement did not come (%d lines)", after, len(nb.Lines))
+		}
+		select {
+		case <-b.Changed:
+		default:
+			t.Fatalf("after %d: the wait was not woken", after)
+		}
+		f = NewFeed(2, nil)
+		for range 3 {
+			f.announce(apitype.FeedEvent{Event: apitype.FeedRunStarted})
+		}
+	}
+	if !f.Read(0).Gone {
+		t.Fatal("announcement 1 fell out, but reading after 0 was not gone")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -277,14 +278,21 @@ func loopbackOnly(next http.Handler) http.Handler {
 	})
 }
 
-// loopbackHost reports whether a Host header (with or without a port)
-// names this machine's loopback: localhost, 127.0.0.0/8 or ::1.
+// loopbackHost reports whether a Host header names this machine's
+// loopback exactly: localhost, an address of 127.0.0.0/8 or ::1 (in
+// brackets with a port), with nothing else but an optional numeric port.
+// "127.0.0.1:9090.evil.com" is a name, not a loopback address and a port.
 func loopbackHost(hostport string) bool {
 	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
+	if h, port, err := net.SplitHostPort(hostport); err == nil {
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return false
+		}
 		host = h
 	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		host = host[1 : len(host)-1]
+	} else if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+		return false
 	}
 	if strings.EqualFold(host, "localhost") {
 		return true

@@ -343,3 +343,19 @@ func TestBusyMetricsAddrKeepsServing(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// The metrics listener takes an exact loopback host: a name, or an
+// address, with nothing after it but a numeric port.
+func TestLoopbackHostIsExact(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "LOCALHOST:9090": true, "127.0.0.1": true, "127.0.0.1:9090": true, "127.8.9.10:1": true,
+		"[::1]": true, "[::1]:9090": true, "::1": true,
+		"127.0.0.1:9090.evil.com": false, "localhost:9090.evil.com": false, "[::1]:x": false, "127.0.0.1:99999": false,
+		"localhost.evil.com": false, "127.0.0.1.evil.com": false, "10.0.0.1:9090": false, "[::2]:9090": false,
+		"evil.com": false, "": false, "127.0.0.1:": false,
+	} {
+		if got := loopbackHost(host); got != want {
+			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
