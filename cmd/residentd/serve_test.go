@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -202,6 +203,12 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 	}
 }
 
+// execCommand runs command name in this process and returns its error, as
+// run would report it.
+func execCommand(name string, args []string, stdout io.Writer) error {
+	return lookup(name).exec(context.Background(), args, strings.NewReader(""), stdout, io.Discard)
+}
+
 func serveArgs(state, sock string, more ...string) []string {
 	return append([]string{"serve", "--state", state, "--socket", sock, "--log-format", "json", "--log-level", "info", "--shutdown-grace", "5s"}, more...)
 }
@@ -372,7 +379,7 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 	logLevel := func(args ...string) string {
 		t.Helper()
 		var out bytes.Buffer
-		if err := cmdLogLevel(ctx, append([]string{"--socket", sock}, args...), &out); err != nil {
+		if err := execCommand("log-level", append([]string{"--socket", sock}, args...), &out); err != nil {
 			t.Fatalf("log-level %q: %v", args, err)
 		}
 		return strings.TrimSpace(out.String())
@@ -390,7 +397,7 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 		t.Fatalf("log-level after the change = %q", got)
 	}
 	var out bytes.Buffer
-	if err := cmdLogLevel(ctx, []string{"--socket", sock, "loud"}, &out); err == nil {
+	if err := execCommand("log-level", []string{"--socket", sock, "loud"}, &out); err == nil {
 		t.Error("log-level accepted an unknown level")
 	}
 	if p.stop(20*time.Second) != nil {

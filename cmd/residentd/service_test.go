@@ -72,7 +72,7 @@ func TestServeWithMetricsPortTaken(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if err := cmdStatus(context.Background(), []string{"--socket", sock}, &out); err != nil {
+	if err := execCommand("status", []string{"--socket", sock}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "metrics listener "+addr+" is not serving") || !strings.Contains(out.String(), "address already in use") {
