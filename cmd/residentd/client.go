@@ -21,11 +21,27 @@ import (
 	"github.com/residentd/residentd/client"
 )
 
+// bindSocket adds --socket to a client command's flag set.
+func bindSocket(fs *flag.FlagSet) *string {
+	return fs.String("socket", os.Getenv("RESIDENTD_SOCKET"), "daemon socket (default $XDG_RUNTIME_DIR/residentd/residentd.sock)")
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// printsJSON is a client command that prints what get answers as JSON.
+func printsJSON[T any](get func(*client.Client, context.Context) (T, error)) runFunc {
+	return func(ctx context.Context, e *cmdEnv) error {
+		v, err := get(e.client, ctx)
+		if err != nil {
+			return err
+		}
+		return printJSON(e.stdout, v)
+	}
 }
 
 // keyFlags name a (channel, binding) key.
@@ -346,14 +362,6 @@ func runDelete(ctx context.Context, e *cmdEnv) error {
 	return nil
 }
 
-func runSessions(ctx context.Context, e *cmdEnv) error {
-	ss, err := e.client.Sessions(ctx)
-	if err != nil {
-		return err
-	}
-	return printJSON(e.stdout, ss)
-}
-
 func runStatus(ctx context.Context, e *cmdEnv) error {
 	c, stdout := e.client, e.stdout
 	h, err := c.Health(ctx)
@@ -558,14 +566,6 @@ func runCancel(ctx context.Context, e *cmdEnv) error {
 	}
 	fmt.Fprintf(e.stdout, "cancelled %s\n", e.args[0])
 	return nil
-}
-
-func runHealth(ctx context.Context, e *cmdEnv) error {
-	h, err := e.client.Health(ctx)
-	if err != nil {
-		return err
-	}
-	return printJSON(e.stdout, h)
 }
 
 func runLogLevel(ctx context.Context, e *cmdEnv) error {

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/residentd/residentd/client"
@@ -75,7 +74,7 @@ func (c *command) exec(ctx context.Context, args []string, stdin io.Reader, stdo
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	var sock *string
 	if c.client {
-		sock = fs.String("socket", os.Getenv("RESIDENTD_SOCKET"), "daemon socket (default $XDG_RUNTIME_DIR/residentd/residentd.sock)")
+		sock = bindSocket(fs)
 	}
 	run := c.run
 	if c.flags != nil {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/agent"
 )
 
@@ -67,7 +68,7 @@ var commands = []*command{
 	{name: "delete", synopsis: "delete [flags] CHANNEL_ID MESSAGE_ID", client: true, args: nargs{2, 2},
 		short: "delete a channel message: no session is shown it again", run: runDelete},
 	{name: "sessions", synopsis: "sessions [flags]", client: true,
-		short: "list live sessions (JSON)", run: runSessions},
+		short: "list live sessions (JSON)", run: printsJSON((*client.Client).Sessions)},
 	{name: "status", synopsis: "status [flags]", client: true,
 		short: "show live sessions as a table", run: runStatus},
 	{name: "fresh", synopsis: "fresh --channel ID [--binding ID] [--thread ROOT] [flags]", client: true,
@@ -81,7 +82,7 @@ var commands = []*command{
 	{name: "cancel", synopsis: "cancel [flags] RUN_ID", client: true, args: nargs{1, 1},
 		short: "cancel a running turn", run: runCancel},
 	{name: "health", synopsis: "health [flags]", client: true,
-		short: "print the daemon's health", run: runHealth},
+		short: "print the daemon's health", run: printsJSON((*client.Client).Health)},
 	{name: "log-level", synopsis: "log-level [flags] [debug|info|warn|error]", client: true, args: nargs{0, 1},
 		short: "show or set the daemon's log level", run: runLogLevel},
 	{name: "reload", synopsis: "reload [--json] [flags]", client: true,
