@@ -42,22 +42,9 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetricsAddr, `serve /metrics here ("" to disable)`)
 }
 
-// runInstall writes the per-user service definition: systemd user units
-// on Linux, a LaunchAgent on macOS.
-func runInstall(_ context.Context, e *cmdEnv, f *installFlags) error {
-	return install(e.stdout, f, false)
-}
-
-// runUninstall stops and deletes what install wrote.
-func runUninstall(_ context.Context, e *cmdEnv, f *installFlags) error {
-	return install(e.stdout, f, true)
-}
-
-// install installs, or with remove uninstalls. A signal does not cut it
-// short: the units are written and systemd told of them whole.
-func install(stdout io.Writer, f *installFlags, remove bool) error {
-	ctx := context.Background()
-	o := &f.InstallOptions
+// forUser fills in the user's directories the service definition goes
+// under; a service for all users is refused.
+func (f *installFlags) forUser() error {
 	if !f.user {
 		return fmt.Errorf("%w: only per-user services are supported (--user)", errUsage)
 	}
@@ -65,26 +52,42 @@ func install(stdout io.Writer, f *installFlags, remove bool) error {
 	if err != nil {
 		return fmt.Errorf("home directory: %w; set HOME", err)
 	}
-	o.Home = home
-	o.ConfigHome = configHome(home)
-	if remove {
-		o.Out = stdout
-		removed, next, err := service.Uninstall(ctx, *o)
-		for _, p := range removed {
-			fmt.Fprintf(stdout, "removed %s\n", p)
-		}
-		if err != nil {
-			return err
-		}
-		if len(removed) == 0 {
-			fmt.Fprintln(stdout, "nothing to remove: no residentd service was installed")
-		}
-		if next != "" {
-			fmt.Fprintf(stdout, "\nstill to do:\n  %s\n", next)
-		}
-		return nil
-	}
+	f.Home, f.ConfigHome = home, configHome(home)
+	return nil
+}
 
+// runUninstall stops and deletes what install wrote. Like install, it
+// runs to its end on a signal: it is not given the signals' context.
+func runUninstall(_ context.Context, e *cmdEnv, f *installFlags) error {
+	if err := f.forUser(); err != nil {
+		return err
+	}
+	stdout := e.stdout
+	f.Out = stdout
+	removed, next, err := service.Uninstall(context.Background(), f.InstallOptions)
+	for _, p := range removed {
+		fmt.Fprintf(stdout, "removed %s\n", p)
+	}
+	if err != nil {
+		return err
+	}
+	if len(removed) == 0 {
+		fmt.Fprintln(stdout, "nothing to remove: no residentd service was installed")
+	}
+	if next != "" {
+		fmt.Fprintf(stdout, "\nstill to do:\n  %s\n", next)
+	}
+	return nil
+}
+
+// runInstall writes the per-user service definition: systemd user units
+// on Linux, a LaunchAgent on macOS. A signal does not cut it short: the
+// units are written and systemd told of them whole.
+func runInstall(_ context.Context, e *cmdEnv, f *installFlags) error {
+	if err := f.forUser(); err != nil {
+		return err
+	}
+	ctx, stdout, o := context.Background(), e.stdout, &f.InstallOptions
 	if err := installBinary(ctx, o, stdout); err != nil {
 		return err
 	}
