@@ -5,18 +5,21 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/client"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 func TestHelpVersionAndErrors(t *testing.T) {
-	for name, synopsis := range synopses {
+	for _, c := range commands {
+		if c.main != nil {
+			continue // agent: below
+		}
+		name, synopsis := c.name, c.synopsis
 		var out, errOut bytes.Buffer
 		if code := run([]string{name, "--help"}, strings.NewReader(""), &out, &errOut); code != exitOK {
 			t.Errorf("%s --help: exit %d, stderr %q", name, code, errOut.String())
@@ -84,20 +87,14 @@ func TestHelpVersionAndErrors(t *testing.T) {
 	}
 }
 
+// askConfig binds b-ask, the built-in agent under the ask policy.
+const askConfig = `{"bindings":[{"id":"b-ask","handle":"@asker","command":$EXE,"args":["agent"],"permission":"ask","supervised":true,"resident":true}]}`
+
 // A binding whose policy is ask puts the agent's permission request to the
 // person at the terminal; their answer reaches the agent through the
 // daemon. Flags after the text work.
 func TestMentionAsksThePerson(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := sockDir(t)
-	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
-	cfg := filepath.Join(t.TempDir(), "config.json")
-	os.WriteFile(cfg, []byte(`{"bindings":[{"id":"b-ask","handle":"@asker","command":"`+exe+`","args":["agent"],"permission":"ask","supervised":true,"resident":true}]}`), 0o600)
-	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
-	waitHealthy(t, d, sock)
+	d := startDaemon(t, serveOpts{config: askConfig})
 
 	// Push, edit and delete from the command line.
 	for _, step := range []struct {
@@ -111,34 +108,18 @@ func TestMentionAsksThePerson(t *testing.T) {
 		{[]string{"delete", "ch-ask", "m1"}, "", "deleted m1 from ch-ask", exitOK},
 		{[]string{"delete", "ch-ask", "m1"}, "", `no message "m1"`, exitError},
 	} {
-		var out, errOut bytes.Buffer
-		code := run(append(step.args, "--socket", sock), strings.NewReader(step.stdin), &out, &errOut)
-		if code != step.code || !strings.Contains(out.String()+errOut.String(), step.want) {
-			t.Fatalf("%q: exit %d, %q %q; want %d and %q", step.args, code, out.String(), errOut.String(), step.code, step.want)
-		}
+		d.cli(t, step.stdin, step.code, step.want, step.args...)
 	}
 
 	for _, tc := range []struct{ answer, kind string }{{"x\n1\n", "allow_once"}, {"reject_once\n", "reject_once"}} {
-		cmd := exec.Command(exe, "mention", "--binding", "b-ask", "[[permission:edit]] fix the spec", "--channel", "ch-ask", "--ask", "yes", "--socket", sock)
-		cmd.Env = childEnv()
-		cmd.Stdin = strings.NewReader(tc.answer)
-		done := make(chan struct{})
-		var out []byte
-		go func() {
-			out, err = cmd.CombinedOutput()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			cmd.Process.Kill()
-			<-done
-			t.Fatalf("mention did not finish. Output:\n%s", out)
-		}
-		got := string(out)
+		p := newProc(testkit.Exe(t), []string{"mention", "--binding", "b-ask", "[[permission:edit]] fix the spec", "--channel", "ch-ask", "--ask", "yes", "--socket", d.sock}, childEnv())
+		p.cmd.Stdin = strings.NewReader(tc.answer)
+		p.start(t)
+		code := p.wait(t, 60*time.Second)
+		got := p.out.String()
 		t.Logf("answer %q:\n%s", tc.answer, got)
-		if err != nil {
-			t.Fatalf("mention: %v\n%s", err, got)
+		if code != exitOK {
+			t.Fatalf("mention: exit %d\n%s", code, got)
 		}
 		for _, want := range []string{"the agent asks to", "1) ", "[allow_once]", "[permission ", tc.kind + ", by person]", "watermark"} {
 			if !strings.Contains(got, want) {
@@ -155,25 +136,11 @@ func TestMentionAsksThePerson(t *testing.T) {
 // daemon: set, show, refuse an unlisted value, clear; the budget event in
 // mention's output, the budgets table, status, and the refusal.
 func TestOptionsAndBudgetsFromTheCommandLine(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := sockDir(t)
-	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
-	cfg := filepath.Join(t.TempDir(), "config.json")
-	os.WriteFile(cfg, []byte(`{"budgets":{"timezone":"UTC","bindings":{"b-paid":1}},
-		"bindings":[{"id":"b-paid","handle":"@paid","command":"`+exe+`","args":["agent","--cost","0.5"],"supervised":true,"resident":true,"session_options":{"mode":"code"}}]}`), 0o600)
-	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
-	waitHealthy(t, d, sock)
+	d := startDaemon(t, serveOpts{config: `{"budgets":{"timezone":"UTC","bindings":{"b-paid":1}},
+		"bindings":[{"id":"b-paid","handle":"@paid","command":$EXE,"args":["agent","--cost","0.5"],"supervised":true,"resident":true,"session_options":{"mode":"code"}}]}`})
 	cli := func(want string, code int, args ...string) string {
 		t.Helper()
-		var out, errOut bytes.Buffer
-		got := run(append(args, "--socket", sock), strings.NewReader(""), &out, &errOut)
-		if got != code || !strings.Contains(out.String()+errOut.String(), want) {
-			t.Fatalf("%q: exit %d, %q %q; want %d and %q", args, got, out.String(), errOut.String(), code, want)
-		}
-		return out.String()
+		return d.cli(t, "", code, want, args...)
 	}
 	cli(`"model": "builtin-large"`, exitOK, "options", "--channel", "ch", "--binding", "b-paid", "model=builtin-large")
 	out := cli(`"mode": "code"`, exitOK, "options", "--channel", "ch", "--binding", "b-paid")
@@ -197,26 +164,18 @@ func TestOptionsAndBudgetsFromTheCommandLine(t *testing.T) {
 // commands are missing, a file is not executable and one is a directory;
 // nothing is started to find out, and a fix shows on the next request.
 func TestStatusSaysWhichBindingsCanStart(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := sockDir(t)
-	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
 	tmp := t.TempDir()
 	noexec := filepath.Join(tmp, "agent-noexec")
 	if err := os.WriteFile(noexec, []byte("#!/bin/sh\nexec true\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(tmp, "config.json")
-	os.WriteFile(cfg, []byte(`{"bindings":[
-		{"id":"b-ok","handle":"@ok","command":"`+exe+`","args":["agent"]},
+	d := startDaemon(t, serveOpts{config: `{"bindings":[
+		{"id":"b-ok","handle":"@ok","command":$EXE,"args":["agent"]},
 		{"id":"b-gone","handle":"@gone","command":"residentd-no-such-agent-xyz"},
-		{"id":"b-nofile","handle":"@nofile","command":"`+filepath.Join(tmp, "nothing-here")+`"},
-		{"id":"b-noexec","handle":"@noexec","command":"`+noexec+`"},
-		{"id":"b-dir","handle":"@dir","command":"`+tmp+`"}]}`), 0o600)
-	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
-	h := waitHealthy(t, d, sock)
+		{"id":"b-nofile","handle":"@nofile","command":"` + filepath.Join(tmp, "nothing-here") + `"},
+		{"id":"b-noexec","handle":"@noexec","command":"` + noexec + `"},
+		{"id":"b-dir","handle":"@dir","command":"` + tmp + `"}]}`})
+	h := d.health
 	got := map[string]apitype.BindingCommand{}
 	for _, b := range h.BindingCommands {
 		got[b.Binding] = b
@@ -238,11 +197,7 @@ func TestStatusSaysWhichBindingsCanStart(t *testing.T) {
 	}
 	status := func() string {
 		t.Helper()
-		var out, errOut bytes.Buffer
-		if code := run([]string{"status", "--socket", sock}, strings.NewReader(""), &out, &errOut); code != exitOK {
-			t.Fatalf("status: exit %d, %s", code, errOut.String())
-		}
-		return out.String()
+		return d.cli(t, "", exitOK, "", "status")
 	}
 	out := status()
 	for _, want := range []string{"binding b-gone cannot start: command \"residentd-no-such-agent-xyz\" not found on PATH",
@@ -268,21 +223,13 @@ func TestStatusSaysWhichBindingsCanStart(t *testing.T) {
 // and attach from beyond the run's last event says there was nothing
 // after it.
 func TestAttachReplaysDecisions(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer devnull.Close()
-	dir := sockDir(t)
-	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
-	cfg := filepath.Join(t.TempDir(), "config.json")
-	os.WriteFile(cfg, []byte(`{"bindings":[{"id":"b-ask","handle":"@asker","command":"`+exe+`","args":["agent"],"permission":"ask","supervised":true,"resident":true}]}`), 0o600)
-	d := startProc(t, serveArgs(state, sock, "--config", cfg), childEnv())
-	waitHealthy(t, d, sock)
+	d := startDaemon(t, serveOpts{config: askConfig})
+	sock := d.sock
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -312,8 +259,7 @@ func TestAttachReplaysDecisions(t *testing.T) {
 		case <-changed:
 		}
 	}
-	c := &client.Client{Socket: sock}
-	defer c.Close()
+	c := dial(t, sock)
 	r, err := c.Run(ctx, "run-ask")
 	if err != nil || len(r.Pending) != 1 {
 		t.Fatalf("run-ask while the mention shows its request: %+v, %v", r, err)
@@ -361,17 +307,10 @@ func TestAttachReplaysDecisions(t *testing.T) {
 // daemon; start fresh then ends the work and stops the process promptly
 // (the agent answers session/cancel by reporting idle).
 func TestStatusShowsBackgroundWork(t *testing.T) {
-	dir := sockDir(t)
-	state, sock := t.TempDir(), filepath.Join(dir, "s.sock")
-	d := startProc(t, serveArgs(state, sock), childEnv())
-	waitHealthy(t, d, sock)
+	d := startDaemon(t, serveOpts{})
 	cli := func(args ...string) string {
 		t.Helper()
-		var out, errOut bytes.Buffer
-		if code := run(append(args, "--socket", sock), strings.NewReader(""), &out, &errOut); code != exitOK {
-			t.Fatalf("%q: exit %d, %s %s", args, code, out.String(), errOut.String())
-		}
-		return out.String()
+		return d.cli(t, "", exitOK, "", args...)
 	}
 	cli("mention", "--channel", "ch-bg", "--binding", "b-builtin", "@agent [[state:1h]] work on it")
 	var row string

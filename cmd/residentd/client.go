@@ -21,11 +21,9 @@ import (
 	"github.com/residentd/residentd/client"
 )
 
-// clientFlags adds --socket to a client command's flag set.
-func clientFlags(name string) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	sock := fs.String("socket", os.Getenv("RESIDENTD_SOCKET"), "daemon socket (default $XDG_RUNTIME_DIR/residentd/residentd.sock)")
-	return fs, sock
+// bindSocket adds --socket to a client command's flag set.
+func bindSocket(fs *flag.FlagSet) *string {
+	return fs.String("socket", os.Getenv("RESIDENTD_SOCKET"), "daemon socket (default $XDG_RUNTIME_DIR/residentd/residentd.sock)")
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -35,37 +33,78 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func cmdMention(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs, sock := clientFlags("mention")
-	ch := fs.String("channel", "", "channel id (required)")
-	binding := fs.String("binding", "b-builtin", "binding id")
-	msg := fs.String("message", "", "message id of the mention")
-	thread := fs.String("thread", "", "thread root id, if the mention is in a thread")
-	run := fs.String("run", "", "run id (default: generated)")
-	stream := fs.Bool("json", false, "print every event as a JSON line")
-	ask := fs.String("ask", "auto", "answer the agent's permission requests from stdin: auto (when stdin is a terminal), yes or no")
-	if err := parse(fs, args); err != nil {
-		return err
+// printsJSON is a client command that prints what get answers as JSON.
+func printsJSON[T any](get func(*client.Client, context.Context) (T, error)) runFunc {
+	return func(ctx context.Context, e *cmdEnv) error {
+		v, err := get(e.client, ctx)
+		if err != nil {
+			return err
+		}
+		return printJSON(e.stdout, v)
 	}
-	text := strings.Join(fs.Args(), " ")
-	if *ch == "" || text == "" {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["mention"])
+}
+
+// keyFlags name a (channel, binding) key.
+type keyFlags struct{ channel, binding string }
+
+func (f *keyFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.channel, "channel", "", "channel id (required)")
+	fs.StringVar(&f.binding, "binding", "b-builtin", "binding id")
+}
+
+// streamFlags say how mention and attach show a run.
+type streamFlags struct {
+	json bool
+	ask  string
+}
+
+func (f *streamFlags) bind(fs *flag.FlagSet, ask string) {
+	fs.BoolVar(&f.json, "json", false, "print every event as a JSON line")
+	fs.StringVar(&f.ask, "ask", "auto", ask)
+}
+
+// printer shows a run's events on stdout and, as --ask says, asks the
+// person at the terminal to answer the agent's permission requests.
+func (f *streamFlags) printer(ctx context.Context, e *cmdEnv) (*printer, error) {
+	asking, err := askMode(f.ask, e.stdin)
+	if err != nil {
+		return nil, err
 	}
-	asking, err := askMode(*ask, stdin)
+	p := &printer{ctx: ctx, c: e.client, out: e.stdout, json: f.json}
+	if asking {
+		p.in = bufio.NewReader(e.stdin)
+	}
+	return p, nil
+}
+
+type mentionFlags struct {
+	keyFlags
+	streamFlags
+	message, thread, run string
+}
+
+func (f *mentionFlags) bind(fs *flag.FlagSet) {
+	f.keyFlags.bind(fs)
+	f.streamFlags.bind(fs, "answer the agent's permission requests from stdin: auto (when stdin is a terminal), yes or no")
+	fs.StringVar(&f.message, "message", "", "message id of the mention")
+	fs.StringVar(&f.thread, "thread", "", "thread root id, if the mention is in a thread")
+	fs.StringVar(&f.run, "run", "", "run id (default: generated)")
+}
+
+func runMention(ctx context.Context, e *cmdEnv, f *mentionFlags) error {
+	text := strings.Join(e.args, " ")
+	if f.channel == "" || text == "" {
+		return errSynopsis
+	}
+	p, err := f.printer(ctx, e)
 	if err != nil {
 		return err
 	}
-	req := apitype.TurnRequest{Channel: *ch, Binding: *binding, MessageID: *msg, RunID: *run, Text: text}
-	if *thread != "" {
-		req.ThreadRoot = thread
+	req := apitype.TurnRequest{Channel: f.channel, Binding: f.binding, MessageID: f.message, RunID: f.run, Text: text}
+	if f.thread != "" {
+		req.ThreadRoot = &f.thread
 	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	p := &printer{ctx: ctx, c: c, out: stdout, json: *stream}
-	if asking {
-		p.in = bufio.NewReader(stdin)
-	}
-	done, err := c.Turn(ctx, req, p.event)
+	done, err := e.client.Turn(ctx, req, p.event)
 	if err != nil {
 		return err
 	}
@@ -203,32 +242,26 @@ func (p *printer) done(ev apitype.Event) {
 	}
 }
 
-func cmdAttach(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs, sock := clientFlags("attach")
-	after := fs.Int64("after", 0, "replay only the events after this sequence number")
-	stream := fs.Bool("json", false, "print every event as a JSON line")
-	ask := fs.String("ask", "auto", "answer permission requests from stdin: auto, yes or no")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["attach"])
-	}
-	asking, err := askMode(*ask, stdin)
+type attachFlags struct {
+	streamFlags
+	after int64
+}
+
+func (f *attachFlags) bind(fs *flag.FlagSet) {
+	f.streamFlags.bind(fs, "answer permission requests from stdin: auto, yes or no")
+	fs.Int64Var(&f.after, "after", 0, "replay only the events after this sequence number")
+}
+
+func runAttach(ctx context.Context, e *cmdEnv, f *attachFlags) error {
+	p, err := f.printer(ctx, e)
 	if err != nil {
 		return err
 	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	p := &printer{ctx: ctx, c: c, out: stdout, json: *stream}
-	if asking {
-		p.in = bufio.NewReader(stdin)
-	}
-	done, err := c.Follow(ctx, fs.Arg(0), *after, p.event)
+	done, err := e.client.Follow(ctx, e.args[0], f.after, p.event)
 	var nothing *client.NothingAfterError
 	if errors.As(err, &nothing) {
-		out := stdout
-		if *stream {
+		out := e.stdout
+		if f.json {
 			out = os.Stderr // keep stdout JSON lines only
 		}
 		fmt.Fprintf(out, "nothing after seq %d: run %s ended (%s) at seq %d\n", nothing.After, nothing.Run.ID, nothing.Run.State, nothing.Run.LastSeq)
@@ -241,39 +274,24 @@ func cmdAttach(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	return nil
 }
 
-func cmdAnswer(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("answer")
-	if err := parse(fs, args); err != nil {
+func runAnswer(ctx context.Context, e *cmdEnv) error {
+	run, req, option := e.args[0], e.args[1], e.args[2]
+	if err := e.client.Answer(ctx, run, req, option); err != nil {
 		return err
 	}
-	if fs.NArg() != 3 {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["answer"])
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	if err := c.Answer(ctx, fs.Arg(0), fs.Arg(1), fs.Arg(2)); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "answered %s of run %s with %s\n", fs.Arg(1), fs.Arg(0), fs.Arg(2))
+	fmt.Fprintf(e.stdout, "answered %s of run %s with %s\n", req, run, option)
 	return nil
 }
 
-func cmdRuns(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("runs")
-	asJSON := fs.Bool("json", false, "print the runs as JSON")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	runs, err := c.Runs(ctx)
+func runRuns(ctx context.Context, e *cmdEnv, asJSON *bool) error {
+	runs, err := e.client.Runs(ctx)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return printJSON(stdout, runs)
+		return printJSON(e.stdout, runs)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATE\tKEY\tSHAPE\tQUEUE\tCREATED\tPENDING")
 	for _, r := range runs {
 		queue := "-"
@@ -292,36 +310,26 @@ func orDash(s string) string {
 	return s
 }
 
-func cmdVersion(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("version")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "residentd %s\n", version)
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	v, err := c.Version(ctx)
+func runVersion(ctx context.Context, e *cmdEnv) error {
+	fmt.Fprintf(e.stdout, "residentd %s\n", version)
+	v, err := e.client.Version(ctx)
 	var derr *client.Error
 	if err != nil && !errors.As(err, &derr) {
 		// The binary's version is printed; a daemon that does not answer
 		// is news, not a failure of this command.
-		fmt.Fprintf(stdout, "daemon: not reachable on %s (%s)\n", c.SocketPath(), errors.Unwrap(err))
+		fmt.Fprintf(e.stdout, "daemon: not reachable on %s (%s)\n", e.client.SocketPath(), errors.Unwrap(err))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "daemon %s, API v%s, capabilities %s\n", v.Version, v.API, strings.Join(v.Capabilities, ", "))
+	fmt.Fprintf(e.stdout, "daemon %s, API v%s, capabilities %s\n", v.Version, v.API, strings.Join(v.Capabilities, ", "))
 	return nil
 }
 
-func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs, sock := clientFlags("push")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
+func runPush(ctx context.Context, e *cmdEnv) error {
 	var msgs []apitype.Message
-	sc := bufio.NewScanner(stdin)
+	sc := bufio.NewScanner(e.stdin)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -335,56 +343,27 @@ func cmdPush(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		msgs = append(msgs, m)
 	}
 	if err := sc.Err(); err != nil {
-		return err
+		return fmt.Errorf("read stdin: %w", err)
 	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	res, err := c.PutMessages(ctx, msgs)
+	res, err := e.client.PutMessages(ctx, msgs)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d messages: %d new, %d edited, %d duplicates\n", len(msgs), res.Added, res.Edited, res.Duplicates)
+	fmt.Fprintf(e.stdout, "%d messages: %d new, %d edited, %d duplicates\n", len(msgs), res.Added, res.Edited, res.Duplicates)
 	return nil
 }
 
-func cmdDelete(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("delete")
-	if err := parse(fs, args); err != nil {
+func runDelete(ctx context.Context, e *cmdEnv) error {
+	ch, msg := e.args[0], e.args[1]
+	if err := e.client.DeleteMessage(ctx, ch, msg); err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["delete"])
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	if err := c.DeleteMessage(ctx, fs.Arg(0), fs.Arg(1)); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "deleted %s from %s\n", fs.Arg(1), fs.Arg(0))
+	fmt.Fprintf(e.stdout, "deleted %s from %s\n", msg, ch)
 	return nil
 }
 
-func cmdSessions(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("sessions")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	ss, err := c.Sessions(ctx)
-	if err != nil {
-		return err
-	}
-	return printJSON(stdout, ss)
-}
-
-func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("status")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
+func runStatus(ctx context.Context, e *cmdEnv) error {
+	c, stdout := e.client, e.stdout
 	h, err := c.Health(ctx)
 	if err != nil {
 		return err
@@ -451,70 +430,57 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	return tw.Flush()
 }
 
-func cmdOptions(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("options")
-	ch := fs.String("channel", "", "channel id (required)")
-	binding := fs.String("binding", "b-builtin", "binding id")
-	drop := fs.Bool("clear", false, "drop the key's own options: its sessions get the binding's")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if *ch == "" || (*drop && fs.NArg() > 0) {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["options"])
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	var (
-		o   apitype.SessionOptions
-		err error
-	)
-	switch {
-	case *drop || fs.NArg() > 0:
-		// The key's own options, changed by what the arguments say.
-		cur, err := c.SessionOptions(ctx, *ch, *binding)
-		if err != nil {
-			return err
-		}
-		opts := cur.Options
-		if *drop {
-			opts = map[string]string{}
-		}
-		for _, a := range fs.Args() {
-			id, v, ok := strings.Cut(a, "=")
-			if !ok || id == "" || v == "" {
-				return fmt.Errorf("%w: option %q must be ID=VALUE, e.g. model=sonnet", errUsage, a)
-			}
-			opts[id] = v
-		}
-		o, err = c.SetSessionOptions(ctx, *ch, *binding, opts)
-		if err != nil {
-			return err
-		}
-	default:
-		if o, err = c.SessionOptions(ctx, *ch, *binding); err != nil {
-			return err
-		}
-	}
-	return printJSON(stdout, o)
+type optionsFlags struct {
+	keyFlags
+	clear bool
 }
 
-func cmdBudgets(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("budgets")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
+func (f *optionsFlags) bind(fs *flag.FlagSet) {
+	f.keyFlags.bind(fs)
+	fs.BoolVar(&f.clear, "clear", false, "drop the key's own options: its sessions get the binding's")
+}
+
+func runOptions(ctx context.Context, e *cmdEnv, f *optionsFlags) error {
+	if f.channel == "" || (f.clear && len(e.args) > 0) {
+		return errSynopsis
 	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	b, err := c.Budgets(ctx)
+	c := e.client
+	o, err := c.SessionOptions(ctx, f.channel, f.binding)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "budget day %s, resets %s\n", b.Day, b.ResetsAt.Local().Format(time.DateTime))
+	if !f.clear && len(e.args) == 0 {
+		return printJSON(e.stdout, o)
+	}
+	// The key's own options, changed by what the arguments say.
+	opts := o.Options
+	if f.clear {
+		opts = map[string]string{}
+	}
+	for _, a := range e.args {
+		id, v, ok := strings.Cut(a, "=")
+		if !ok || id == "" || v == "" {
+			return fmt.Errorf("%w: option %q must be ID=VALUE, e.g. model=sonnet", errUsage, a)
+		}
+		opts[id] = v
+	}
+	if o, err = c.SetSessionOptions(ctx, f.channel, f.binding, opts); err != nil {
+		return err
+	}
+	return printJSON(e.stdout, o)
+}
+
+func runBudgets(ctx context.Context, e *cmdEnv) error {
+	b, err := e.client.Budgets(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "budget day %s, resets %s\n", b.Day, b.ResetsAt.Local().Format(time.DateTime))
 	if len(b.Budgets) == 0 {
-		fmt.Fprintln(stdout, "no daily budgets are configured (budgets in the config)")
+		fmt.Fprintln(e.stdout, "no daily budgets are configured (budgets in the config)")
 		return nil
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCOPE\tID\tSPENT\tLIMIT\tSHARE\tLEVEL")
 	for _, x := range b.Budgets {
 		fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\t%.0f%%\t%s\n", x.Scope, x.ID, x.Spent, x.Currency, x.Limit, 100*x.Spent.Float()/x.Limit.Float(), x.Level)
@@ -534,54 +500,48 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%dK", n>>10)
 }
 
-func cmdFresh(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("fresh")
-	ch := fs.String("channel", "", "channel id (required)")
-	binding := fs.String("binding", "b-builtin", "binding id")
-	thread := fs.String("thread", "", "a thread's root message id: start the thread's own session fresh (a binding with scope thread)")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
+type freshFlags struct {
+	keyFlags
+	thread string
+}
+
+func (f *freshFlags) bind(fs *flag.FlagSet) {
+	f.keyFlags.bind(fs)
+	fs.StringVar(&f.thread, "thread", "", "a thread's root message id: start the thread's own session fresh (a binding with scope thread)")
+}
+
+func runFresh(ctx context.Context, e *cmdEnv, f *freshFlags) error {
+	if f.channel == "" {
+		return errSynopsis
 	}
-	if *ch == "" {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["fresh"])
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	key := *ch + "/" + *binding
+	key := f.channel + "/" + f.binding
 	var stopped bool
 	var err error
-	if *thread != "" {
-		key += "#" + *thread
-		stopped, err = c.FreshThread(ctx, *ch, *binding, *thread)
+	if f.thread != "" {
+		key += "#" + f.thread
+		stopped, err = e.client.FreshThread(ctx, f.channel, f.binding, f.thread)
 	} else {
-		stopped, err = c.Fresh(ctx, *ch, *binding)
+		stopped, err = e.client.Fresh(ctx, f.channel, f.binding)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s starts fresh (process stopped: %v)\n", key, stopped)
+	fmt.Fprintf(e.stdout, "%s starts fresh (process stopped: %v)\n", key, stopped)
 	return nil
 }
 
-// cmdReload has the daemon reload its config file and prints what each
+// runReload has the daemon reload its config file and prints what each
 // binding got; a refused file is an error (exit 1) that says why.
-func cmdReload(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("reload")
-	asJSON := fs.Bool("json", false, "print the daemon's answer as JSON")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	out, err := c.ReloadConfig(ctx)
+func runReload(ctx context.Context, e *cmdEnv, asJSON *bool) error {
+	out, err := e.client.ReloadConfig(ctx)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(out)
+		return json.NewEncoder(e.stdout).Encode(out)
 	}
-	fmt.Fprintf(stdout, "reloaded %s\n", out.File)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(e.stdout, "reloaded %s\n", out.File)
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BINDING\tACTION\tPROCESSES\tCHANGES")
 	for _, b := range out.Bindings {
 		var ch []string
@@ -592,65 +552,33 @@ func cmdReload(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	tw.Flush()
 	for _, x := range out.Settings {
-		fmt.Fprintf(stdout, "setting %s: %s\n", x.Setting, x.Class)
+		fmt.Fprintf(e.stdout, "setting %s: %s\n", x.Setting, x.Class)
 	}
 	if len(out.Restart) > 0 {
-		fmt.Fprintf(stdout, "not applied until a restart: %s\n", strings.Join(out.Restart, ", "))
+		fmt.Fprintf(e.stdout, "not applied until a restart: %s\n", strings.Join(out.Restart, ", "))
 	}
 	return nil
 }
 
-func cmdCancel(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("cancel")
-	if err := parse(fs, args); err != nil {
+func runCancel(ctx context.Context, e *cmdEnv) error {
+	if err := e.client.Cancel(ctx, e.args[0]); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["cancel"])
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	if err := c.Cancel(ctx, fs.Arg(0)); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "cancelled %s\n", fs.Arg(0))
+	fmt.Fprintf(e.stdout, "cancelled %s\n", e.args[0])
 	return nil
 }
 
-func cmdHealth(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("health")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	h, err := c.Health(ctx)
-	if err != nil {
-		return err
-	}
-	return printJSON(stdout, h)
-}
-
-func cmdLogLevel(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, sock := clientFlags("log-level")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	c := &client.Client{Socket: *sock}
-	defer c.Close()
-	if fs.NArg() > 1 {
-		return fmt.Errorf("%w: residentd %s", errUsage, synopses["log-level"])
-	}
-	if fs.NArg() == 1 {
-		if err := c.SetLogLevel(ctx, fs.Arg(0)); err != nil {
+func runLogLevel(ctx context.Context, e *cmdEnv) error {
+	if len(e.args) == 1 {
+		if err := e.client.SetLogLevel(ctx, e.args[0]); err != nil {
 			return err
 		}
 	}
-	level, err := c.LogLevel(ctx)
+	level, err := e.client.LogLevel(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, level)
+	fmt.Fprintln(e.stdout, level)
 	return nil
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -19,20 +18,8 @@ import (
 // daemon answers (their commits share fsyncs), the daemon is SIGKILLed in
 // the middle of the burst, and every turn a client saw done is in the file.
 func TestCrashMidBurstKeepsEveryDoneTurn(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cfgPath := filepath.Join(t.TempDir(), "config.json")
-	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-builtin", "handle": "@agent", "runtime": "builtin:test", "command": %q,
-		"args": ["agent"], "supervised": true, "resident": true, "tools": false}]}`, exe)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sockDir(t), "s.sock")
-	daemon := startProc(t, serveArgs(state, sock, "--config", cfgPath), childEnv())
-	waitHealthy(t, daemon, sock)
+	daemon := startDaemon(t, serveOpts{config: `{"bindings": [{"id": "b-builtin", "handle": "@agent", "runtime": "builtin:test", "command": $EXE,
+		"args": ["agent"], "supervised": true, "resident": true, "tools": false}]}`})
 
 	const keys, killAfter = 4, 40
 	type doneTurn struct{ channel, id string }
@@ -49,7 +36,7 @@ func TestCrashMidBurstKeepsEveryDoneTurn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &client.Client{Socket: sock}
+			c := &client.Client{Socket: daemon.sock}
 			defer c.Close()
 			ch := fmt.Sprintf("ch-%d", k)
 			for i := 0; ctx.Err() == nil; i++ {
@@ -87,7 +74,7 @@ func TestCrashMidBurstKeepsEveryDoneTurn(t *testing.T) {
 	<-daemon.done
 	wg.Wait()
 
-	st, err := store.Open(filepath.Join(state, "residentd.db"), store.Options{})
+	st, err := store.Open(filepath.Join(daemon.state, "residentd.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

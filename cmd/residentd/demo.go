@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,23 +21,24 @@ import (
 	"github.com/residentd/residentd/internal/session"
 )
 
-// cmdDemo starts a daemon on a temporary socket with the built-in agent and
+type demoFlags struct{ keep, verbose bool }
+
+func (f *demoFlags) bind(fs *flag.FlagSet) {
+	fs.BoolVar(&f.keep, "keep", false, "keep the temporary state directory")
+	fs.BoolVar(&f.verbose, "v", false, "print the daemon's logs")
+}
+
+// runDemo starts a daemon on a temporary socket with the built-in agent and
 // plays a short scripted channel through it over the socket: a cold first
 // mention, warm follow-ups, a capacity eviction when a fifth channel
 // arrives, and a restored session.
-func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	keep := fs.Bool("keep", false, "keep the temporary state directory")
-	verbose := fs.Bool("v", false, "print the daemon's logs")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+func runDemo(ctx context.Context, e *cmdEnv, f *demoFlags) error {
+	stdout, stderr := e.stdout, e.stderr
 	dir, err := os.MkdirTemp("", "residentd-demo-")
 	if err != nil {
 		return err
 	}
-	if !*keep {
+	if !f.keep {
 		defer os.RemoveAll(dir)
 	}
 	self, err := os.Executable()
@@ -52,7 +52,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	log := zap.NewNop()
-	if *verbose {
+	if f.verbose {
 		log, _, _ = newLogger("info", "console", zapcore.Lock(zapcore.AddSync(stderr)), true)
 	}
 	ln, err := api.Listen(cfg.Socket)
@@ -153,7 +153,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	fmt.Fprintln(stdout, "\nsessions:")
-	if err := cmdStatus(ctx, []string{"--socket", cfg.Socket}, stdout); err != nil {
+	if err := runStatus(ctx, &cmdEnv{stdout: stdout, client: c}); err != nil {
 		return err
 	}
 	stop()

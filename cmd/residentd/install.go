@@ -23,62 +23,75 @@ const defaultMetricsAddr = "127.0.0.1:9464"
 // start or would not find its agents.
 var errInstallCheck = errors.New("install refused")
 
-// cmdInstall writes (or, with remove, stops and deletes) the per-user
-// service definition: systemd user units on Linux, a LaunchAgent on macOS.
-func cmdInstall(args []string, stdout io.Writer, remove bool) error {
-	ctx := context.Background()
-	name := "install"
-	if remove {
-		name = "uninstall"
-	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	user := fs.Bool("user", true, "install for the current user (the only mode)")
-	var o service.InstallOptions
-	if !remove {
-		fs.StringVar(&o.Binary, "binary", "", "residentd binary the service runs (default: this executable, copied to ~/.local/bin when it lives in a build cache or temporary directory)")
-		fs.StringVar(&o.Config, "config", "", "config file passed to serve --config (default: $XDG_CONFIG_HOME/residentd/config.json when it exists)")
-		fs.StringVar(&o.StateDir, "state", "", "state directory passed to serve --state")
-		fs.StringVar(&o.SocketPath, "socket", "", "socket path (default: systemd %t/residentd/residentd.sock; macOS ~/Library/Caches/residentd/s.sock)")
-		fs.StringVar(&o.MetricsAddr, "metrics-addr", defaultMetricsAddr, `serve /metrics here ("" to disable)`)
-	}
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if !*user {
+// installFlags are what install and uninstall take: uninstall only --user.
+type installFlags struct {
+	user bool
+	service.InstallOptions
+}
+
+func (f *installFlags) bindUser(fs *flag.FlagSet) {
+	fs.BoolVar(&f.user, "user", true, "install for the current user (the only mode)")
+}
+
+func (f *installFlags) bind(fs *flag.FlagSet) {
+	f.bindUser(fs)
+	fs.StringVar(&f.Binary, "binary", "", "residentd binary the service runs (default: this executable, copied to ~/.local/bin when it lives in a build cache or temporary directory)")
+	fs.StringVar(&f.Config, "config", "", "config file passed to serve --config (default: $XDG_CONFIG_HOME/residentd/config.json when it exists)")
+	fs.StringVar(&f.StateDir, "state", "", "state directory passed to serve --state")
+	fs.StringVar(&f.SocketPath, "socket", "", "socket path (default: systemd %t/residentd/residentd.sock; macOS ~/Library/Caches/residentd/s.sock)")
+	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetricsAddr, `serve /metrics here ("" to disable)`)
+}
+
+// forUser fills in the user's directories the service definition goes
+// under; a service for all users is refused.
+func (f *installFlags) forUser() error {
+	if !f.user {
 		return fmt.Errorf("%w: only per-user services are supported (--user)", errUsage)
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return fmt.Errorf("home directory: %w; set HOME", err)
 	}
-	o.Home = home
-	o.ConfigHome = configHome(home)
-	if remove {
-		o.Out = stdout
-		removed, next, err := service.Uninstall(ctx, o)
-		for _, p := range removed {
-			fmt.Fprintf(stdout, "removed %s\n", p)
-		}
-		if err != nil {
-			return err
-		}
-		if len(removed) == 0 {
-			fmt.Fprintln(stdout, "nothing to remove: no residentd service was installed")
-		}
-		if next != "" {
-			fmt.Fprintf(stdout, "\nstill to do:\n  %s\n", next)
-		}
-		return nil
-	}
+	f.Home, f.ConfigHome = home, configHome(home)
+	return nil
+}
 
-	if err := installBinary(ctx, &o, stdout); err != nil {
+// runUninstall stops and deletes what install wrote. Like install, it
+// runs to its end on a signal: it is not given the signals' context.
+func runUninstall(_ context.Context, e *cmdEnv, f *installFlags) error {
+	if err := f.forUser(); err != nil {
 		return err
 	}
-	if err := absInstallPaths(&o); err != nil {
+	stdout := e.stdout
+	f.Out = stdout
+	removed, next, err := service.Uninstall(context.Background(), f.InstallOptions)
+	for _, p := range removed {
+		fmt.Fprintf(stdout, "removed %s\n", p)
+	}
+	if err != nil {
+		return err
+	}
+	if len(removed) == 0 {
+		fmt.Fprintln(stdout, "nothing to remove: no residentd service was installed")
+	}
+	if next != "" {
+		fmt.Fprintf(stdout, "\nstill to do:\n  %s\n", next)
+	}
+	return nil
+}
+
+// runInstall writes the per-user service definition: systemd user units
+// on Linux, a LaunchAgent on macOS. A signal does not cut it short: the
+// units are written and systemd told of them whole.
+func runInstall(_ context.Context, e *cmdEnv, f *installFlags) error {
+	if err := f.forUser(); err != nil {
+		return err
+	}
+	ctx, stdout, o := context.Background(), e.stdout, &f.InstallOptions
+	if err := installBinary(ctx, o, stdout); err != nil {
+		return err
+	}
+	if err := absInstallPaths(o); err != nil {
 		return err
 	}
 	path, dropped := service.CleanPath(os.Getenv("PATH"))
@@ -86,10 +99,10 @@ func cmdInstall(args []string, stdout io.Writer, remove bool) error {
 		fmt.Fprintf(stdout, "left out of the service's PATH (not absolute): %q\n", dropped)
 	}
 	o.Path = path
-	if err := checkConfig(&o, stdout); err != nil {
+	if err := checkConfig(o, stdout); err != nil {
 		return err
 	}
-	written, next, err := service.Install(ctx, o)
+	written, next, err := service.Install(ctx, *o)
 	for _, p := range written {
 		fmt.Fprintf(stdout, "wrote %s\n", p)
 	}

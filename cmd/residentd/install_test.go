@@ -90,7 +90,7 @@ func TestInstallAndUninstallUser(t *testing.T) {
 	t.Chdir(cfgDir)
 
 	var out bytes.Buffer
-	if err := cmdInstall([]string{"--user", "--state", state, "--config", "rel/config.json"}, &out, false); err != nil {
+	if err := execCommand("install", []string{"--user", "--state", state, "--config", "rel/config.json"}, &out); err != nil {
 		t.Fatalf("install: %v\n%s", err, out.String())
 	}
 	written := linesWith(out.String(), "wrote")
@@ -138,7 +138,7 @@ func TestInstallAndUninstallUser(t *testing.T) {
 	// then removes them and reloads.
 	os.Remove(log)
 	out.Reset()
-	if err := cmdInstall([]string{"--user"}, &out, true); err != nil {
+	if err := execCommand("uninstall", []string{"--user"}, &out); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out.String())
 	}
 	want := []string{"--user show-environment [unit]", "--user disable --now residentd.socket residentd.service [unit]", "--user daemon-reload [nounit]"}
@@ -156,7 +156,7 @@ func TestInstallAndUninstallUser(t *testing.T) {
 	}
 	os.Remove(log)
 	out.Reset()
-	if err := cmdInstall(nil, &out, true); err != nil || !strings.Contains(out.String(), "nothing to remove") {
+	if err := execCommand("uninstall", nil, &out); err != nil || !strings.Contains(out.String(), "nothing to remove") {
 		t.Errorf("second uninstall: %v\n%s", err, out.String())
 	}
 	if got := readLog(t, log); len(got) != 0 {
@@ -172,7 +172,7 @@ func TestInstallWithoutUserManager(t *testing.T) {
 	userEnv(t)
 	log := fakeSystemctl(t, 1, "Failed to connect to bus: No medium found")
 	var out bytes.Buffer
-	if err := cmdInstall([]string{"--metrics-addr", ""}, &out, false); err != nil {
+	if err := execCommand("install", []string{"--metrics-addr", ""}, &out); err != nil {
 		t.Fatalf("install: %v\n%s", err, out.String())
 	}
 	if len(linesWith(out.String(), "wrote")) != 2 {
@@ -222,7 +222,7 @@ func TestInstallChecksConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := cmdInstall(tc.args, &out, false)
+			err := execCommand("install", tc.args, &out)
 			if !errors.Is(err, errInstallCheck) {
 				t.Fatalf("err %v, want an install check error\n%s", err, out.String())
 			}
@@ -246,7 +246,7 @@ func TestInstallChecksConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := cmdInstall(nil, &out, false); err != nil {
+	if err := execCommand("install", nil, &out); err != nil {
 		t.Fatalf("install with the default config: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "using config "+def) || !strings.Contains(out.String(), "--config "+def) {
@@ -264,7 +264,7 @@ func TestInstallRejectsBadInput(t *testing.T) {
 		{"extra"},
 	} {
 		var out bytes.Buffer
-		if err := cmdInstall(args, &out, false); !errors.Is(err, errUsage) {
+		if err := execCommand("install", args, &out); !errors.Is(err, errUsage) {
 			t.Errorf("install %q: err %v, want a usage error", args, err)
 		}
 	}

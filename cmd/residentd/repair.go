@@ -16,29 +16,37 @@ import (
 	"github.com/residentd/residentd/internal/store"
 )
 
-// cmdRepair salvages a damaged state file: `residentd repair [FILE]`, the
+type repairFlags struct {
+	config, state string
+	check         bool
+}
+
+func (f *repairFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", os.Getenv("RESIDENTD_CONFIG"), "JSON config file whose state_dir holds the file (as for serve)")
+	fs.StringVar(&f.state, "state", "", "state directory holding residentd.db (default $XDG_STATE_HOME/residentd)")
+	fs.BoolVar(&f.check, "check", false, "only check the file and report; change nothing (exit 1 when it is damaged)")
+}
+
+// runRepair salvages a damaged state file: `residentd repair [FILE]`, the
 // file defaulting to the one `serve` would open with the same --config and
 // --state. --check only reports.
-func cmdRepair(_ context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
-	config := fs.String("config", os.Getenv("RESIDENTD_CONFIG"), "JSON config file whose state_dir holds the file (as for serve)")
-	state := fs.String("state", "", "state directory holding residentd.db (default $XDG_STATE_HOME/residentd)")
-	check := fs.Bool("check", false, "only check the file and report; change nothing (exit 1 when it is damaged)")
-	if err := parse(fs, args); err != nil {
-		return err
+func runRepair(_ context.Context, e *cmdEnv, f *repairFlags) error {
+	stdout := e.stdout
+	if len(e.args) > 1 {
+		return fmt.Errorf("%w: repair takes at most one file, got %d arguments (see residentd repair --help)", errUsage, len(e.args))
 	}
-	if fs.NArg() > 1 {
-		return fmt.Errorf("%w: repair takes at most one file, got %d arguments (see residentd repair --help)", errUsage, fs.NArg())
+	var path string
+	if len(e.args) == 1 {
+		path = e.args[0]
 	}
-	path := fs.Arg(0)
 	if path == "" {
-		dir, err := stateDirFor(*config, *state)
+		dir, err := stateDirFor(f.config, f.state)
 		if err != nil {
 			return err
 		}
 		path = filepath.Join(dir, "residentd.db")
 	}
-	if *check {
+	if f.check {
 		rep, err := store.Verify(path)
 		if err != nil {
 			return err

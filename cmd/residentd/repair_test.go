@@ -90,9 +90,7 @@ func TestDamagedStateFileUnderARunningDaemon(t *testing.T) {
 	state := t.TempDir()
 	path := filepath.Join(state, "residentd.db")
 	pageSize, leaf := stateWithChannels(t, path, 300, "ch-a", "ch-a", "ch-b")
-	sock := filepath.Join(sockDir(t), "s.sock")
-	d := startProc(t, serveArgs(state, sock), childEnv())
-	waitHealthy(t, d, sock)
+	d := startDaemon(t, serveOpts{state: state})
 
 	// The page's header now names another page; bbolt panics on it.
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -104,8 +102,7 @@ func TestDamagedStateFileUnderARunningDaemon(t *testing.T) {
 	}
 	f.Close()
 
-	c := &client.Client{Socket: sock}
-	defer c.Close()
+	c := dial(t, d.sock)
 	ctx := context.Background()
 	newest := func(ch, id string) []apitype.Message {
 		return []apitype.Message{{ID: id, Channel: ch, Author: "ann", AuthorKind: apitype.AuthorUser, CreatedAt: time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), Body: "after the damage"}}
@@ -141,12 +138,10 @@ func TestDamagedStateFileUnderARunningDaemon(t *testing.T) {
 		t.Errorf("metrics do not count the two damaged requests:\n%s", grepLines(m, "residentd_store_damage"))
 	}
 	d.waitOutput(t, 10*time.Second, "store reported damage")
-	if err := d.stop(20 * time.Second); err != nil || d.cmd.ProcessState.ExitCode() != 0 {
-		t.Fatalf("stop: %v, exit %v. Output:\n%s", err, d.cmd.ProcessState, d.out.String())
-	}
+	d.stopCleanly(t)
 
 	// Restarted, the daemon refuses the file and says what to do.
-	refused := startProc(t, serveArgs(state, sock), childEnv())
+	refused := d.again(t)
 	if code := refused.wait(t, 30*time.Second); code != exitError {
 		t.Fatalf("start on the damaged file: exit %d, want %d. Output:\n%s", code, exitError, refused.out.String())
 	}
@@ -173,10 +168,8 @@ func TestDamagedStateFileUnderARunningDaemon(t *testing.T) {
 		t.Fatalf("repair's report (kept %v):\n%s", kept, out)
 	}
 
-	again := startProc(t, serveArgs(state, sock), childEnv())
-	waitHealthy(t, again, sock)
-	c2 := &client.Client{Socket: sock}
-	defer c2.Close()
+	waitHealthy(t, d.again(t), d.sock)
+	c2 := dial(t, d.sock)
 	if res, err := c2.PutMessages(ctx, newest("ch-a", "a-new")); err != nil || res.Added != 1 {
 		t.Fatalf("push into the repaired channel: %+v, %v", res, err)
 	}
@@ -185,14 +178,15 @@ func TestDamagedStateFileUnderARunningDaemon(t *testing.T) {
 	}
 }
 
+// grepLines is the lines of s that hold sub.
 func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
+	var b strings.Builder
+	for l := range strings.Lines(s) {
 		if strings.Contains(l, sub) {
-			out = append(out, l)
+			b.WriteString(l)
 		}
 	}
-	return strings.Join(out, "\n")
+	return b.String()
 }
 
 // TestRepairCheckOnly: repair --check reports and changes nothing; exit 0

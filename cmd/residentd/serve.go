@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -48,10 +47,7 @@ type serveFlags struct {
 	withClaude  bool
 }
 
-func parseServe(args []string, stderr io.Writer) (serveFlags, error) {
-	var f serveFlags
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func (f *serveFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", os.Getenv("RESIDENTD_CONFIG"), "JSON config file (default: none, the built-in agent binding only)")
 	fs.StringVar(&f.socket, "socket", "", "Unix socket path (default $XDG_RUNTIME_DIR/residentd/residentd.sock)")
 	fs.StringVar(&f.state, "state", "", "state directory for the bbolt file (default $XDG_STATE_HOME/residentd)")
@@ -62,10 +58,6 @@ func parseServe(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop an agent idle this long (default 30m)")
 	fs.BoolVar(&f.withClaude, "with-claude", false, "also bind claude-agent-acp (on PATH) as b-claude, with a one-hour provider cache")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "on SIGTERM, how long runs in flight may finish with their normal result; the rest are cancelled (shutting_down)")
-	if err := parse(fs, args); err != nil {
-		return f, err
-	}
-	return f, noArgs(fs)
 }
 
 func envOr(k, def string) string {
@@ -134,11 +126,8 @@ func loadConfig(path, self, stateDir string, withClaude bool) (*config.Config, e
 	return cfg, cfg.Validate()
 }
 
-func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
-	f, err := parseServe(args, stderr)
-	if err != nil {
-		return err
-	}
+func runServe(ctx context.Context, e *cmdEnv, f *serveFlags) error {
+	stderr := e.stderr
 	isTerm := false
 	if fd, ok := stderr.(*os.File); ok {
 		isTerm = term.IsTerminal(int(fd.Fd()))
@@ -177,7 +166,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 // load reads the config as serve runs it: the file (or the built-in
 // default), then the command line's settings over it.
-func (f serveFlags) load(self, state string) (*config.Config, error) {
+func (f *serveFlags) load(self, state string) (*config.Config, error) {
 	cfg, err := loadConfig(f.config, self, state, f.withClaude)
 	if err != nil {
 		return nil, err

@@ -3,234 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/store"
-	"github.com/residentd/residentd/internal/testkit"
 )
-
-// TestMain lets the test binary double as the residentd binary: with
-// RESIDENTD_TEST_MAIN=1 it runs the command line it was given, so tests
-// drive a real `residentd serve` child (whose built-in agent is this binary
-// again, as `residentd agent`) without a separate build.
-func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Role{Env: "RESIDENTD_TEST_MAIN", Main: func() int {
-		// Socket activation needs LISTEN_PID to be the daemon's own pid,
-		// which the test cannot know before the fork.
-		if os.Getenv("RESIDENTD_TEST_LISTEN_PID") == "1" {
-			os.Unsetenv("RESIDENTD_TEST_LISTEN_PID")
-			os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
-		}
-		return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	}})
-}
-
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	changed chan struct{} // closed and replaced on every write
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed != nil {
-		close(s.changed)
-		s.changed = nil
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// snapshot returns the text so far and a channel closed by the next write.
-func (s *syncBuffer) snapshot() (string, <-chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed == nil {
-		s.changed = make(chan struct{})
-	}
-	return s.b.String(), s.changed
-}
-
-// proc is a residentd child process.
-type proc struct {
-	cmd    *exec.Cmd
-	out    *syncBuffer // stdout and stderr
-	done   chan struct{}
-	exited bool
-}
-
-// sockDir is a short directory for sockets (t.TempDir can exceed sun_path).
-func sockDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
-// childEnv is the test's environment without anything a service manager
-// may have addressed to the test process itself.
-func childEnv(extra ...string) []string {
-	env := child.CleanEnv(os.Environ())
-	return append(append(env, "RESIDENTD_TEST_MAIN=1", "RESIDENTD_SOCKET=", "RESIDENTD_CONFIG="), extra...)
-}
-
-func startProc(t *testing.T, args []string, env []string, files ...*os.File) *proc {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startCommand(t, exe, args, env, files...)
-}
-
-// startCommand starts bin (which ends up running residentd) like startProc.
-func startCommand(t *testing.T, bin string, args []string, env []string, files ...*os.File) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.ExtraFiles = files
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if p.stop(20*time.Second) != nil {
-			t.Errorf("residentd %v did not stop on SIGTERM; killed. Output:\n%s", args, p.out.String())
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and waits up to d, then SIGKILLs.
-func (p *proc) stop(d time.Duration) error {
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(d):
-		p.cmd.Process.Kill()
-		<-p.done
-		return errors.New("killed")
-	}
-}
-
-// wait waits for the child to exit by itself (bounded) and returns its code.
-// waitOutput waits until the child's output contains every one of want.
-// The child's stderr reaches the buffer through a pipe copied by os/exec,
-// so a line the daemon wrote before it answered on the socket may not be
-// here yet when the answer is.
-func (p *proc) waitOutput(t *testing.T, d time.Duration, want ...string) string {
-	t.Helper()
-	timeout := time.After(d)
-	for {
-		out, changed := p.out.snapshot()
-		missing := ""
-		for _, w := range want {
-			if !strings.Contains(out, w) {
-				missing = w
-				break
-			}
-		}
-		if missing == "" {
-			return out
-		}
-		select {
-		case <-changed:
-		case <-p.done:
-			if out = p.out.String(); containsAll(out, want) {
-				return out
-			}
-			t.Fatalf("residentd exited (%v) without printing %q. Output:\n%s", p.cmd.ProcessState, missing, out)
-		case <-timeout:
-			t.Fatalf("residentd did not print %q within %s. Output:\n%s", missing, d, p.out.String())
-		}
-	}
-}
-
-func containsAll(s string, want []string) bool {
-	for _, w := range want {
-		if !strings.Contains(s, w) {
-			return false
-		}
-	}
-	return true
-}
-
-func (p *proc) wait(t *testing.T, d time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(d):
-		t.Fatalf("residentd did not exit within %s. Output:\n%s", d, p.out.String())
-		return -1
-	}
-}
-
-func serveArgs(state, sock string, more ...string) []string {
-	return append([]string{"serve", "--state", state, "--socket", sock, "--log-format", "json", "--log-level", "info", "--shutdown-grace", "5s"}, more...)
-}
-
-// waitHealthy polls the socket until the daemon answers (it is a separate
-// process: there is no in-process signal to wait on) and returns its health.
-func waitHealthy(t *testing.T, p *proc, sock string) apitype.Health {
-	t.Helper()
-	c := &client.Client{Socket: sock}
-	defer c.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		h, err := c.Health(ctx)
-		cancel()
-		if err == nil {
-			return h
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("residentd exited (%v) before serving. Output:\n%s", p.cmd.ProcessState, p.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("residentd did not answer on %s: %v. Output:\n%s", sock, err, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func TestNotifyReadyStatusStopping(t *testing.T) {
 	dir := sockDir(t)
@@ -281,9 +67,7 @@ func TestNotifyReadyStatusStopping(t *testing.T) {
 		t.Fatalf("first notification %q, want READY=1", m)
 	}
 	// READY means serving: the socket must answer at once, no retry.
-	c := &client.Client{Socket: sock}
-	defer c.Close()
-	h, err := c.Health(context.Background())
+	h, err := dial(t, sock).Health(context.Background())
 	if err != nil {
 		t.Fatalf("socket not connectable after READY=1: %v", err)
 	}
@@ -295,7 +79,7 @@ func TestNotifyReadyStatusStopping(t *testing.T) {
 	}
 	next("WATCHDOG=1")
 
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.terminate()
 	next("STOPPING=1")
 	if code := p.wait(t, 20*time.Second); code != exitOK {
 		t.Errorf("exit code %d after SIGTERM, want 0. Output:\n%s", code, p.out.String())
@@ -325,19 +109,15 @@ func TestSocketActivation(t *testing.T) {
 	if h.Pid != p.cmd.Process.Pid {
 		t.Errorf("health pid %d, child pid %d", h.Pid, p.cmd.Process.Pid)
 	}
-	if _, err := os.Lstat(unused); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the daemon bound --socket %s although a socket was passed (stat err %v)", unused, err)
-	}
+	notBound(t, unused)
 	p.waitOutput(t, 30*time.Second, "using socket-activated listener")
 }
 
 func TestSecondDaemonOnSameStateFailsFast(t *testing.T) {
-	state := t.TempDir()
-	sock := filepath.Join(sockDir(t), "s.sock")
-	first := startProc(t, serveArgs(state, sock), childEnv())
-	waitHealthy(t, first, sock)
+	first := startDaemon(t, serveOpts{})
+	state, sock := first.state, first.sock
 
-	second := startProc(t, serveArgs(state, sock), childEnv())
+	second := first.again(t)
 	if code := second.wait(t, 30*time.Second); code != exitLocked {
 		t.Fatalf("second daemon exit code %d, want %d. Output:\n%s", code, exitLocked, second.out.String())
 	}
@@ -348,21 +128,17 @@ func TestSecondDaemonOnSameStateFailsFast(t *testing.T) {
 	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("first daemon's socket is gone: %v", err)
 	}
-	c := &client.Client{Socket: sock}
-	defer c.Close()
-	h, err := c.Health(context.Background())
+	h, err := dial(t, sock).Health(context.Background())
 	if err != nil || h.Pid != first.cmd.Process.Pid {
 		t.Fatalf("first daemon after the second's attempt: %+v, %v", h, err)
 	}
 }
 
 func TestLogLevelChangesAtRunTime(t *testing.T) {
-	sock := filepath.Join(sockDir(t), "s.sock")
-	p := startProc(t, serveArgs(t.TempDir(), sock), childEnv())
-	waitHealthy(t, p, sock)
+	p := startDaemon(t, serveOpts{})
+	sock := p.sock
 	ctx := context.Background()
-	c := &client.Client{Socket: sock}
-	defer c.Close()
+	c := dial(t, sock)
 	turn := func(text string) {
 		t.Helper()
 		if _, err := c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); err != nil {
@@ -372,7 +148,7 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 	logLevel := func(args ...string) string {
 		t.Helper()
 		var out bytes.Buffer
-		if err := cmdLogLevel(ctx, append([]string{"--socket", sock}, args...), &out); err != nil {
+		if err := execCommand("log-level", append([]string{"--socket", sock}, args...), &out); err != nil {
 			t.Fatalf("log-level %q: %v", args, err)
 		}
 		return strings.TrimSpace(out.String())
@@ -390,7 +166,7 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 		t.Fatalf("log-level after the change = %q", got)
 	}
 	var out bytes.Buffer
-	if err := cmdLogLevel(ctx, []string{"--socket", sock, "loud"}, &out); err == nil {
+	if err := execCommand("log-level", []string{"--socket", sock, "loud"}, &out); err == nil {
 		t.Error("log-level accepted an unknown level")
 	}
 	if p.stop(20*time.Second) != nil {
@@ -400,11 +176,7 @@ func TestLogLevelChangesAtRunTime(t *testing.T) {
 	// The debug "prompt" line exists for the second turn only.
 	var prompts []string
 	changed := false
-	for line := range strings.SplitSeq(p.out.String(), "\n") {
-		var e map[string]any
-		if json.Unmarshal([]byte(line), &e) != nil {
-			continue
-		}
+	for _, e := range p.logLines() {
 		switch e["msg"] {
 		case "prompt":
 			if e["level"] != "debug" {
@@ -436,15 +208,15 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to find the agent's grandchild:", err)
 	}
-	state, sock, args, crashed := serveGrandchildAgent(t)
-	c := &client.Client{Socket: sock}
+	crashed := serveGrandchildAgent(t)
+	state := crashed.state
+	c := dial(t, crashed.sock)
 	agentPid := 0
 	_, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hi"}, func(ev apitype.Event) {
 		if ev.Event == "started" {
 			agentPid = ev.Pid
 		}
 	})
-	c.Close()
 	if err != nil || agentPid == 0 {
 		t.Fatalf("turn: %v (agent pid %d)", err, agentPid)
 	}
@@ -482,8 +254,8 @@ func TestRestartSweepsLeftoversOfACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	next := startProc(t, args, childEnv())
-	waitHealthy(t, next, sock)
+	next := crashed.again(t)
+	waitHealthy(t, next, crashed.sock)
 	// The sweep runs before the daemon serves.
 	if running(grand, grandTicks) {
 		t.Errorf("grandchild %d of the crashed daemon's agent survived the restart. Output:\n%s", grand, next.out.String())
@@ -514,13 +286,13 @@ func TestRestartSweepsUnrecordedAgentOfACrash(t *testing.T) {
 	if _, err := os.Stat("/proc/self/environ"); err != nil {
 		t.Skip("needs /proc to read the leftovers' marks:", err)
 	}
-	state, sock, args, crashed := serveGrandchildAgent(t)
+	crashed := serveGrandchildAgent(t)
+	state := crashed.state
 	// The turn hangs in the agent: its run is accepted, its agent started,
 	// and nothing has committed the agent's record when the daemon dies.
 	started := make(chan int, 1)
 	turned := make(chan error, 1)
-	c := &client.Client{Socket: sock}
-	defer c.Close()
+	c := dial(t, crashed.sock)
 	go func() {
 		_, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-grand", Text: "@grand hang [[fault:hang-turn]]"}, func(ev apitype.Event) {
 			if ev.Event == "started" {
@@ -560,8 +332,8 @@ func TestRestartSweepsUnrecordedAgentOfACrash(t *testing.T) {
 		t.Fatalf("the grandchild's environment does not carry the state's mark prefix %s (%v)", prefix, err)
 	}
 
-	next := startProc(t, args, childEnv())
-	waitHealthy(t, next, sock)
+	next := crashed.again(t)
+	waitHealthy(t, next, crashed.sock)
 	// The sweep runs before the daemon serves.
 	if running(grand, grandTicks) {
 		t.Errorf("grandchild %d of the crashed daemon's unrecorded agent survived the restart. Output:\n%s", grand, next.out.String())
@@ -603,24 +375,9 @@ func grandchild(t *testing.T, agentPid int) (int, uint64) {
 
 // serveGrandchildAgent starts a healthy `residentd serve` whose one
 // binding, b-grand, is the built-in agent that starts a grandchild in its
-// process group; it returns the daemon's state dir, socket, arguments (to
-// start the next daemon on the same state) and process.
-func serveGrandchildAgent(t *testing.T) (state, sock string, args []string, p *proc) {
+// process group.
+func serveGrandchildAgent(t *testing.T) *daemonProc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	state = t.TempDir()
-	cfgPath := filepath.Join(t.TempDir(), "config.json")
-	cfg := fmt.Sprintf(`{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": %q,
-		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false, "spare": 0}]}`, exe)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sock = filepath.Join(sockDir(t), "s.sock")
-	args = serveArgs(state, sock, "--config", cfgPath)
-	p = startProc(t, args, childEnv())
-	waitHealthy(t, p, sock)
-	return state, sock, args, p
+	return startDaemon(t, serveOpts{config: `{"bindings": [{"id": "b-grand", "handle": "@grand", "runtime": "builtin:test", "command": $EXE,
+		"args": ["agent", "--fault", "grandchild"], "supervised": true, "resident": true, "tools": false, "spare": 0}]}`})
 }

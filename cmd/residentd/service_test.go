@@ -3,21 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/client"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // socketHTTP is an HTTP client for the daemon's socket.
@@ -38,9 +35,8 @@ func TestServeWithMetricsPortTaken(t *testing.T) {
 	}
 	defer taken.Close()
 	addr := taken.Addr().String()
-	sock := filepath.Join(sockDir(t), "s.sock")
-	p := startProc(t, serveArgs(t.TempDir(), sock, "--metrics-addr", addr), childEnv())
-	h := waitHealthy(t, p, sock)
+	p := startDaemon(t, serveOpts{flags: []string{"--metrics-addr", addr}})
+	sock, h := p.sock, p.health
 
 	var metrics, api bool
 	for _, l := range h.Listeners {
@@ -56,9 +52,7 @@ func TestServeWithMetricsPortTaken(t *testing.T) {
 	}
 
 	// The socket does everything, metrics included.
-	c := &client.Client{Socket: sock}
-	defer c.Close()
-	if _, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hello"}, nil); err != nil {
+	if _, err := dial(t, sock).Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hello"}, nil); err != nil {
 		t.Fatalf("turn with the metrics port taken: %v", err)
 	}
 	resp, err := socketHTTP(sock).Get("http://residentd/metrics")
@@ -72,19 +66,14 @@ func TestServeWithMetricsPortTaken(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if err := cmdStatus(context.Background(), []string{"--socket", sock}, &out); err != nil {
+	if err := execCommand("status", []string{"--socket", sock}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "metrics listener "+addr+" is not serving") || !strings.Contains(out.String(), "address already in use") {
 		t.Errorf("status does not report the failed metrics listener:\n%s", out.String())
 	}
 
-	if err := p.stop(20 * time.Second); err != nil {
-		t.Fatal("daemon did not stop")
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != exitOK {
-		t.Errorf("exit code %d, want 0", code)
-	}
+	p.stopCleanly(t)
 	if n := strings.Count(p.out.String(), "metrics listener not opened"); n != 1 {
 		t.Errorf("the failed metrics listener was logged %d times, want once:\n%s", n, p.out.String())
 	}
@@ -98,10 +87,6 @@ func TestSystemdSocketActivate(t *testing.T) {
 	if err != nil {
 		t.Skip("systemd-socket-activate is not installed; socket activation through it is not tested")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := sockDir(t)
 	sock := filepath.Join(dir, "act.sock")
 	unused := filepath.Join(dir, "flag.sock")
@@ -110,7 +95,7 @@ func TestSystemdSocketActivate(t *testing.T) {
 	for _, kv := range childEnv() {
 		args = append(args, "--setenv", kv)
 	}
-	args = append(append(args, exe), serveArgs(t.TempDir(), unused)...)
+	args = append(append(args, testkit.Exe(t)), serveArgs(t.TempDir(), unused)...)
 	p := startCommand(t, tool, args, childEnv())
 	p.waitOutput(t, 30*time.Second, "Listening on "+sock)
 
@@ -122,16 +107,12 @@ func TestSystemdSocketActivate(t *testing.T) {
 		t.Errorf("health listeners %+v, want the api on %s", h.Listeners, sock)
 	}
 	p.waitOutput(t, 30*time.Second, "using socket-activated listener")
-	if _, err := os.Lstat(unused); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the daemon bound --socket %s although a socket was passed (stat err %v)", unused, err)
-	}
-	c := &client.Client{Socket: sock}
-	defer c.Close()
-	if _, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent activated"}, nil); err != nil {
+	notBound(t, unused)
+	if _, err := dial(t, sock).Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent activated"}, nil); err != nil {
 		t.Fatalf("turn over the activated socket: %v", err)
 	}
 
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.terminate()
 	if code := p.wait(t, 20*time.Second); code != exitOK {
 		t.Errorf("exit code %d after SIGTERM, want 0. Output:\n%s", code, p.out.String())
 	}
@@ -145,17 +126,15 @@ func TestSystemdSocketActivate(t *testing.T) {
 // name and not sent by a browser: a page under a rebinding name reaches
 // the port with its own Host, and an Origin.
 func TestMetricsListenerLoopbackOnly(t *testing.T) {
-	sock := filepath.Join(sockDir(t), "s.sock")
-	p := startProc(t, serveArgs(t.TempDir(), sock, "--metrics-addr", "127.0.0.1:0"), childEnv())
-	h := waitHealthy(t, p, sock)
+	p := startDaemon(t, serveOpts{flags: []string{"--metrics-addr", "127.0.0.1:0"}})
 	var addr string
-	for _, l := range h.Listeners {
+	for _, l := range p.health.Listeners {
 		if l.Name == "metrics" && l.Error == "" {
 			addr = l.Addr
 		}
 	}
 	if addr == "" {
-		t.Fatalf("no metrics listener serving: %+v", h.Listeners)
+		t.Fatalf("no metrics listener serving: %+v", p.health.Listeners)
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	get := func(host string, hdr ...string) (int, string) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -12,7 +11,7 @@ import (
 func TestSimStopsOnSIGTERM(t *testing.T) {
 	p := startProc(t, []string{"sim", "--messages", "2000", "--mentions", "300", "--evict-at", "0"}, childEnv())
 	p.waitOutput(t, time.Minute, "sim: mention 2/300")
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.terminate()
 	if code := p.wait(t, 30*time.Second); code == 0 {
 		t.Fatalf("sim exited 0 after SIGTERM mid-run. Output:\n%s", p.out.String())
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +14,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
 	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/client"
 )
 
 // serve with OTEL_EXPORTER_OTLP_TRACES_ENDPOINT exports every run's spans
@@ -52,11 +50,8 @@ func TestServeExportsTraces(t *testing.T) {
 	}))
 	defer rc.Close()
 
-	sock := filepath.Join(sockDir(t), "s.sock")
-	p := startProc(t, serveArgs(t.TempDir(), sock), childEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+rc.URL+"/v1/traces", "OTEL_BSP_SCHEDULE_DELAY=600000"))
-	waitHealthy(t, p, sock)
-	c := &client.Client{Socket: sock}
-	defer c.Close()
+	p := startDaemon(t, serveOpts{env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + rc.URL + "/v1/traces", "OTEL_BSP_SCHEDULE_DELAY=600000"}})
+	c := dial(t, p.sock)
 	done, err := c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: "run-t", Text: "@agent hello"}, nil)
 	if err != nil || done.Event != apitype.EventDone {
 		t.Fatalf("turn: %+v, %v", done, err)
@@ -75,11 +70,7 @@ func TestServeExportsTraces(t *testing.T) {
 		t.Fatalf("no run span of trace %s exported by the stop (runs %v). Output:\n%s", r.TraceID, runs, p.out.String())
 	}
 	var started, logged bool
-	for line := range strings.SplitSeq(p.out.String(), "\n") {
-		var e map[string]any
-		if json.Unmarshal([]byte(line), &e) != nil {
-			continue
-		}
+	for _, e := range p.logLines() {
 		started = started || e["msg"] == "tracing runs: OTLP over HTTP" && e["endpoint"] == rc.URL+"/v1/traces"
 		logged = logged || e["msg"] == "turn done" && e["run"] == "run-t" && e["trace_id"] == r.TraceID && e["span_id"] == r.SpanID
 	}
