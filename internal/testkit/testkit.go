@@ -6,7 +6,9 @@ package testkit
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -54,6 +56,24 @@ func Exe(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return exe
+}
+
+// StartPiped starts cmd with a pipe to its stdin and one from its stdout;
+// a failure ends the test. The caller waits for cmd.
+func StartPiped(t testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err = cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return stdin, stdout
 }
 
 // AgentEnviron is the environment entry that makes Exe the agent.
