@@ -75,6 +75,41 @@ func unixHTTP(sock string) *http.Client {
 	}}}
 }
 
+// shortDir is a new directory under the system's temporary directory,
+// removed when the test ends: a socket's path must be short, which the
+// test's own TempDir may not be.
+func shortDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// serve serves a Server with options so on the socket sub in a shortDir
+// until the test ends, then shuts it down and checks that it served
+// without error. It returns the server and the socket's path.
+func serve(t testing.TB, sub string, so ServerOptions) (*Server, string) {
+	t.Helper()
+	sock := filepath.Join(shortDir(t), sub)
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(so)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return srv, sock
+}
+
 func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 	t.Helper()
 	return newEnvWith(t, nil, tweak...)
@@ -97,33 +132,14 @@ func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak .
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
 	h := daemontest.New(t, cfg, daemontest.Options{Log: log})
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sdir, "s", "api.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	level := zap.NewAtomicLevel()
 	so := ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: log, Level: &level, Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)}
 	if opts != nil {
 		opts(&so, h.Daemon)
 	}
-	srv := NewServer(so)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	srv, sock := serve(t, filepath.Join("s", "api.sock"), so)
 	e := &env{d: h.Daemon, feed: h.Feed, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
-	t.Cleanup(func() {
-		e.c.Close()
-		srv.Shutdown(context.Background())
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		h.Close()
-		os.RemoveAll(sdir)
-	})
+	t.Cleanup(func() { e.c.Close() })
 	return e
 }
 
@@ -393,11 +409,7 @@ func TestBrowserOriginRefused(t *testing.T) {
 func TestSocketModesUnderOpenUmask(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	base, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
+	base := shortDir(t)
 	sock := filepath.Join(base, "run", "api.sock")
 	ln, err := Listen(sock)
 	if err != nil {
@@ -429,11 +441,7 @@ func TestSocketModesUnderOpenUmask(t *testing.T) {
 }
 
 func TestStaleAndLiveSocket(t *testing.T) {
-	base, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
+	base := shortDir(t)
 	sock := filepath.Join(base, "api.sock")
 	// A socket file nobody listens on, as a killed daemon leaves it.
 	stale, err := net.Listen("unix", sock)
@@ -483,11 +491,7 @@ func TestPeerUIDRefused(t *testing.T) {
 	e := newEnv(t)
 
 	// The test binary lives in a 0700 build dir: copy it where nobody can run it.
-	open, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(open)
+	open := shortDir(t)
 	if err := os.Chmod(open, 0o755); err != nil {
 		t.Fatal(err)
 	}

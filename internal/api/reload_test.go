@@ -57,25 +57,9 @@ func newReloadEnv(t testing.TB, ids ...string) *reloadEnv {
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
 	e.h = daemontest.New(t, cfg, daemontest.Options{Log: log, Reload: load, ConfigFile: e.file})
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sdir, "api.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Feed, Log: log, Version: "test", Config: e.h.Daemon})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	_, sock := serve(t, "api.sock", ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Feed, Log: log, Version: "test", Config: e.h.Daemon})
 	e.c = &client.Client{Socket: sock}
-	t.Cleanup(func() {
-		e.c.Close()
-		srv.Shutdown(context.Background())
-		<-served
-		os.RemoveAll(sdir)
-	})
+	t.Cleanup(func() { e.c.Close() })
 	return e
 }
 

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +23,23 @@ import (
 // openAPIPath is the machine-readable description of the local API that
 // every response the tests produce is checked against.
 const openAPIPath = "../../docs/openapi.json"
+
+// openAPIPaths is the operations docs/openapi.json describes, by path and
+// method.
+func openAPIPaths(t *testing.T) map[string]map[string]json.RawMessage {
+	t.Helper()
+	data, err := os.ReadFile(openAPIPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Paths
+}
 
 // apiSchema is docs/openapi.json compiled with a JSON Schema library; the
 // schema of a response is found by its route, status and content type.
@@ -271,15 +287,6 @@ func checkTrace(a *apiSchema, glob string) (traffic, error) {
 		}
 	}
 	return tr, errors.Join(errs...)
-}
-
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // runRecorded runs the package's tests with every response recorded, then

@@ -49,25 +49,9 @@ func benchClientIn(b *testing.B, dir string, o daemontest.Options) (*client.Clie
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
 		System: config.BuiltinFraming, Supervised: true, Resident: true, Spare: new(int)}}
 	h := daemontest.New(b, cfg, o)
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := Listen(filepath.Join(sdir, "api.sock"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := NewServer(ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: zap.NewNop(), Version: "bench"})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	c := &client.Client{Socket: filepath.Join(sdir, "api.sock")}
-	b.Cleanup(func() {
-		c.Close()
-		srv.Shutdown(context.Background())
-		<-served
-		h.Close()
-		os.RemoveAll(sdir)
-	})
+	_, sock := serve(b, "api.sock", ServerOptions{Turns: h, Sessions: h, Channel: h.Feed, Log: zap.NewNop(), Version: "bench"})
+	c := &client.Client{Socket: sock}
+	b.Cleanup(func() { c.Close() })
 	return c, h.Store
 }
 

@@ -56,16 +56,11 @@ func TestClaudeSpareTimings(t *testing.T) {
 		if s.name != "spare" {
 			return 0
 		}
-		select {
-		case pid := <-s.h.spares:
-			if pid == 0 {
-				t.Fatal("the spare failed to start")
-			}
-			return pid
-		case <-time.After(2 * time.Minute):
-			t.Fatal("no spare within 2 minutes")
+		pid := testkit.Recv(t, s.h.spares, 2*time.Minute, "spare")
+		if pid == 0 {
+			t.Fatal("the spare failed to start")
 		}
-		return 0
+		return pid
 	}
 	// turn runs a mention on s in round i and checks that it started with
 	// shape, on the spare pid when there is one.

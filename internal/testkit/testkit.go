@@ -58,6 +58,20 @@ func Exe(t testing.TB) string {
 	return exe
 }
 
+// Recv receives from ch, failing the test when nothing comes within d;
+// what names what was awaited.
+func Recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("no %s within %v", what, d)
+		var zero T
+		return zero
+	}
+}
+
 // StartPiped starts cmd with a pipe to its stdin and one from its stdout;
 // a failure ends the test. The caller waits for cmd.
 func StartPiped(t testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
