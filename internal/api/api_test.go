@@ -75,25 +75,12 @@ func unixHTTP(sock string) *http.Client {
 	}}}
 }
 
-// shortDir is a new directory under the system's temporary directory,
-// removed when the test ends: a socket's path must be short, which the
-// test's own TempDir may not be.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// serve serves a Server with options so on the socket sub in a shortDir
+// serve serves a Server with options so on the socket sub in a testkit.ShortDir
 // until the test ends, then shuts it down and checks that it served
 // without error. It returns the server and the socket's path.
 func serve(t testing.TB, sub string, so ServerOptions) (*Server, string) {
 	t.Helper()
-	sock := filepath.Join(shortDir(t), sub)
+	sock := filepath.Join(testkit.ShortDir(t), sub)
 	ln, err := Listen(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -409,7 +396,7 @@ func TestBrowserOriginRefused(t *testing.T) {
 func TestSocketModesUnderOpenUmask(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	base := shortDir(t)
+	base := testkit.ShortDir(t)
 	sock := filepath.Join(base, "run", "api.sock")
 	ln, err := Listen(sock)
 	if err != nil {
@@ -441,7 +428,7 @@ func TestSocketModesUnderOpenUmask(t *testing.T) {
 }
 
 func TestStaleAndLiveSocket(t *testing.T) {
-	base := shortDir(t)
+	base := testkit.ShortDir(t)
 	sock := filepath.Join(base, "api.sock")
 	// A socket file nobody listens on, as a killed daemon leaves it.
 	stale, err := net.Listen("unix", sock)
@@ -491,7 +478,7 @@ func TestPeerUIDRefused(t *testing.T) {
 	e := newEnv(t)
 
 	// The test binary lives in a 0700 build dir: copy it where nobody can run it.
-	open := shortDir(t)
+	open := testkit.ShortDir(t)
 	if err := os.Chmod(open, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 var bin string // the residentd binary under test
@@ -49,12 +50,7 @@ type node struct {
 }
 
 func newNode(t *testing.T) *node {
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sdir) })
-	return &node{t: t, state: t.TempDir(), sock: filepath.Join(sdir, "s", "residentd.sock")}
+	return &node{t: t, state: t.TempDir(), sock: filepath.Join(testkit.ShortDir(t), "s", "residentd.sock")}
 }
 
 func (n *node) start(args ...string) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -268,7 +267,7 @@ func rawDB(t *testing.T) *bolt.DB {
 // closes at the test's end.
 func openFrom(t *testing.T, v int, fill func(tx *bolt.Tx) error) *Store {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("v%d.db", v))
+	path := filepath.Join(t.TempDir(), "residentd.db")
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -72,6 +72,19 @@ func Recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	}
 }
 
+// ShortDir is a new directory under the system's temporary directory,
+// removed when the test ends: short enough for a Unix socket's path, which
+// the test's own TempDir may not be.
+func ShortDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // StartPiped starts cmd with a pipe to its stdin and one from its stdout;
 // a failure ends the test. The caller waits for cmd.
 func StartPiped(t testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {

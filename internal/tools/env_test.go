@@ -81,12 +81,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 func newEnvWith(t *testing.T, onSpare func(binding string, pid int), bindings ...func(dir string) config.Binding) *env {
 	t.Helper()
 	dir := t.TempDir()
-	sockDir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	e := &env{t: t, socket: filepath.Join(sockDir, "s.sock"), reg: tools.NewRegistry(), issued: map[session.Key][]string{}}
+	e := &env{t: t, socket: filepath.Join(testkit.ShortDir(t), "s.sock"), reg: tools.NewRegistry(), issued: map[session.Key][]string{}}
 
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	for _, b := range bindings {
