@@ -5,13 +5,16 @@
 package testkit
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/agent"
 )
 
@@ -124,4 +127,26 @@ func WaitFor(t testing.TB, d time.Duration, cond func() bool, what func() string
 // Waiting is a what() for WaitFor that names the condition.
 func Waiting(format string, args ...any) func() string {
 	return func() string { return "timed out waiting for " + fmt.Sprintf(format, args...) }
+}
+
+// DecodesAsUnmarshal checks that one apitype.LineDecoder, kept across
+// lines (twice over), accepts and refuses each line exactly as
+// json.Unmarshal does into a T, and decodes the same value, whatever came
+// before it.
+func DecodesAsUnmarshal[T any](t testing.TB, lines []string) {
+	t.Helper()
+	var d apitype.LineDecoder
+	for round := range 2 {
+		for i, l := range lines {
+			var got, want T
+			gerr := d.Decode([]byte(l), &got)
+			werr := json.Unmarshal([]byte(l), &want)
+			if (gerr == nil) != (werr == nil) {
+				t.Fatalf("round %d line %d: decode err %v, Unmarshal err %v", round, i, gerr, werr)
+			}
+			if werr == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d line %d: decoded %+v, Unmarshal %+v", round, i, got, want)
+			}
+		}
+	}
 }
