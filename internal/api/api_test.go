@@ -484,10 +484,7 @@ func TestPeerUIDRefused(t *testing.T) {
 	}
 	self, _ := os.Executable()
 	bin := filepath.Join(open, "peer")
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testkit.ReadFile(t, self)
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/daemontest"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // reloadEnv is a daemon started from a config file, served on a real
@@ -352,10 +353,7 @@ func TestReloadRemovedBinding(t *testing.T) {
 func TestReloadInvalidFileRefused(t *testing.T) {
 	e := newReloadEnv(t, "b-keep")
 	r1 := e.mustTurn(t, "ch", "b-keep", "m1")
-	good, err := os.ReadFile(e.file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := testkit.ReadFile(t, e.file)
 	for _, tc := range []struct {
 		name, body, want string
 	}{

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/testkit"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -28,10 +29,7 @@ const openAPIPath = "../../docs/openapi.json"
 // method.
 func openAPIPaths(t *testing.T) map[string]map[string]json.RawMessage {
 	t.Helper()
-	data, err := os.ReadFile(openAPIPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testkit.ReadFile(t, openAPIPath)
 	var doc struct {
 		Paths map[string]map[string]json.RawMessage `json:"paths"`
 	}

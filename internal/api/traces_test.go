@@ -323,10 +323,7 @@ func until(t *testing.T, next func() apitype.Event) []apitype.Event {
 // prompt (from _meta).
 func (e *tracedEnv) prompted(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(e.record)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testkit.ReadFile(t, e.record)
 	tp := "none"
 	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var rec struct {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // treeScript starts, besides itself, every way an agent's descendants leave
@@ -300,10 +302,7 @@ func TestMemoryLimitReportsOOM(t *testing.T) {
 // starts): no core dumps, and the binding's open-file limit.
 func TestRlimits(t *testing.T) {
 	p := startShLimits(t, "exec sleep 300", Limits{NoFile: 256})
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/limits")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, "/proc/"+strconv.Itoa(p.Pid())+"/limits")
 	for _, want := range [][]string{{"Max open files", "256", "256"}, {"Max core file size", "0", "0"}} {
 		found := false
 		for _, line := range strings.Split(string(b), "\n") {

@@ -75,6 +75,16 @@ func Recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	}
 }
 
+// ReadFile is the contents of the file at path; a failure ends the test.
+func ReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // ShortDir is a new directory under the system's temporary directory,
 // removed when the test ends: short enough for a Unix socket's path, which
 // the test's own TempDir may not be.
