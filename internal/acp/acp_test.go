@@ -32,10 +32,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // builtinSpec runs this test binary as the built-in agent.
 func builtinSpec(t *testing.T, args ...string) Spec {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testkit.Exe(t)
 	return Spec{
 		Command:      exe,
 		Args:         append([]string{"agent"}, args...),

@@ -105,10 +105,7 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 // newEnvWith is newEnv with the server's options adjusted by opts.
 func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak ...func(*config.Config)) *env {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testkit.Exe(t)
 	dir := t.TempDir()
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
 	builtin := config.Builtin(exe, dir)

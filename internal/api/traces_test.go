@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -246,10 +245,7 @@ func newTracedEnvWith(t *testing.T, mod func(*config.Config), onSpare func(bindi
 		t.Fatalf("tracing from the environment: %v, %v", tp, err)
 	}
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testkit.Exe(t)
 	dir := t.TempDir()
 	e := &tracedEnv{tp: tp, rc: rc, record: filepath.Join(dir, "record.jsonl")}
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
