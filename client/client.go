@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,38 +102,25 @@ type Error struct {
 func (e *Error) Error() string { return e.Message + " (" + e.Code + ")" }
 
 // IsCode reports whether err is an *Error with code.
-func IsCode(err error, code string) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == code
-}
+func IsCode(err error, code string) bool { return hasCode(err, code) }
 
 // IsNotFound reports whether err says that what was named does not exist: a
 // binding, a run, a history cursor or an endpoint.
 func IsNotFound(err error) bool {
-	var e *Error
-	if !errors.As(err, &e) {
-		return false
-	}
-	switch e.Code {
-	case apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeNotFound:
-		return true
-	}
-	return false
+	return hasCode(err, apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeNotFound)
 }
 
 // IsBusy reports whether err says the daemon could not take the turn now
 // and a later try may succeed: every slot stayed busy, or the binding's
 // agent is backing off after repeated failures.
 func IsBusy(err error) bool {
+	return hasCode(err, apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeAgentBackoff)
+}
+
+// hasCode reports whether err is an *Error with one of codes.
+func hasCode(err error, codes ...string) bool {
 	var e *Error
-	if !errors.As(err, &e) {
-		return false
-	}
-	switch e.Code {
-	case apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeAgentBackoff:
-		return true
-	}
-	return false
+	return errors.As(err, &e) && slices.Contains(codes, e.Code)
 }
 
 // do sends a JSON request and decodes a JSON response into out (nil: the

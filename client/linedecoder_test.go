@@ -2,13 +2,13 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestLineDecoderAsUnmarshal: one decoder kept across a stream's lines
@@ -29,20 +29,7 @@ func TestLineDecoderAsUnmarshal(t *testing.T) {
 		`not json`,
 		`{"event":"done","seq":8,"usage":{"input_tokens":3}}`,
 	}
-	var d apitype.LineDecoder
-	for round := range 2 {
-		for i, l := range lines {
-			var got, want apitype.Event
-			gerr := d.Decode([]byte(l), &got)
-			werr := json.Unmarshal([]byte(l), &want)
-			if (gerr == nil) != (werr == nil) {
-				t.Fatalf("round %d line %d: decode err %v, Unmarshal err %v", round, i, gerr, werr)
-			}
-			if werr == nil && !reflect.DeepEqual(got, want) {
-				t.Fatalf("round %d line %d: decoded %+v, Unmarshal %+v", round, i, got, want)
-			}
-		}
-	}
+	testkit.DecodesAsUnmarshal[apitype.Event](t, lines)
 }
 
 // TestLeanStreamAsWhole: a turn stream read for nobody's callback (its

@@ -32,10 +32,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // builtinSpec runs this test binary as the built-in agent.
 func builtinSpec(t *testing.T, args ...string) Spec {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testkit.Exe(t)
 	return Spec{
 		Command:      exe,
 		Args:         append([]string{"agent"}, args...),
@@ -246,15 +243,23 @@ func TestExitWithEscapedDescendantHoldingPipes(t *testing.T) {
 	}
 }
 
-func TestCancelAnswered(t *testing.T) {
-	a := start(t, builtinSpec(t))
-	native := newSession(t, a)
+// promptTimesOut prompts with text under a 200ms deadline, which the turn
+// must outlast: the prompt ends with DeadlineExceeded.
+func promptTimesOut(t *testing.T, a *Agent, native, text string) Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	res, err := a.Prompt(ctx, native, "wait [[fault:hang-turn]]", nil)
+	res, err := a.Prompt(ctx, native, text, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want DeadlineExceeded", err)
 	}
+	return res
+}
+
+func TestCancelAnswered(t *testing.T) {
+	a := start(t, builtinSpec(t))
+	native := newSession(t, a)
+	res := promptTimesOut(t, a, native, "wait [[fault:hang-turn]]")
 	if res.StopReason != "cancelled" {
 		t.Fatalf("stop reason %q, want cancelled", res.StopReason)
 	}
@@ -272,13 +277,7 @@ func TestCancelIgnoredKills(t *testing.T) {
 	spec := builtinSpec(t)
 	spec.CancelGrace = 300 * time.Millisecond
 	a := start(t, spec)
-	native := newSession(t, a)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_, err := a.Prompt(ctx, native, "[[fault:hang-ignore-cancel]]", nil)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want DeadlineExceeded", err)
-	}
+	promptTimesOut(t, a, newSession(t, a), "[[fault:hang-ignore-cancel]]")
 	select {
 	case <-a.Done():
 	default:

@@ -3,12 +3,13 @@ package acp
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // initialize tells the agent what residentd handles beyond the SDK's
@@ -22,10 +23,7 @@ func TestInitializeAdvertisesSessionCapabilities(t *testing.T) {
 		_ = a.Close()
 		t.Fatal("an agent that never answered initialize started")
 	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, out)
 	var req struct {
 		Method string `json:"method"`
 		Params struct {

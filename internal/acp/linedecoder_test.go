@@ -1,12 +1,11 @@
 package acp
 
 import (
-	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestLineDecoderAsUnmarshal: one decoder kept across lines accepts and
@@ -27,18 +26,5 @@ func TestLineDecoderAsUnmarshal(t *testing.T) {
 		`not json` + "\n",
 		`{"method":"session/update","params":{"sessionId":"s5"}}` + "\n",
 	}
-	var d apitype.LineDecoder
-	for round := range 2 {
-		for i, l := range lines {
-			var got, want envelope
-			gerr := d.Decode([]byte(l), &got)
-			werr := json.Unmarshal([]byte(l), &want)
-			if (gerr == nil) != (werr == nil) {
-				t.Fatalf("round %d line %d: decode err %v, Unmarshal err %v", round, i, gerr, werr)
-			}
-			if werr == nil && !reflect.DeepEqual(got, want) {
-				t.Fatalf("round %d line %d: decoded %+v, Unmarshal %+v", round, i, got, want)
-			}
-		}
-	}
+	testkit.DecodesAsUnmarshal[envelope](t, lines)
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,17 +27,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is the agent's stderr, written by exec's copier and read by
-// the test when the agent misbehaves.
+// syncBuffer is the agent's stderr, written by exec's copier through the
+// lockedWriter and read by the test when the agent misbehaves.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	lockedWriter
+	b bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func newSyncBuffer() *syncBuffer {
+	s := &syncBuffer{}
+	s.w = &s.b
+	return s
 }
 
 func (s *syncBuffer) String() string {
@@ -57,7 +56,7 @@ func startProcess(tb testing.TB, args ...string) (*acp.ClientSideConnection, *te
 	}
 	cmd := exec.Command(exe, append([]string{"agent"}, args...)...)
 	cmd.Env = append(os.Environ(), agentEnv+"=1")
-	stderr := &syncBuffer{}
+	stderr := newSyncBuffer()
 	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -75,6 +75,28 @@ func unixHTTP(sock string) *http.Client {
 	}}}
 }
 
+// serve serves a Server with options so on the socket sub in a testkit.ShortDir
+// until the test ends, then shuts it down and checks that it served
+// without error. It returns the server and the socket's path.
+func serve(t testing.TB, sub string, so ServerOptions) (*Server, string) {
+	t.Helper()
+	sock := filepath.Join(testkit.ShortDir(t), sub)
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(so)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return srv, sock
+}
+
 func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 	t.Helper()
 	return newEnvWith(t, nil, tweak...)
@@ -83,10 +105,7 @@ func newEnv(t *testing.T, tweak ...func(*config.Config)) *env {
 // newEnvWith is newEnv with the server's options adjusted by opts.
 func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak ...func(*config.Config)) *env {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testkit.Exe(t)
 	dir := t.TempDir()
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
 	builtin := config.Builtin(exe, dir)
@@ -97,33 +116,14 @@ func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak .
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
 	h := daemontest.New(t, cfg, daemontest.Options{Log: log})
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sdir, "s", "api.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	level := zap.NewAtomicLevel()
 	so := ServerOptions{Turns: h, Sessions: h, Channel: h.Inbox, Log: log, Level: &level, Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive)}
 	if opts != nil {
 		opts(&so, h.Daemon)
 	}
-	srv := NewServer(so)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	srv, sock := serve(t, filepath.Join("s", "api.sock"), so)
 	e := &env{d: h.Daemon, inbox: h.Inbox, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
-	t.Cleanup(func() {
-		e.c.Close()
-		srv.Shutdown(context.Background())
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		h.Close()
-		os.RemoveAll(sdir)
-	})
+	t.Cleanup(func() { e.c.Close() })
 	return e
 }
 
@@ -393,11 +393,7 @@ func TestBrowserOriginRefused(t *testing.T) {
 func TestSocketModesUnderOpenUmask(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	base, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
+	base := testkit.ShortDir(t)
 	sock := filepath.Join(base, "run", "api.sock")
 	ln, err := Listen(sock)
 	if err != nil {
@@ -429,11 +425,7 @@ func TestSocketModesUnderOpenUmask(t *testing.T) {
 }
 
 func TestStaleAndLiveSocket(t *testing.T) {
-	base, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
+	base := testkit.ShortDir(t)
 	sock := filepath.Join(base, "api.sock")
 	// A socket file nobody listens on, as a killed daemon leaves it.
 	stale, err := net.Listen("unix", sock)
@@ -483,20 +475,13 @@ func TestPeerUIDRefused(t *testing.T) {
 	e := newEnv(t)
 
 	// The test binary lives in a 0700 build dir: copy it where nobody can run it.
-	open, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(open)
+	open := testkit.ShortDir(t)
 	if err := os.Chmod(open, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	self, _ := os.Executable()
 	bin := filepath.Join(open, "peer")
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testkit.ReadFile(t, self)
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}

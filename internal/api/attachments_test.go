@@ -1,13 +1,11 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"image"
 	"image/color"
@@ -51,27 +49,7 @@ func attachEnv(t *testing.T, flags []string, tweak ...func(*config.Config)) (e *
 	}}, tweak...)...)
 	return e, folder, state, func() []prompted {
 		t.Helper()
-		f, err := os.Open(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		var out []prompted
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 32<<20)
-		for sc.Scan() {
-			var r struct {
-				Method string
-				prompted
-			}
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatal(err)
-			}
-			if r.Method == "session/prompt" {
-				out = append(out, r.prompted)
-			}
-		}
-		return out
+		return recordedPrompts[prompted](t, rec)
 	}
 }
 

@@ -81,19 +81,9 @@ func probeMain() int {
 // and a path the API does not have.
 func probeRoutes(t *testing.T, ch string) []string {
 	t.Helper()
-	data, err := os.ReadFile("../../docs/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
 	fill := strings.NewReplacer("{run}", "run-probe", "{request}", "req-probe", "{channel}", ch, "{id}", "m-probe", "{project}", "p-probe")
 	var out []string
-	for path, ops := range doc.Paths {
+	for path, ops := range openAPIPaths(t) {
 		for method := range ops {
 			p := fill.Replace(path)
 			if strings.HasPrefix(p, toolsPrefix) {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"regexp"
 	"runtime"
 	"sort"
@@ -18,19 +17,9 @@ import (
 // with its path parameters filled in.
 func jsonRoutes(t *testing.T) [][2]string {
 	t.Helper()
-	data, err := os.ReadFile("../../docs/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
 	param := regexp.MustCompile(`\{[a-z_]+\}`)
 	var out [][2]string
-	for path, ops := range doc.Paths {
+	for path, ops := range openAPIPaths(t) {
 		for method, op := range ops {
 			var o struct {
 				RequestBody json.RawMessage `json:"requestBody"`

@@ -19,6 +19,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/permission"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // docExample is one curl command of docs/API.md and the status the doc
@@ -101,10 +102,7 @@ func docDaemon(t *testing.T) (sock string) {
 // answers with the status the doc gives it. The examples chain: the turn
 // examples name their run_id and the later ones use it.
 func TestAPIDocExamplesRun(t *testing.T) {
-	raw, err := os.ReadFile("../../docs/API.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := testkit.ReadFile(t, "../../docs/API.md")
 	examples, err := docExamples(string(raw))
 	if err != nil {
 		t.Fatal(err)

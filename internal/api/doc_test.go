@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // The API is described three times: in apitype's Go types, in
@@ -288,10 +290,7 @@ var common = []string{"event", "run_id", "seq", "at"}
 
 func TestAPIDocMatchesSchemaAndCode(t *testing.T) {
 	g, a := readGoAPI(t), loadDoc(t)
-	raw, err := os.ReadFile("../../docs/API.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := testkit.ReadFile(t, "../../docs/API.md")
 	doc := string(raw)
 
 	// Stream events: the table, the schema's Event variants and apitype's

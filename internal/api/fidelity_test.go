@@ -31,25 +31,41 @@ func recordedEnv(t *testing.T, tweak ...func(*config.Config)) (*env, func() []st
 	}}, tweak...)...)
 	return e, func() []string {
 		t.Helper()
-		f, err := os.Open(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
 		var out []string
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			var r struct{ Method, Prompt string }
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatal(err)
-			}
-			if r.Method == "session/prompt" {
-				out = append(out, r.Prompt)
-			}
+		for _, p := range recordedPrompts[struct{ Prompt string }](t, rec) {
+			out = append(out, p.Prompt)
 		}
 		return out
 	}
+}
+
+// recordedPrompts is every session/prompt the built-in agent wrote to its
+// record file rec (--record), each decoded into a T.
+func recordedPrompts[T any](t *testing.T, rec string) []T {
+	t.Helper()
+	f, err := os.Open(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 32<<20)
+	for sc.Scan() {
+		var r struct{ Method string }
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Method != "session/prompt" {
+			continue
+		}
+		var p T
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 var fidelityT0 = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)

@@ -1,31 +1,12 @@
 package api
 
-import (
-	"net"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// peerCred returns the uid and pid of the process at the other end of c,
-// as they were when it connected.
-func peerCred(c net.Conn) (uid, pid int, err error) {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return -1, -1, errNotUnix
-	}
-	raw, err := uc.SyscallConn()
+// sockCred reads the credentials of the peer of the Unix socket fd.
+func sockCred(fd int) (uid, pid int, err error) {
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return -1, -1, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return -1, -1, err
-	}
-	if cerr != nil {
-		return -1, -1, cerr
 	}
 	return int(cred.Uid), int(cred.Pid), nil
 }

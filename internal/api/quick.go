@@ -68,6 +68,17 @@ func (q *quick) space() {
 	}
 }
 
+// skip passes white space, then c if it comes next; it reports whether c
+// came.
+func (q *quick) skip(c byte) bool {
+	q.space()
+	if q.i < len(q.data) && q.data[q.i] == c {
+		q.i++
+		return true
+	}
+	return false
+}
+
 var (
 	rawType  = reflect.TypeOf(json.RawMessage(nil))
 	timeType = reflect.TypeOf(time.Time{})
@@ -97,26 +108,17 @@ func (q *quick) value(t reflect.Type, depth int) bool {
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
-		q.space()
-		if q.i < len(q.data) && q.data[q.i] == ']' {
-			q.i++
+		if q.skip(']') {
 			return true
 		}
 		for {
 			if !q.value(elem, depth+1) {
 				return false
 			}
-			q.space()
-			if q.i >= len(q.data) {
-				return false
-			}
-			switch q.data[q.i] {
-			case ',':
-				q.i++
-			case ']':
-				q.i++
+			if q.skip(']') {
 				return true
-			default:
+			}
+			if !q.skip(',') {
 				return false
 			}
 		}
@@ -170,9 +172,7 @@ func (q *quick) object(t reflect.Type, depth int) bool {
 	}
 	var seen [24][]byte
 	n := 0
-	q.space()
-	if q.i < len(q.data) && q.data[q.i] == '}' {
-		q.i++
+	if q.skip('}') {
 		return true
 	}
 	for {
@@ -194,25 +194,13 @@ func (q *quick) object(t reflect.Type, depth int) bool {
 				return false
 			}
 		}
-		q.space()
-		if q.i >= len(q.data) || q.data[q.i] != ':' {
+		if !q.skip(':') || !q.value(ft, depth+1) {
 			return false
 		}
-		q.i++
-		if !q.value(ft, depth+1) {
-			return false
-		}
-		q.space()
-		if q.i >= len(q.data) {
-			return false
-		}
-		switch q.data[q.i] {
-		case ',':
-			q.i++
-		case '}':
-			q.i++
+		if q.skip('}') {
 			return true
-		default:
+		}
+		if !q.skip(',') {
 			return false
 		}
 	}

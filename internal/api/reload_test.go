@@ -24,6 +24,7 @@ import (
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/daemontest"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // reloadEnv is a daemon started from a config file, served on a real
@@ -57,25 +58,9 @@ func newReloadEnv(t testing.TB, ids ...string) *reloadEnv {
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
 	e.h = daemontest.New(t, cfg, daemontest.Options{Log: log, Reload: load, ConfigFile: e.file})
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sdir, "api.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Inbox, Log: log, Version: "test", Config: e.h.Daemon})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	_, sock := serve(t, "api.sock", ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Inbox, Log: log, Version: "test", Config: e.h.Daemon})
 	e.c = &client.Client{Socket: sock}
-	t.Cleanup(func() {
-		e.c.Close()
-		srv.Shutdown(context.Background())
-		<-served
-		os.RemoveAll(sdir)
-	})
+	t.Cleanup(func() { e.c.Close() })
 	return e
 }
 
@@ -368,10 +353,7 @@ func TestReloadRemovedBinding(t *testing.T) {
 func TestReloadInvalidFileRefused(t *testing.T) {
 	e := newReloadEnv(t, "b-keep")
 	r1 := e.mustTurn(t, "ch", "b-keep", "m1")
-	good, err := os.ReadFile(e.file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := testkit.ReadFile(t, e.file)
 	for _, tc := range []struct {
 		name, body, want string
 	}{

@@ -80,11 +80,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 // event: the stream then carries the events numbered above SEQ, none when
 // the run ends first, and ends with the run.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
-		fail(w, err)
-		return
-	}
-	rn, err := s.turns.Run(r.PathValue("run"))
+	rn, err := s.pathRun(r)
 	if err != nil {
 		fail(w, err)
 		return
@@ -95,15 +91,34 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	var after int64
-	if v := q.Get("after"); v != "" {
-		after, err = strconv.ParseInt(v, 10, 64)
-		if err != nil || after < 0 {
-			fail(w, fmt.Errorf("%w: after %q must be a sequence number (0 or more): the seq of the last event you have", errBadRequest, v))
-			return
-		}
+	after, err := checkAfter(q, "event")
+	if err != nil {
+		fail(w, err)
+		return
 	}
 	s.follow(w, r, rn, after, false, lean)
+}
+
+// pathRun is the run the request's path names.
+func (s *Server) pathRun(r *http.Request) (*run.Run, error) {
+	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
+		return nil, err
+	}
+	return s.turns.Run(r.PathValue("run"))
+}
+
+// checkAfter validates ?after=: the seq of the last item (an event, an
+// announcement) the client has; 0 when it is not given.
+func checkAfter(q url.Values, item string) (int64, error) {
+	v := q.Get("after")
+	if v == "" {
+		return 0, nil
+	}
+	after, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || after < 0 {
+		return 0, fmt.Errorf("%w: after %q must be a sequence number (0 or more): the seq of the last %s you have", errBadRequest, v, item)
+	}
+	return after, nil
 }
 
 // checkLean validates ?lean=: true asks for the lean stream (the reply
@@ -211,14 +226,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 // last seq it knows), then the live ones until the client goes away, with
 // keepalives while it is quiet.
 func (s *Server) runFeed(w http.ResponseWriter, r *http.Request) {
-	var after int64
-	if v := r.URL.Query().Get("after"); v != "" {
-		var err error
-		after, err = strconv.ParseInt(v, 10, 64)
-		if err != nil || after < 0 {
-			fail(w, fmt.Errorf("%w: after %q must be a sequence number (0 or more): the seq of the last announcement you have", errBadRequest, v))
-			return
-		}
+	after, err := checkAfter(r.URL.Query(), "announcement")
+	if err != nil {
+		fail(w, err)
+		return
 	}
 	f := s.turns.RunFeed()
 	b := f.Read(after)
@@ -274,11 +285,7 @@ func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
-	if err := checkIDs(inPath("run", r.PathValue("run"))); err != nil {
-		fail(w, err)
-		return
-	}
-	rn, err := s.turns.Run(r.PathValue("run"))
+	rn, err := s.pathRun(r)
 	if err != nil {
 		fail(w, err)
 		return
@@ -301,9 +308,6 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.turns.Answer(id, reqID, req.OptionID); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, apitype.PermissionAnswered{RunID: id, RequestID: reqID, OptionID: req.OptionID})
+	err := s.turns.Answer(id, reqID, req.OptionID)
+	reply(w, http.StatusOK, apitype.PermissionAnswered{RunID: id, RequestID: reqID, OptionID: req.OptionID}, err)
 }

@@ -181,16 +181,7 @@ func TestRunOutlivesItsConnection(t *testing.T) {
 	if res.ev.Seq != int64(len(got)+1) || got[len(got)-1].Event != apitype.EventDone {
 		t.Fatalf("done has seq %d after %d events", res.ev.Seq, len(got))
 	}
-	var decision *apitype.PermissionDecision
-	thought := ""
-	for _, ev := range got {
-		if ev.Event == apitype.EventPermissionDecision {
-			decision = ev.Decision
-		}
-		if ev.Update != nil && ev.Update.Kind == apitype.UpdateThought {
-			thought = ev.Update.Text
-		}
-	}
+	decision, thought := decided(got)
 	if decision == nil || decision.DecidedBy != apitype.DecidedByPerson || decision.OptionID != "allow" || decision.Kind != "allow_once" {
 		t.Fatalf("decision %+v", decision)
 	}
@@ -360,16 +351,7 @@ func TestPermissionAnswers(t *testing.T) {
 			case tt.outcome != "done" && !client.IsCode(err, tt.outcome):
 				t.Fatalf("turn: %v, want %s", err, tt.outcome)
 			}
-			var d *apitype.PermissionDecision
-			thought := ""
-			for _, ev := range evs {
-				if ev.Event == apitype.EventPermissionDecision {
-					d = ev.Decision
-				}
-				if ev.Update != nil && ev.Update.Kind == apitype.UpdateThought {
-					thought = ev.Update.Text
-				}
-			}
+			d, thought := decided(evs)
 			if d == nil || d.DecidedBy != tt.by || d.OptionID != tt.option {
 				t.Fatalf("decision %+v, want by %s option %q (events %s)", d, tt.by, tt.option, kinds(evs))
 			}
@@ -378,6 +360,22 @@ func TestPermissionAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decided is the last permission decision among evs and the text of the
+// last thought, which the agent fills with what it made of the answer.
+func decided(evs []apitype.Event) (*apitype.PermissionDecision, string) {
+	var d *apitype.PermissionDecision
+	thought := ""
+	for _, ev := range evs {
+		if ev.Event == apitype.EventPermissionDecision {
+			d = ev.Decision
+		}
+		if ev.Update != nil && ev.Update.Kind == apitype.UpdateThought {
+			thought = ev.Update.Text
+		}
+	}
+	return d, thought
 }
 
 func answerWith(option string) func(e *env, runID, reqID string) {

@@ -10,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/testkit"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -24,6 +24,20 @@ import (
 // openAPIPath is the machine-readable description of the local API that
 // every response the tests produce is checked against.
 const openAPIPath = "../../docs/openapi.json"
+
+// openAPIPaths is the operations docs/openapi.json describes, by path and
+// method.
+func openAPIPaths(t *testing.T) map[string]map[string]json.RawMessage {
+	t.Helper()
+	data := testkit.ReadFile(t, openAPIPath)
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Paths
+}
 
 // apiSchema is docs/openapi.json compiled with a JSON Schema library; the
 // schema of a response is found by its route, status and content type.
@@ -271,15 +285,6 @@ func checkTrace(a *apiSchema, glob string) (traffic, error) {
 		}
 	}
 	return tr, errors.Join(errs...)
-}
-
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // runRecorded runs the package's tests with every response recorded, then

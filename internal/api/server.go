@@ -308,6 +308,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
+// reply writes v with status, or err when it is not nil.
+func reply(w http.ResponseWriter, status int, v any, err error) {
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, apitype.ErrorBody{Error: apitype.Error{Code: code, Message: msg}})
 }
@@ -416,11 +425,8 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.turns.Cancel(r.PathValue("run")); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, apitype.CancelResponse{Cancelled: r.PathValue("run")})
+	err := s.turns.Cancel(r.PathValue("run"))
+	reply(w, http.StatusAccepted, apitype.CancelResponse{Cancelled: r.PathValue("run")}, err)
 }
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
@@ -437,20 +443,12 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.config.Reload()
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	reply(w, http.StatusOK, out, err)
 }
 
 func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 	var req apitype.FreshRequest
-	if err := decode(w, r, MaxSmallBody, &req); err != nil {
-		fail(w, err)
-		return
-	}
-	k, err := keyOf(field("channel_id", req.Channel), field("binding_id", req.Binding))
+	k, err := decodeKeyed(w, r, &req, &req.Channel, &req.Binding)
 	if err != nil {
 		fail(w, err)
 		return
@@ -463,11 +461,7 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		k.Thread = *req.ThreadRoot
 	}
 	had, err := s.keys.Fresh(k)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, apitype.FreshResponse{StoppedProcess: had})
+	reply(w, http.StatusOK, apitype.FreshResponse{StoppedProcess: had}, err)
 }
 
 // keyOf is the (channel, binding) key a request names; both are required.
@@ -481,6 +475,16 @@ func keyOf(channel, binding idField) (session.Key, error) {
 	return session.Key{Channel: channel.id, Binding: binding.id}, nil
 }
 
+// decodeKeyed decodes a small request body into req and returns the key
+// named by its channel_id and binding_id fields (channel and binding
+// point into req).
+func decodeKeyed(w http.ResponseWriter, r *http.Request, req any, channel, binding *string) (session.Key, error) {
+	if err := decode(w, r, MaxSmallBody, req); err != nil {
+		return session.Key{}, err
+	}
+	return keyOf(field("channel_id", *channel), field("binding_id", *binding))
+}
+
 func (s *Server) sessionOptions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	k, err := keyOf(inQuery("channel_id", q.Get("channel_id")), inQuery("binding_id", q.Get("binding_id")))
@@ -489,20 +493,12 @@ func (s *Server) sessionOptions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := s.keys.SessionOptions(k)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, o)
+	reply(w, http.StatusOK, o, err)
 }
 
 func (s *Server) setSessionOptions(w http.ResponseWriter, r *http.Request) {
 	var req apitype.SessionOptionsRequest
-	if err := decode(w, r, MaxSmallBody, &req); err != nil {
-		fail(w, err)
-		return
-	}
-	k, err := keyOf(field("channel_id", req.Channel), field("binding_id", req.Binding))
+	k, err := decodeKeyed(w, r, &req, &req.Channel, &req.Binding)
 	if err != nil {
 		fail(w, err)
 		return
@@ -518,20 +514,12 @@ func (s *Server) setSessionOptions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := s.keys.SetSessionOptions(k, req.Options)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, o)
+	reply(w, http.StatusOK, o, err)
 }
 
 func (s *Server) budgets(w http.ResponseWriter, r *http.Request) {
 	b, err := s.turns.Budgets()
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, b)
+	reply(w, http.StatusOK, b, err)
 }
 
 func (s *Server) bindings(w http.ResponseWriter, r *http.Request) {
@@ -582,11 +570,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		msgs[i] = inbox.Push{Message: channel.Message{ID: m.ID, Channel: m.Channel, ThreadRoot: m.ThreadRoot, Author: m.Author, AuthorKind: m.AuthorKind, BindingID: m.BindingID, CreatedAt: at, Body: m.Body}, Attachments: m.Attachments}
 	}
 	res, err := s.inbox.Push(msgs)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	reply(w, http.StatusOK, res, err)
 }
 
 // deleteMessage is DELETE /v1/messages/{channel}/{id} (both
@@ -597,11 +581,8 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.inbox.DeleteMessage(ch, id); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, apitype.MessageDeleted{Channel: ch, Deleted: id})
+	err := s.inbox.DeleteMessage(ch, id)
+	reply(w, http.StatusOK, apitype.MessageDeleted{Channel: ch, Deleted: id}, err)
 }
 
 func (s *Server) logLevel(w http.ResponseWriter, r *http.Request) {

@@ -200,13 +200,7 @@ func feedReader(t *testing.T, e *env, after int64) <-chan apitype.FeedEvent {
 
 func nextFeed(t *testing.T, ch <-chan apitype.FeedEvent) apitype.FeedEvent {
 	t.Helper()
-	select {
-	case ev := <-ch:
-		return ev
-	case <-time.After(30 * time.Second):
-		t.Fatal("no feed announcement within 30s")
-	}
-	return apitype.FeedEvent{}
+	return testkit.Recv(t, ch, 30*time.Second, "feed announcement")
 }
 
 // Output the agent sends after its prompt returned becomes an agent run:

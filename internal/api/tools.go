@@ -49,11 +49,8 @@ func (t *toolsAPI) putRoster(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := t.d.SetRoster(ch, req.Members); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, apitype.RosterResponse{Channel: ch, Members: len(req.Members)})
+	err := t.d.SetRoster(ch, req.Members)
+	reply(w, http.StatusOK, apitype.RosterResponse{Channel: ch, Members: len(req.Members)}, err)
 }
 
 func (t *toolsAPI) putProject(w http.ResponseWriter, r *http.Request) {
@@ -68,11 +65,7 @@ func (t *toolsAPI) putProject(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := t.d.SetProject(ch, req.Project)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, apitype.ProjectResponse{Channel: ch, Project: p})
+	reply(w, http.StatusOK, apitype.ProjectResponse{Channel: ch, Project: p}, err)
 }
 
 func (t *toolsAPI) postActivity(w http.ResponseWriter, r *http.Request) {
@@ -86,11 +79,8 @@ func (t *toolsAPI) postActivity(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := t.d.AddActivity(p, req.Items); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, apitype.ActivityResponse{Project: p, Added: len(req.Items)})
+	err := t.d.AddActivity(p, req.Items)
+	reply(w, http.StatusOK, apitype.ActivityResponse{Project: p, Added: len(req.Items)}, err)
 }
 
 // scope authenticates a tool request and returns the channel (and thread,
@@ -168,11 +158,7 @@ func (t *toolsAPI) roster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	members, pushed, err := t.d.Roster(ch)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, apitype.Roster{Channel: ch, Pushed: pushed, Members: members})
+	reply(w, http.StatusOK, apitype.Roster{Channel: ch, Pushed: pushed, Members: members}, err)
 }
 
 func (t *toolsAPI) activity(w http.ResponseWriter, r *http.Request) {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -246,10 +245,7 @@ func newTracedEnvWith(t *testing.T, mod func(*config.Config), onSpare func(bindi
 		t.Fatalf("tracing from the environment: %v, %v", tp, err)
 	}
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testkit.Exe(t)
 	dir := t.TempDir()
 	e := &tracedEnv{tp: tp, rc: rc, record: filepath.Join(dir, "record.jsonl")}
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(time.Second)}
@@ -265,25 +261,9 @@ func newTracedEnvWith(t *testing.T, mod func(*config.Config), onSpare func(bindi
 	core, logs := observer.New(zapcore.InfoLevel)
 	e.logs = logs
 	e.h = daemontest.New(t, cfg, daemontest.Options{Log: zap.New(core), Tracer: tp.Tracer(), AgentQuiet: 100 * time.Millisecond, OnSpare: onSpare})
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sdir, "api.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Inbox, Log: zap.NewNop(), Version: "test"})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	_, sock := serve(t, "api.sock", ServerOptions{Turns: e.h, Sessions: e.h, Channel: e.h.Inbox, Log: zap.NewNop(), Version: "test"})
 	e.c, e.hc = &client.Client{Socket: sock}, unixHTTP(sock)
-	t.Cleanup(func() {
-		e.c.Close()
-		srv.Shutdown(context.Background())
-		<-served
-		os.RemoveAll(sdir)
-	})
+	t.Cleanup(func() { e.c.Close() })
 	return e
 }
 
@@ -339,10 +319,7 @@ func until(t *testing.T, next func() apitype.Event) []apitype.Event {
 // prompt (from _meta).
 func (e *tracedEnv) prompted(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(e.record)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testkit.ReadFile(t, e.record)
 	tp := "none"
 	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var rec struct {
@@ -486,12 +463,7 @@ func TestTraceColdTurnOnASpare(t *testing.T) {
 		one := 1
 		c.Bindings[0].Spare, c.Bindings[0].SpareAtStart = &one, true
 	}, func(binding string, pid int) { ready <- pid })
-	var pid int
-	select {
-	case pid = <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no spare became ready within 30s")
-	}
+	pid := testkit.Recv(t, ready, 30*time.Second, "spare ready")
 	const tr = "4bf92f3577b34da6a3ce929d0e0e4736"
 	res := e.h.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "m1", Text: "@agent hello",
 		TraceContext: &apitype.TraceContext{Traceparent: "00-" + tr + "-00f067aa0ba902b7-01"}})

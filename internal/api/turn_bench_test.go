@@ -20,6 +20,7 @@ import (
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 const benchText = "@agent why is the refund spec flaky? look at the last runs"
@@ -40,34 +41,15 @@ func benchClientWith(b *testing.B, o daemontest.Options) (*client.Client, *store
 // benchClientIn is benchClientWith with the daemon's state directory dir.
 func benchClientIn(b *testing.B, dir string, o daemontest.Options) (*client.Client, *store.Store) {
 	b.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
+	exe := testkit.Exe(b)
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	cfg.Bindings = []config.Binding{{ID: "b-builtin", Handle: "@agent", Command: exe,
 		Args: []string{"agent"}, Env: map[string]string{"RESIDENTD_TEST_AGENT": "1"},
 		System: config.BuiltinFraming, Supervised: true, Resident: true, Spare: new(int)}}
 	h := daemontest.New(b, cfg, o)
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := Listen(filepath.Join(sdir, "api.sock"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := NewServer(ServerOptions{Turns: h, Sessions: h, Channel: h.Inbox, Log: zap.NewNop(), Version: "bench"})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	c := &client.Client{Socket: filepath.Join(sdir, "api.sock")}
-	b.Cleanup(func() {
-		c.Close()
-		srv.Shutdown(context.Background())
-		<-served
-		h.Close()
-		os.RemoveAll(sdir)
-	})
+	_, sock := serve(b, "api.sock", ServerOptions{Turns: h, Sessions: h, Channel: h.Inbox, Log: zap.NewNop(), Version: "bench"})
+	c := &client.Client{Socket: sock}
+	b.Cleanup(func() { c.Close() })
 	return c, h.Store
 }
 
@@ -124,10 +106,7 @@ func BenchmarkWarmTurnSocketNewLine(b *testing.B) {
 // same built-in agent over ACP, with no daemon: the baseline for the
 // daemon's overhead.
 func BenchmarkWarmTurnDirectACP(b *testing.B) {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
+	exe := testkit.Exe(b)
 	dir := b.TempDir()
 	a, err := acp.Start(context.Background(), acp.Spec{Command: exe, Args: []string{"agent"},
 		Env: []string{"RESIDENTD_TEST_AGENT=1"}, Dir: dir, Grace: 2 * time.Second}, zap.NewNop())
@@ -189,10 +168,7 @@ func benchSocketVsDirect(b *testing.B, dir string) {
 	if _, err := c.Turn(ctx, req, nil); err != nil {
 		b.Fatal(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
+	exe := testkit.Exe(b)
 	adir := filepath.Join(dir, "direct")
 	if err := os.MkdirAll(adir, 0o700); err != nil {
 		b.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // startSleeper starts a process outside any agent's tree; env adds to its
@@ -21,17 +23,7 @@ func startSleeper(t testing.TB, env ...string) int {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", "echo up; read -r _")
 	cmd.Env = append(CleanEnv(os.Environ()), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testkit.StartPiped(t, cmd)
 	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
 		t.Fatalf("sleeper %d never said it is up: %v", cmd.Process.Pid, err)

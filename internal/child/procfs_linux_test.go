@@ -20,11 +20,7 @@ func TestReadSelfAndReaped(t *testing.T) {
 	if err != nil || me.Ppid != os.Getppid() || me.Pgrp != syscall.Getpgrp() || me.Start == 0 || me.Zombie() {
 		t.Fatalf("Read(self) = %+v, %v", me, err)
 	}
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Read(cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
+	if _, err := Read(reapedPid(t)); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("Read(reaped pid) err = %v, want ErrNoProcess", err)
 	}
 }
@@ -89,11 +85,7 @@ func TestRSS(t *testing.T) {
 	if err != nil || n < 1<<20 {
 		t.Fatalf("RSS(self) = %d, %v; want at least a MiB", n, err)
 	}
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := RSS(cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
+	if _, err := RSS(reapedPid(t)); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("RSS(reaped pid) err = %v, want ErrNoProcess", err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // group is a real process group started by a shell script: the shell leads
@@ -34,19 +36,10 @@ func startGroup(t *testing.T, script string) (*group, string) {
 	}
 	cmd := exec.Command("sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := testkit.StartPiped(t, cmd)
 	g := &group{cmd: cmd, in: in, out: bufio.NewReader(out), done: make(chan struct{})}
 	// Ticks first: the script may exit once its line is read.
+	var err error
 	g.ticks, err = StartTicks(cmd.Process.Pid)
 	if err != nil {
 		t.Fatalf("StartTicks of a live child: %v", err)
@@ -126,13 +119,20 @@ func TestStartTicks(t *testing.T) {
 	if b, _ := StartTicks(os.Getpid()); a != b {
 		t.Errorf("StartTicks(self) changed: %d then %d", a, b)
 	}
+	if _, err := StartTicks(reapedPid(t)); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("StartTicks(reaped pid) err = %v, want ErrNoProcess", err)
+	}
+}
+
+// reapedPid is the pid of a child that has exited and been reaped: no
+// process has it until the kernel hands it out again.
+func reapedPid(t *testing.T) int {
+	t.Helper()
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := StartTicks(cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
-		t.Errorf("StartTicks(reaped pid) err = %v, want ErrNoProcess", err)
-	}
+	return cmd.Process.Pid
 }
 
 func TestSweepKillsOwnGroupAndSparesStranger(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // treeScript starts, besides itself, every way an agent's descendants leave
@@ -113,11 +115,31 @@ func openCgroupsOrSkip(t *testing.T, want ...string) *Cgroups {
 		if err := cg.Close(); err != nil {
 			t.Error(err)
 		}
-		if _, err := os.Stat(cg.Dir); !os.IsNotExist(err) {
-			t.Errorf("daemon cgroup %s still exists", cg.Dir)
-		}
+		checkGone(t, "daemon cgroup", cg.Dir)
 	})
 	return cg
+}
+
+// withAndWithoutCgroup runs f as two subtests: without a cgroup (cg nil),
+// then with one (skipped where this process may not create one).
+func withAndWithoutCgroup(t *testing.T, f func(t *testing.T, cg *Cgroups)) {
+	for _, withCgroup := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cgroup=%v", withCgroup), func(t *testing.T) {
+			var cg *Cgroups
+			if withCgroup {
+				cg = openCgroupsOrSkip(t)
+			}
+			f(t, cg)
+		})
+	}
+}
+
+// checkGone fails the test when the cgroup at dir still exists.
+func checkGone(t *testing.T, what, dir string) {
+	t.Helper()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s %s still exists (%v)", what, dir, err)
+	}
 }
 
 // runTree starts the tree, stops it the given way and checks nothing is left.
@@ -144,9 +166,7 @@ func runTree(t *testing.T, cg *Cgroups, clearEnv bool, stop string) {
 	waitDone(t, p)
 	waitCount(t, tok, 0, "after "+stop)
 	if cg != nil {
-		if _, err := os.Stat(p.Cgroup()); !os.IsNotExist(err) {
-			t.Errorf("agent cgroup %s still exists (%v)", p.Cgroup(), err)
-		}
+		checkGone(t, "agent cgroup", p.Cgroup())
 	}
 }
 
@@ -168,34 +188,26 @@ func TestTreeEndsWithAgentByCgroup(t *testing.T) {
 // A leftover from a crashed daemon: the leader and its group are gone, but
 // the escaped descendants live on; the sweep finds them by mark and cgroup.
 func TestSweepEscapedDescendants(t *testing.T) {
-	for _, withCgroup := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cgroup=%v", withCgroup), func(t *testing.T) {
-			var cg *Cgroups
-			if withCgroup {
-				cg = openCgroupsOrSkip(t)
-			}
-			p, tok := startTree(t, cg, withCgroup)
-			_, want := treeScript(tok, withCgroup)
-			ticks, err := StartTicks(p.Pid())
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := Leftover{Pid: p.Pid(), Pgid: p.Pid(), StartTicks: ticks, StartedAt: time.Now(), Mark: p.Mark(), Cgroup: p.Cgroup()}
-			// What a crashed daemon leaves: the tree, without its supervisor.
-			p.abandon(t)
-			waitCount(t, tok, want, "after the crash")
-			res := Sweep([]Leftover{rec}, 300*time.Millisecond)
-			waitCount(t, tok, 0, "after the sweep")
-			if res[0].Outcome != SweepKilled || res[0].Escaped == 0 {
-				t.Errorf("sweep = %+v, want killed with escaped descendants", res[0])
-			}
-			if withCgroup {
-				if _, err := os.Stat(rec.Cgroup); !os.IsNotExist(err) {
-					t.Errorf("leftover cgroup %s still exists", rec.Cgroup)
-				}
-			}
-		})
-	}
+	withAndWithoutCgroup(t, func(t *testing.T, cg *Cgroups) {
+		p, tok := startTree(t, cg, cg != nil)
+		_, want := treeScript(tok, cg != nil)
+		ticks, err := StartTicks(p.Pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := Leftover{Pid: p.Pid(), Pgid: p.Pid(), StartTicks: ticks, StartedAt: time.Now(), Mark: p.Mark(), Cgroup: p.Cgroup()}
+		// What a crashed daemon leaves: the tree, without its supervisor.
+		p.abandon(t)
+		waitCount(t, tok, want, "after the crash")
+		res := Sweep([]Leftover{rec}, 300*time.Millisecond)
+		waitCount(t, tok, 0, "after the sweep")
+		if res[0].Outcome != SweepKilled || res[0].Escaped == 0 {
+			t.Errorf("sweep = %+v, want killed with escaped descendants", res[0])
+		}
+		if cg != nil {
+			checkGone(t, "leftover cgroup", rec.Cgroup)
+		}
+	})
 }
 
 // A crashed daemon's agent whose record was never written: SweepMarked
@@ -204,68 +216,60 @@ func TestSweepEscapedDescendants(t *testing.T) {
 // prefix, a tree this process started and still runs, and marks the
 // caller swept already.
 func TestSweepMarkedFindsUnrecordedAgents(t *testing.T) {
-	for _, withCgroup := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cgroup=%v", withCgroup), func(t *testing.T) {
-			var cg *Cgroups
-			if withCgroup {
-				cg = openCgroupsOrSkip(t)
-			}
-			prefix, other := newMark("")[:MarkPrefixLen], newMark("")[:MarkPrefixLen]
-			lost, lostTok := startTreeMarked(t, cg, withCgroup, prefix)
-			if !strings.HasPrefix(lost.Mark(), prefix) || !validMark(lost.Mark()) {
-				t.Fatalf("mark %q, want 32 hex digits beginning with %s", lost.Mark(), prefix)
-			}
-			_, lostWant := treeScript(lostTok, withCgroup)
-			lostCgroup := lost.Cgroup()
-			stranger, strangerTok := startTreeMarked(t, nil, false, other)
-			_, strangerWant := treeScript(strangerTok, false)
-			live, liveTok := startTreeMarked(t, nil, false, prefix)
-			_, liveWant := treeScript(liveTok, false)
-			skipped, skippedTok := startTreeMarked(t, nil, false, prefix)
-			_, skippedWant := treeScript(skippedTok, false)
+	withAndWithoutCgroup(t, func(t *testing.T, cg *Cgroups) {
+		prefix, other := newMark("")[:MarkPrefixLen], newMark("")[:MarkPrefixLen]
+		lost, lostTok := startTreeMarked(t, cg, cg != nil, prefix)
+		if !strings.HasPrefix(lost.Mark(), prefix) || !validMark(lost.Mark()) {
+			t.Fatalf("mark %q, want 32 hex digits beginning with %s", lost.Mark(), prefix)
+		}
+		_, lostWant := treeScript(lostTok, cg != nil)
+		lostCgroup := lost.Cgroup()
+		stranger, strangerTok := startTreeMarked(t, nil, false, other)
+		_, strangerWant := treeScript(strangerTok, false)
+		live, liveTok := startTreeMarked(t, nil, false, prefix)
+		_, liveWant := treeScript(liveTok, false)
+		skipped, skippedTok := startTreeMarked(t, nil, false, prefix)
+		_, skippedWant := treeScript(skippedTok, false)
 
-			// What a crashed daemon leaves: the trees, without their
-			// supervisor. All three leaders die before any reap is awaited,
-			// so their output drains run side by side.
-			for _, p := range []*Process{lost, skipped, stranger} {
-				p.abandoned.Store(true)
-				if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
+		// What a crashed daemon leaves: the trees, without their
+		// supervisor. All three leaders die before any reap is awaited,
+		// so their output drains run side by side.
+		for _, p := range []*Process{lost, skipped, stranger} {
+			p.abandoned.Store(true)
+			if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
 			}
-			for _, p := range []*Process{lost, skipped, stranger} {
-				waitDone(t, p)
-			}
-			t.Cleanup(func() {
-				signalMarked(stranger.Mark(), 0, syscall.SIGKILL)
-				signalMarked(skipped.Mark(), 0, syscall.SIGKILL)
-			})
-			waitCount(t, lostTok, lostWant, "after the crash")
-
-			res := SweepMarked(prefix, []string{skipped.Mark()}, 300*time.Millisecond)
-			waitCount(t, lostTok, 0, "after the sweep")
-			if len(res) != 1 || res[0].Mark != lost.Mark() || res[0].Outcome != SweepKilled || res[0].Escaped == 0 || res[0].Cgroup != lostCgroup {
-				t.Fatalf("sweep = %+v, want the lost tree (mark %s, cgroup %q) alone, killed", res, lost.Mark(), lostCgroup)
-			}
-			if withCgroup {
-				if _, err := os.Stat(lostCgroup); !os.IsNotExist(err) {
-					t.Errorf("leftover cgroup %s still exists", lostCgroup)
-				}
-			}
-			waitCount(t, strangerTok, strangerWant, "another prefix's tree after the sweep")
-			waitCount(t, skippedTok, skippedWant, "a swept mark's tree after the sweep")
-			// The live agent itself counts too: the tree is the shell and its descendants.
-			waitCount(t, liveTok, liveWant, "this process's own agent after the sweep")
-			select {
-			case <-live.Done():
-				t.Fatal("this process's own agent was stopped")
-			default:
-			}
-			if got := SweepMarked("not-a-prefix", nil, time.Second); got != nil {
-				t.Errorf("an invalid prefix swept %+v", got)
-			}
+		}
+		for _, p := range []*Process{lost, skipped, stranger} {
+			waitDone(t, p)
+		}
+		t.Cleanup(func() {
+			signalMarked(stranger.Mark(), 0, syscall.SIGKILL)
+			signalMarked(skipped.Mark(), 0, syscall.SIGKILL)
 		})
-	}
+		waitCount(t, lostTok, lostWant, "after the crash")
+
+		res := SweepMarked(prefix, []string{skipped.Mark()}, 300*time.Millisecond)
+		waitCount(t, lostTok, 0, "after the sweep")
+		if len(res) != 1 || res[0].Mark != lost.Mark() || res[0].Outcome != SweepKilled || res[0].Escaped == 0 || res[0].Cgroup != lostCgroup {
+			t.Fatalf("sweep = %+v, want the lost tree (mark %s, cgroup %q) alone, killed", res, lost.Mark(), lostCgroup)
+		}
+		if cg != nil {
+			checkGone(t, "leftover cgroup", lostCgroup)
+		}
+		waitCount(t, strangerTok, strangerWant, "another prefix's tree after the sweep")
+		waitCount(t, skippedTok, skippedWant, "a swept mark's tree after the sweep")
+		// The live agent itself counts too: the tree is the shell and its descendants.
+		waitCount(t, liveTok, liveWant, "this process's own agent after the sweep")
+		select {
+		case <-live.Done():
+			t.Fatal("this process's own agent was stopped")
+		default:
+		}
+		if got := SweepMarked("not-a-prefix", nil, time.Second); got != nil {
+			t.Errorf("an invalid prefix swept %+v", got)
+		}
+	})
 }
 
 // abandon kills the leader alone and leaves its tree, as a daemon killed
@@ -298,10 +302,7 @@ func TestMemoryLimitReportsOOM(t *testing.T) {
 // starts): no core dumps, and the binding's open-file limit.
 func TestRlimits(t *testing.T) {
 	p := startShLimits(t, "exec sleep 300", Limits{NoFile: 256})
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/limits")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, "/proc/"+strconv.Itoa(p.Pid())+"/limits")
 	for _, want := range [][]string{{"Max open files", "256", "256"}, {"Max core file size", "0", "0"}} {
 		found := false
 		for _, line := range strings.Split(string(b), "\n") {

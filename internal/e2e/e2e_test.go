@@ -18,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 var bin string // the residentd binary under test
@@ -51,12 +52,7 @@ type node struct {
 }
 
 func newNode(t *testing.T) *node {
-	sdir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sdir) })
-	return &node{t: t, state: t.TempDir(), sock: filepath.Join(sdir, "s", "residentd.sock")}
+	return &node{t: t, state: t.TempDir(), sock: filepath.Join(testkit.ShortDir(t), "s", "residentd.sock")}
 }
 
 func (n *node) start(args ...string) {
@@ -111,43 +107,46 @@ func (n *node) post(ch string, ids ...string) {
 // and the channel that will carry the turn's end.
 func (n *node) hang(ch string) (int, <-chan error) {
 	n.t.Helper()
-	pid := make(chan int, 1)
-	done := make(chan error, 1)
-	go func() {
-		_, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, Text: "@agent [[fault:hang-turn]]"}, func(ev apitype.Event) {
-			if ev.Event == "started" {
-				pid <- ev.Pid
-			}
-		})
-		done <- err
-	}()
-	select {
-	case p := <-pid:
-		return p, done
-	case err := <-done:
-		n.t.Fatalf("hanging turn ended before it started: %v", err)
-	case <-time.After(20 * time.Second):
-		n.t.Fatal("hanging turn never started")
-	}
-	return 0, nil
+	req := apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, Text: "@agent [[fault:hang-turn]]"}
+	return n.background("hanging", req, func(ev apitype.Event) int {
+		if ev.Event == "started" {
+			return ev.Pid
+		}
+		return 0
+	})
 }
 
 // holdTurn starts run id, a turn that waits until file exists, and
 // returns, once the agent holds the prompt, its agent pid and the channel that will carry the turn's end.
 func (n *node) holdTurn(ch, id, file string) (int, <-chan error) {
 	n.t.Helper()
+	req := apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, RunID: id, Text: "@agent [[hold:" + file + "]]"}
+	started := 0
+	return n.background("held", req, func(ev apitype.Event) int {
+		switch {
+		case ev.Event == "started":
+			started = ev.Pid
+		case ev.Event == "update" && started != 0:
+			// The agent holds: it has the prompt.
+			p := started
+			started = 0
+			return p
+		}
+		return 0
+	})
+}
+
+// background runs the turn req in the background and returns, once ready
+// picks the agent's pid out of one of its events, that pid and the channel
+// that will carry the turn's end. what names the turn in a failure.
+func (n *node) background(what string, req apitype.TurnRequest, ready func(apitype.Event) int) (int, <-chan error) {
+	n.t.Helper()
 	pid := make(chan int, 1)
 	done := make(chan error, 1)
 	go func() {
-		started := 0
-		_, err := n.c.Turn(context.Background(), apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: "h-" + ch, RunID: id, Text: "@agent [[hold:" + file + "]]"}, func(ev apitype.Event) {
-			switch {
-			case ev.Event == "started":
-				started = ev.Pid
-			case ev.Event == "update" && started != 0:
-				// The agent holds: it has the prompt.
-				pid <- started
-				started = 0
+		_, err := n.c.Turn(context.Background(), req, func(ev apitype.Event) {
+			if p := ready(ev); p != 0 {
+				pid <- p
 			}
 		})
 		done <- err
@@ -156,9 +155,9 @@ func (n *node) holdTurn(ch, id, file string) (int, <-chan error) {
 	case p := <-pid:
 		return p, done
 	case err := <-done:
-		n.t.Fatalf("held turn ended before it started: %v", err)
+		n.t.Fatalf("%s turn ended before it started: %v", what, err)
 	case <-time.After(20 * time.Second):
-		n.t.Fatal("held turn never started")
+		n.t.Fatalf("%s turn never started", what)
 	}
 	return 0, nil
 }

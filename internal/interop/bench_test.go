@@ -17,7 +17,7 @@ import (
 //	go test -run '^$' -bench ClaudeTurns -benchtime 5x ./internal/interop/
 func BenchmarkClaudeTurns(b *testing.B) {
 	api := newFakeAPI(b, "benchmark reply")
-	h := newHarness(b, claudeBinding(b, b.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
+	h := newHarness(b, claudeOn(b, api))
 	ctx := context.Background() // each turn is bounded by the binding's turn timeout
 	var ready, cold, warm time.Duration
 	for i := 0; b.Loop(); i++ {
@@ -57,7 +57,7 @@ func BenchmarkClaudeRestoredTurn(b *testing.B) {
 		method := tc.method
 		b.Run(fmt.Sprintf("%s-after-%d", method, tc.history), func(b *testing.B) {
 			api := newFakeAPI(b, "restored reply")
-			bd := claudeBinding(b, b.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+			bd := claudeOn(b, api)
 			bd.RestoreMethod = method
 			h := newHarness(b, bd)
 			ctx := context.Background()

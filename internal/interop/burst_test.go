@@ -118,7 +118,7 @@ func burstOfSix(t *testing.T, bind func(testing.TB, string, map[string]string) c
 	const reply = "Looked at it."
 	api := newFakeAPI(t, reply)
 	api.sized = true
-	b := bind(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+	b := bind(t, t.TempDir(), api.env())
 	b.Bursts = mode
 	h := newHarness(t, b)
 	ctx := testCtx(t)

@@ -32,7 +32,7 @@ func TestClaude0101BackgroundTaskFollowUp(t *testing.T) {
 	api.tool = &toolUse{marker: "BG-PLEASE", name: "Bash", input: map[string]any{
 		"command": "sleep 4; echo residentd-bg-done", "description": "A slow background job", "run_in_background": true}}
 	api.later = &laterReply{marker: "task-notification", reply: "The background job is done: residentd-bg-done."}
-	b := claude0101Binding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+	b := claude0101Binding(t, t.TempDir(), api.env())
 	b.Permission = permission.Allow
 	b.Dir = t.TempDir()
 	h := newHarnessCfg(t, func(c *config.Config) { c.IdleTimeout = config.Duration(time.Second) }, b)

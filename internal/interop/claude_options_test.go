@@ -28,7 +28,7 @@ func TestClaudeSessionOptionsCloseAndResume(t *testing.T) {
 	api := newFakeAPI(t, "Sonnet here.")
 	api.sized = true
 	taps := t.TempDir()
-	b := claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+	b := claudeOn(t, api)
 	b.SessionOptions = map[string]string{"model": "sonnet"}
 	h := newHarnessCfg(t, func(c *config.Config) { c.MaxLive = 1 }, tapped(t, b, taps))
 	ctx := testCtx(t)

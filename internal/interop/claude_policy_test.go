@@ -105,7 +105,7 @@ func claudePolicyTurn(t *testing.T, version string, pol permission.Policy) [4]st
 		{marker: marker, name: "Read", input: map[string]any{"file_path": filepath.Join(workdir, "in.txt")}},
 		{marker: marker, name: "Read", input: map[string]any{"file_path": filepath.Join(outsideDir, "out.txt")}},
 	}
-	env := map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}
+	env := api.env()
 	var b config.Binding
 	if version == "0.49" {
 		b = claudeBinding(t, t.TempDir(), env)

@@ -87,6 +87,21 @@ func claudeBinding(t testing.TB, home string, env map[string]string) config.Bind
 	}
 }
 
+// claudeOn is claudeBinding in a home of its own, talking to api with a
+// dummy key.
+func claudeOn(t testing.TB, api *fakeAPI) config.Binding {
+	t.Helper()
+	return claudeBinding(t, t.TempDir(), api.env())
+}
+
+// claudeHarness is a harness with the one binding claudeOn a new fake API
+// that answers reply.
+func claudeHarness(t testing.TB, reply string) (*harness, *fakeAPI) {
+	t.Helper()
+	api := newFakeAPI(t, reply)
+	return newHarness(t, claudeOn(t, api)), api
+}
+
 // TestClaudeWithoutCredentials: initialize and session/new work without any
 // credentials; the prompt fails with the agent's own auth error, which the
 // caller sees, and the turn's watermark is discarded. A restarted daemon
@@ -172,8 +187,7 @@ func authFailed(t *testing.T, r result) {
 func TestClaudeColdWarmAgainstFakeAPI(t *testing.T) {
 	t.Parallel()
 	const reply = "The refund spec races the webhook retry."
-	api := newFakeAPI(t, reply)
-	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
+	h, api := claudeHarness(t, reply)
 	ctx := testCtx(t)
 	h.post(channel.Message{ID: "a1", Channel: "ch", Author: "aiko", Body: "the refund spec is flaky again"})
 
@@ -278,8 +292,7 @@ func streamed(t *testing.T, r result, reply, shape string) {
 func TestClaudeCancelWhileModelStalls(t *testing.T) {
 	t.Parallel()
 	const reply = "Back after the cancel."
-	api := newFakeAPI(t, reply)
-	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
+	h, api := claudeHarness(t, reply)
 	ctx := testCtx(t)
 	release := api.stallModel()
 	defer release()
@@ -339,8 +352,7 @@ func TestClaudeCancelWhileModelStalls(t *testing.T) {
 // own; stopping the daemon ends every process of the agent's tree.
 func TestClaudeStopLeavesNoChildren(t *testing.T) {
 	t.Parallel()
-	api := newFakeAPI(t, "done")
-	h := newHarness(t, claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"}))
+	h, _ := claudeHarness(t, "done")
 	r := h.mention(testCtx(t), "ch", "b-claude", "q1", "@claude hello")
 	if r.err != nil {
 		t.Fatalf("turn: %v", r.err)
@@ -382,7 +394,7 @@ func TestClaudePermissionAsked(t *testing.T) {
 			marker := filepath.Join(workdir, "ran-"+answer)
 			api.tool = &toolUse{marker: "TOOL-PLEASE", name: "Bash", input: map[string]any{
 				"command": "echo residentd-interop-ok > " + marker + " && echo residentd-interop-ok", "description": "Write a marker file"}}
-			b := claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+			b := claudeOn(t, api)
 			b.Permission = permission.Ask
 			b.Dir = workdir
 			h := newHarness(t, b)

@@ -125,6 +125,11 @@ func newFakeAPI(t testing.TB, reply string) *fakeAPI {
 // URL is the base URL to hand the agent; always on 127.0.0.1.
 func (f *fakeAPI) URL() string { return f.srv.URL }
 
+// env is the environment that points claude at f, with a dummy key.
+func (f *fakeAPI) env() map[string]string {
+	return map[string]string{"ANTHROPIC_BASE_URL": f.URL(), "ANTHROPIC_API_KEY": "dummy"}
+}
+
 func (f *fakeAPI) close() {
 	f.mu.Lock()
 	if f.stall != nil {
@@ -280,16 +285,8 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 		})
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
-	fl, _ := w.(http.Flusher)
-	send := func(event string, data any) {
-		b, _ := json.Marshal(data)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-		if fl != nil {
-			fl.Flush()
-		}
-	}
+	send := eventStream(w)
 	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil,
@@ -306,17 +303,23 @@ func (f *fakeAPI) message(w http.ResponseWriter, req messagesRequest, in int) {
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
 
-// toolCall streams a reply that is one tool_use block, the n-th of the turn.
-func (f *fakeAPI) toolCall(w http.ResponseWriter, model string, tool toolUse, n int) {
+// eventStream makes w a server-sent event stream and returns its sender:
+// each event is written and flushed as one.
+func eventStream(w http.ResponseWriter) func(event string, data any) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl, _ := w.(http.Flusher)
-	send := func(event string, data any) {
+	return func(event string, data any) {
 		b, _ := json.Marshal(data)
 		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
 		if fl != nil {
 			fl.Flush()
 		}
 	}
+}
+
+// toolCall streams a reply that is one tool_use block, the n-th of the turn.
+func (f *fakeAPI) toolCall(w http.ResponseWriter, model string, tool toolUse, n int) {
+	send := eventStream(w)
 	input, _ := json.Marshal(tool.input)
 	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": "msg_fake_tool", "type": "message", "role": "assistant", "model": model, "content": []any{},

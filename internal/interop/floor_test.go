@@ -13,7 +13,6 @@ import (
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
-	"github.com/tiktoken-go/tokenizer"
 
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/testkit"
@@ -86,17 +85,7 @@ func startDirect(t *testing.T, ctx context.Context, bin, dir string, env map[str
 	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its CLI child goes with it
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := testkit.StartPiped(t, cmd)
 	c := &directClient{cmd: cmd}
 	t.Cleanup(func() {
 		// Every process of the group is gone before the test's directories
@@ -136,30 +125,15 @@ func (c *directClient) prompt(t *testing.T, ctx context.Context, text string) {
 // (the messages, leaving out the tools and system text).
 func turnStats(t *testing.T, api *fakeAPI, i int) (whole, conv prefixStats) {
 	t.Helper()
-	codec, err := tokenizer.Get(tokenizer.Cl100kBase)
-	if err != nil {
-		t.Fatal(err)
-	}
 	marker := func(i int) string { return fmt.Sprintf("turn %d:", i) }
 	prev, cur := api.mainCalls(t, marker(i-1), marker(i)), api.mainCalls(t, marker(i), marker(i+1))
 	if len(prev) == 0 || len(cur) == 0 {
 		t.Fatalf("turn %d: %d and %d main model calls carry the turns", i, len(prev), len(cur))
 	}
 	measure := func(render func([]byte) (string, error)) prefixStats {
-		enc := func(body []byte) []uint {
-			s, err := render(body)
-			if err != nil {
-				t.Fatalf("model request is not a Messages request: %v", err)
-			}
-			ids, _, _ := codec.Encode(s)
-			return ids
-		}
+		enc := tokensBy(t, render)
 		a, b := enc(prev[len(prev)-1]), enc(cur[0])
-		n := 0
-		for n < min(len(a), len(b)) && a[n] == b[n] {
-			n++
-		}
-		return prefixStats{tokens: len(b), shared: n}
+		return prefixStats{tokens: len(b), shared: sharedPrefix(a, b)}
 	}
 	return measure(canonical), measure(canonicalMessages)
 }
@@ -184,7 +158,7 @@ func TestClaudeFloor(t *testing.T) {
 	warmTurns := len(floorLines) - 1
 
 	// The reference.
-	bd := claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": apiD.URL(), "ANTHROPIC_API_KEY": "dummy"})
+	bd := claudeOn(t, apiD)
 	dir := t.TempDir()
 	dc := startDirect(t, ctx, bd.Command, dir, bd.Env)
 	for i, ls := range floorLines[:warmTurns] {
@@ -201,7 +175,7 @@ func TestClaudeFloor(t *testing.T) {
 
 	// Through residentd.
 	home := t.TempDir()
-	br := claudeBinding(t, home, map[string]string{"ANTHROPIC_BASE_URL": apiR.URL(), "ANTHROPIC_API_KEY": "dummy"})
+	br := claudeBinding(t, home, apiR.env())
 	h := newHarness(t, br)
 	var native string
 	for i, ls := range floorLines {

@@ -76,6 +76,33 @@ type prefixStats struct {
 	tokens, shared int
 }
 
+// tokensBy returns a model request body's text as render gives it, in
+// cl100k_base tokens; a body that is not a Messages request ends the test.
+func tokensBy(t testing.TB, render func([]byte) (string, error)) func(body []byte) []uint {
+	t.Helper()
+	codec, err := tokenizer.Get(tokenizer.Cl100kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(body []byte) []uint {
+		s, err := render(body)
+		if err != nil {
+			t.Fatalf("model request is not a Messages request: %v", err)
+		}
+		ids, _, _ := codec.Encode(s)
+		return ids
+	}
+}
+
+// sharedPrefix is how many tokens a and b share at their start.
+func sharedPrefix(a, b []uint) int {
+	n := 0
+	for n < min(len(a), len(b)) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
 func (p prefixStats) share() float64 { return float64(p.shared) / float64(p.tokens) }
 func (p prefixStats) fresh() int     { return p.tokens - p.shared }
 
@@ -112,22 +139,11 @@ func (f *fakeAPI) mainCalls(t *testing.T, marker, notYet string) [][]byte {
 func warmPrefix(t *testing.T, placement delivery.Placement) []prefixStats {
 	api := newFakeAPI(t, "Looked into it: the retry count is set in webhook/config.go.")
 	api.sized = true // the context in use grows as with a real model (no false compaction)
-	b := claudeBinding(t, t.TempDir(), map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+	b := claudeOn(t, api)
 	b.BriefPlacement = placement
 	h := newHarness(t, b)
 	ctx := testCtx(t)
-	codec, err := tokenizer.Get(tokenizer.Cl100kBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := func(body []byte) []uint {
-		s, err := canonical(body)
-		if err != nil {
-			t.Fatalf("model request is not a Messages request: %v", err)
-		}
-		ids, _, _ := codec.Encode(s)
-		return ids
-	}
+	tokens := tokensBy(t, canonical)
 	lines := [][]string{
 		{"the refund spec failed again on main", "aiko: the webhook retry fires twice under load"},
 		{"ben: CI is green on the branch", "aiko: but the refund spec is still flaky locally"},
@@ -160,11 +176,7 @@ func warmPrefix(t *testing.T, placement delivery.Placement) []prefixStats {
 			t.Fatalf("turn %d: %d and %d main model calls carry the turns", i+1, len(prev), len(cur))
 		}
 		a, b := tokens(prev[len(prev)-1]), tokens(cur[0])
-		n := 0
-		for n < min(len(a), len(b)) && a[n] == b[n] {
-			n++
-		}
-		out = append(out, prefixStats{tokens: len(b), shared: n})
+		out = append(out, prefixStats{tokens: len(b), shared: sharedPrefix(a, b)})
 	}
 	return out
 }

@@ -44,7 +44,7 @@ func TestClaudeSpareTimings(t *testing.T) {
 	mk := func(name string, spare int) *side {
 		api := newFakeAPI(t, "Looked into it.")
 		home := t.TempDir()
-		b := claudeBinding(t, home, map[string]string{"ANTHROPIC_BASE_URL": api.URL(), "ANTHROPIC_API_KEY": "dummy"})
+		b := claudeBinding(t, home, api.env())
 		b.Spare, b.SpareAtStart = &spare, spare > 0
 		return &side{name: name, h: newHarnessCfg(t, func(c *config.Config) { c.MaxLive = 8 }, b), home: home}
 	}
@@ -56,16 +56,24 @@ func TestClaudeSpareTimings(t *testing.T) {
 		if s.name != "spare" {
 			return 0
 		}
-		select {
-		case pid := <-s.h.spares:
-			if pid == 0 {
-				t.Fatal("the spare failed to start")
-			}
-			return pid
-		case <-time.After(2 * time.Minute):
-			t.Fatal("no spare within 2 minutes")
+		pid := testkit.Recv(t, s.h.spares, 2*time.Minute, "spare")
+		if pid == 0 {
+			t.Fatal("the spare failed to start")
 		}
-		return 0
+		return pid
+	}
+	// turn runs a mention on s in round i and checks that it started with
+	// shape, on the spare pid when there is one.
+	turn := func(s *side, i, pid int, ch, id, text, shape string) result {
+		t.Helper()
+		r := s.h.mention(ctx, ch, "b-claude", id, text)
+		if r.err != nil || r.start.Shape != shape {
+			t.Fatalf("%s round %d %s: %v shape %q", s.name, i, shape, r.err, r.start.Shape)
+		}
+		if pid != 0 && r.start.Pid != pid {
+			t.Fatalf("round %d: the %s turn ran on pid %d, not the spare %d", i, shape, r.start.Pid, pid)
+		}
+		return r
 	}
 	for i := range rounds {
 		ch := fmt.Sprintf("ch-%d", i)
@@ -80,14 +88,8 @@ func TestClaudeSpareTimings(t *testing.T) {
 					t.Logf("round %d: the idle spare's memory: %d KiB (%s)", i, sp.RSSBytes>>10, sp.MemorySource)
 				}
 			}
-			r := s.h.mention(ctx, ch, "b-claude", ch+"-q1", "@claude first look")
-			if r.err != nil || r.start.Shape != "cold" {
-				t.Fatalf("%s round %d cold: %v shape %q", s.name, i, r.err, r.start.Shape)
-			}
+			r := turn(s, i, pid, ch, ch+"-q1", "@claude first look", "cold")
 			s.cold, s.coldDone = append(s.cold, r.ready), append(s.coldDone, r.total)
-			if pid != 0 && r.start.Pid != pid {
-				t.Fatalf("round %d: the cold turn ran on pid %d, not the spare %d", i, r.start.Pid, pid)
-			}
 			transcript := filepath.Join(s.home, ".claude", "projects", "*", r.done.Native+".jsonl")
 			testkit.WaitFor(t, 30*time.Second, func() bool {
 				m, _ := filepath.Glob(transcript)
@@ -101,14 +103,8 @@ func TestClaudeSpareTimings(t *testing.T) {
 			}
 			s.h.open()
 			pid := waitSpare(s) // spare_at_start: ready before the restored turn
-			r := s.h.mention(ctx, ch, "b-claude", ch+"-q2", "@claude and now?")
-			if r.err != nil || r.start.Shape != "restored" {
-				t.Fatalf("%s round %d restored: %v shape %q", s.name, i, r.err, r.start.Shape)
-			}
+			r := turn(s, i, pid, ch, ch+"-q2", "@claude and now?", "restored")
 			s.rest, s.restDone = append(s.rest, r.ready), append(s.restDone, r.total)
-			if pid != 0 && r.start.Pid != pid {
-				t.Fatalf("round %d: the restored turn ran on pid %d, not the spare %d", i, r.start.Pid, pid)
-			}
 		}
 	}
 	median := func(ds []time.Duration) time.Duration {

@@ -135,10 +135,7 @@ func tapRecords(t testing.TB, dir string) [][]rpc {
 	sort.Strings(files)
 	var out [][]rpc
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data := testkit.ReadFile(t, f)
 		var msgs []rpc
 		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 			if l == "" {

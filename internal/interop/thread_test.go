@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tiktoken-go/tokenizer"
-
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
@@ -101,18 +99,7 @@ func threadFirstTurn(t *testing.T, ctx context.Context, fork bool, model string)
 // rendered by render.
 func firstCallFresh(t *testing.T, api *fakeAPI, marker string, render func([]byte) (string, error)) prefixStats {
 	t.Helper()
-	codec, err := tokenizer.Get(tokenizer.Cl100kBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc := func(body []byte) []uint {
-		s, err := render(body)
-		if err != nil {
-			t.Fatalf("model request is not a Messages request: %v", err)
-		}
-		ids, _, _ := codec.Encode(s)
-		return ids
-	}
+	enc := tokensBy(t, render)
 	var earlier [][]uint
 	for _, r := range api.requests() {
 		if r.Method != http.MethodPost || r.Path != "/v1/messages" {
@@ -131,11 +118,7 @@ func firstCallFresh(t *testing.T, api *fakeAPI, marker string, render func([]byt
 		}
 		shared := 0
 		for _, e := range earlier {
-			n := 0
-			for n < min(len(e), len(ids)) && e[n] == ids[n] {
-				n++
-			}
-			shared = max(shared, n)
+			shared = max(shared, sharedPrefix(e, ids))
 		}
 		return prefixStats{tokens: len(ids), shared: shared}
 	}

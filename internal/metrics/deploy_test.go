@@ -2,13 +2,14 @@ package metrics
 
 import (
 	"encoding/json"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 var metricName = regexp.MustCompile(`\bresidentd_[a-zA-Z0-9_]+`)
@@ -57,10 +58,7 @@ func checkNames(t *testing.T, file string, exprs []string, known map[string]bool
 // the whole file, alert names from "- alert:" lines.
 func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	const file = "../../deploy/prometheus/alerts.yml"
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, file)
 	checkNames(t, file, []string{string(b)}, exportedNames(t))
 
 	var alerts []string
@@ -78,10 +76,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 }
 
 func TestScrapeConfigTarget(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/prometheus/scrape.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, "../../deploy/prometheus/scrape.yml")
 	for _, want := range []string{"job_name: residentd", `"127.0.0.1:9464"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("scrape.yml lacks %s", want)
@@ -91,10 +86,7 @@ func TestScrapeConfigTarget(t *testing.T) {
 
 func TestDashboardUsesExportedMetrics(t *testing.T) {
 	const file = "../../deploy/grafana/residentd.json"
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, file)
 	var dash struct {
 		UID    string `json:"uid"`
 		Title  string `json:"title"`

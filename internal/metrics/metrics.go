@@ -159,174 +159,48 @@ var (
 func New(version string, g Gauges) *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{Registry: r, gauges: newGaugeCollector(g)}
+	reg := registerer{r}
 
-	m.Turns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_turns_total",
-		Help: "Turns finished, by lease shape and outcome.",
-	}, []string{"shape", "outcome"})
-	m.TurnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "residentd_turn_duration_seconds",
-		Help:    "Wall time of a turn from lease to result, by lease shape.",
-		Buckets: turnBuckets,
-	}, []string{"shape"})
-	m.TurnFirstUpdate = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "residentd_turn_first_update_seconds",
-		Help:    "Time from prompt sent to the agent's first streamed update, by lease shape.",
-		Buckets: firstBuckets,
-	}, []string{"shape"})
-	m.QueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "residentd_queue_wait_seconds",
-		Help:    "Time a turn waited in the pool queue before it got a process.",
-		Buckets: waitBuckets,
-	})
-	m.Evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_evictions_total",
-		Help: "Agent processes removed from the pool, by reason.",
-	}, []string{"reason"})
-	m.AgentSpawn = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "residentd_agent_spawn_seconds",
-		Help:    "Time to spawn an agent process and complete ACP initialize.",
-		Buckets: spawnBuckets,
-	})
-	m.SessionReady = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "residentd_session_ready_seconds",
-		Help:    "Time for session/new or session/load to return, by method.",
-		Buckets: spawnBuckets,
-	}, []string{"method"})
-	m.AgentExits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_agent_exits_total",
-		Help: "Agent processes reaped, by how they exited.",
-	}, []string{"kind"})
-	m.SessionRestores = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_session_restores_total",
-		Help: "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result (ok, failed, or timeout: no answer within restore_timeout).",
-	}, []string{"method", "result"})
-	m.RestoreStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "residentd_restore_stopped",
-		Help: "1 for a binding whose session restores failed restore_failures times in a row: the daemon no longer tries them and starts its processes cold.",
-	}, []string{"binding"})
-	m.UsageTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_usage_turns_total",
-		Help: "Turns that reached the agent, by binding, lease shape and whether the agent reported its usage (reported) or nothing (unknown).",
-	}, []string{"binding", "shape", "usage"})
-	m.UsageCost = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_usage_cost_total",
-		Help: "What turns cost, in the agent's or the price table's currency, by binding and shape.",
-	}, []string{"binding", "shape"})
-	m.IdleGap = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "residentd_turn_idle_gap_seconds",
-		Help:    "Time since the key's previous turn ended, by binding: what the provider's prompt cache (5 min, 1 h) had to outlive.",
-		Buckets: []float64{60, 300, 900, 1800, 3600, 7200, 21600},
-	}, []string{"binding"})
-	m.CostByGap = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_usage_cost_by_gap_total",
-		Help: "Turn cost by binding and the key's idle gap before the turn: first (no earlier turn this run), under_5m, 5m_to_60m, over_60m.",
-	}, []string{"binding", "gap"})
-	m.WatermarkCommits = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "residentd_watermark_commits_total",
-		Help: "Staged watermarks committed after a successful run.",
-	})
-	m.WatermarkDiscards = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "residentd_watermark_discards_total",
-		Help: "Staged watermarks discarded because the run did not succeed.",
-	})
-	m.ChannelLines = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_channel_lines_total",
-		Help: "Channel messages considered for a turn's context block, by fate: sent, seen (the session saw it before), bound (left out by the line limit and counted in the block's pointer), own (the agent's own post), known (the prompt carries it: the mention, a replayed mention).",
-	}, []string{"fate"})
-	m.ChannelChars = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "residentd_channel_characters_sent_total",
-		Help: "Characters of channel context sent to agents.",
-	})
-	m.ChannelTruncated = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "residentd_channel_lines_truncated_total",
-		Help: "Channel lines cut with a truncation marker.",
-	})
-	m.AgentTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_agent_tokens_total",
-		Help: "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, lease shape and kind; cache-read share = cache_read / (input + cache_read + cache_write).",
-	}, []string{"binding", "shape", "kind"})
-	m.BriefTokensSent = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_brief_tokens_sent_total",
-		Help: "Approximate brief tokens sent, by placement (in the user turn or in the system framing).",
-	}, []string{"placement"})
-	m.FramingChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_framing_changes_total",
-		Help: "Times a binding's system framing changed, which forfeits the provider's prompt cache.",
-	}, []string{"binding"})
-	m.MessagesIngested = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_messages_ingested_total",
-		Help: "Channel messages posted to the daemon, by result.",
-	}, []string{"result"})
-	m.OptionsSet = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_session_options_set_total",
-		Help: "Session config options set on agents (session/set_config_option) when a session starts or the key's options change, by binding.",
-	}, []string{"binding"})
-	m.ToolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_agent_tool_calls_total",
-		Help: "Tool calls agents reported (session/update tool_call), by binding, ACP kind and whether the agent asked for them (asked=true: a permission request for the call came).",
-	}, []string{"binding", "kind", "asked"})
-	m.PolicyModesSet = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_policy_modes_set_total",
-		Help: "Session modes set on agents (session/set_mode) to carry a binding's permission policy, by binding.",
-	}, []string{"binding"})
-	m.Compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_agent_compactions_total",
-		Help: "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.",
-	}, []string{"binding"})
-	m.Notices = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_agent_notices_total",
-		Help: "Notices agents sent (ACP notice session updates), by binding and severity.",
-	}, []string{"binding", "severity"})
-	m.AgentRuns = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "residentd_agent_runs_total",
-		Help: "Agent runs: output of an agent with no prompt in flight (a turn it started, background work ending), gathered into a run of kind agent.",
-	})
-	m.StrayUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_agent_stray_updates_total",
-		Help: "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.",
-	}, []string{"binding"})
-	m.SpareProcesses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "residentd_spare_processes",
-		Help: "Spare agent processes spawned and initialized ahead, with no key yet, by binding.",
-	}, []string{"binding"})
-	m.SpareEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_spare_events_total",
-		Help: "Spare agent processes by what happened to them: started, failed (to start), taken (by a cold or restored turn), exited (by itself, before a turn took it), stopped (idle, capacity, shutdown); and the sessions spares open ahead: session_opened, session_used (a cold turn started on it), session_dropped (a restored or forked turn took the spare; the session is closed); by binding.",
-	}, []string{"binding", "event"})
-	m.BudgetCrossings = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_budget_crossings_total",
-		Help: "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.",
-	}, []string{"scope", "level"})
-	m.BudgetRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_budget_refusals_total",
-		Help: "Turns refused with budget_exceeded, by the scope of the spent budget.",
-	}, []string{"scope"})
-	m.ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_config_reloads_total",
-		Help: "Config reloads (SIGHUP, residentd reload, POST /v1/config/reload): applied, or refused (the file did not load or validate; the config in force stayed).",
-	}, []string{"result"})
-	m.ReloadBindings = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "residentd_config_reload_bindings_total",
-		Help: "Bindings an applied config reload changed, by what it did to each: applied_next_turn, replace_process, new_session, removed, added.",
-	}, []string{"action"})
-	m.ReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "residentd_config_last_reload_successful",
-		Help: "1 when the last config reload was applied (or none was tried), 0 when it was refused.",
-	})
-	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "residentd_build_info",
-		Help: "Always 1; labels carry the residentd version and the Go version it was built with.",
-	}, []string{"version", "goversion"})
+	m.Turns = reg.counterVec("residentd_turns_total", "Turns finished, by lease shape and outcome.", "shape", "outcome")
+	m.TurnDuration = reg.histogramVec("residentd_turn_duration_seconds", "Wall time of a turn from lease to result, by lease shape.", turnBuckets, "shape")
+	m.TurnFirstUpdate = reg.histogramVec("residentd_turn_first_update_seconds", "Time from prompt sent to the agent's first streamed update, by lease shape.", firstBuckets, "shape")
+	m.QueueWait = reg.histogram("residentd_queue_wait_seconds", "Time a turn waited in the pool queue before it got a process.", waitBuckets)
+	m.Evictions = reg.counterVec("residentd_evictions_total", "Agent processes removed from the pool, by reason.", "reason")
+	m.AgentSpawn = reg.histogram("residentd_agent_spawn_seconds", "Time to spawn an agent process and complete ACP initialize.", spawnBuckets)
+	m.SessionReady = reg.histogramVec("residentd_session_ready_seconds", "Time for session/new or session/load to return, by method.", spawnBuckets, "method")
+	m.AgentExits = reg.counterVec("residentd_agent_exits_total", "Agent processes reaped, by how they exited.", "kind")
+	m.SessionRestores = reg.counterVec("residentd_session_restores_total", "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result (ok, failed, or timeout: no answer within restore_timeout).", "method", "result")
+	m.RestoreStopped = reg.gaugeVec("residentd_restore_stopped", "1 for a binding whose session restores failed restore_failures times in a row: the daemon no longer tries them and starts its processes cold.", "binding")
+	m.UsageTurns = reg.counterVec("residentd_usage_turns_total", "Turns that reached the agent, by binding, lease shape and whether the agent reported its usage (reported) or nothing (unknown).", "binding", "shape", "usage")
+	m.UsageCost = reg.counterVec("residentd_usage_cost_total", "What turns cost, in the agent's or the price table's currency, by binding and shape.", "binding", "shape")
+	m.IdleGap = reg.histogramVec("residentd_turn_idle_gap_seconds", "Time since the key's previous turn ended, by binding: what the provider's prompt cache (5 min, 1 h) had to outlive.", []float64{60, 300, 900, 1800, 3600, 7200, 21600}, "binding")
+	m.CostByGap = reg.counterVec("residentd_usage_cost_by_gap_total", "Turn cost by binding and the key's idle gap before the turn: first (no earlier turn this run), under_5m, 5m_to_60m, over_60m.", "binding", "gap")
+	m.WatermarkCommits = reg.counter("residentd_watermark_commits_total", "Staged watermarks committed after a successful run.")
+	m.WatermarkDiscards = reg.counter("residentd_watermark_discards_total", "Staged watermarks discarded because the run did not succeed.")
+	m.ChannelLines = reg.counterVec("residentd_channel_lines_total", "Channel messages considered for a turn's context block, by fate: sent, seen (the session saw it before), bound (left out by the line limit and counted in the block's pointer), own (the agent's own post), known (the prompt carries it: the mention, a replayed mention).", "fate")
+	m.ChannelChars = reg.counter("residentd_channel_characters_sent_total", "Characters of channel context sent to agents.")
+	m.ChannelTruncated = reg.counter("residentd_channel_lines_truncated_total", "Channel lines cut with a truncation marker.")
+	m.AgentTokens = reg.counterVec("residentd_agent_tokens_total", "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, lease shape and kind; cache-read share = cache_read / (input + cache_read + cache_write).", "binding", "shape", "kind")
+	m.BriefTokensSent = reg.counterVec("residentd_brief_tokens_sent_total", "Approximate brief tokens sent, by placement (in the user turn or in the system framing).", "placement")
+	m.FramingChanges = reg.counterVec("residentd_framing_changes_total", "Times a binding's system framing changed, which forfeits the provider's prompt cache.", "binding")
+	m.MessagesIngested = reg.counterVec("residentd_messages_ingested_total", "Channel messages posted to the daemon, by result.", "result")
+	m.OptionsSet = reg.counterVec("residentd_session_options_set_total", "Session config options set on agents (session/set_config_option) when a session starts or the key's options change, by binding.", "binding")
+	m.ToolCalls = reg.counterVec("residentd_agent_tool_calls_total", "Tool calls agents reported (session/update tool_call), by binding, ACP kind and whether the agent asked for them (asked=true: a permission request for the call came).", "binding", "kind", "asked")
+	m.PolicyModesSet = reg.counterVec("residentd_policy_modes_set_total", "Session modes set on agents (session/set_mode) to carry a binding's permission policy, by binding.", "binding")
+	m.Compactions = reg.counterVec("residentd_agent_compactions_total", "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.", "binding")
+	m.Notices = reg.counterVec("residentd_agent_notices_total", "Notices agents sent (ACP notice session updates), by binding and severity.", "binding", "severity")
+	m.AgentRuns = reg.counter("residentd_agent_runs_total", "Agent runs: output of an agent with no prompt in flight (a turn it started, background work ending), gathered into a run of kind agent.")
+	m.StrayUpdates = reg.counterVec("residentd_agent_stray_updates_total", "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.", "binding")
+	m.SpareProcesses = reg.gaugeVec("residentd_spare_processes", "Spare agent processes spawned and initialized ahead, with no key yet, by binding.", "binding")
+	m.SpareEvents = reg.counterVec("residentd_spare_events_total", "Spare agent processes by what happened to them: started, failed (to start), taken (by a cold or restored turn), exited (by itself, before a turn took it), stopped (idle, capacity, shutdown); and the sessions spares open ahead: session_opened, session_used (a cold turn started on it), session_dropped (a restored or forked turn took the spare; the session is closed); by binding.", "binding", "event")
+	m.BudgetCrossings = reg.counterVec("residentd_budget_crossings_total", "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.", "scope", "level")
+	m.BudgetRefusals = reg.counterVec("residentd_budget_refusals_total", "Turns refused with budget_exceeded, by the scope of the spent budget.", "scope")
+	m.ConfigReloads = reg.counterVec("residentd_config_reloads_total", "Config reloads (SIGHUP, residentd reload, POST /v1/config/reload): applied, or refused (the file did not load or validate; the config in force stayed).", "result")
+	m.ReloadBindings = reg.counterVec("residentd_config_reload_bindings_total", "Bindings an applied config reload changed, by what it did to each: applied_next_turn, replace_process, new_session, removed, added.", "action")
+	m.ReloadOK = reg.gauge("residentd_config_last_reload_successful", "1 when the last config reload was applied (or none was tried), 0 when it was refused.")
+	m.BuildInfo = reg.gaugeVec("residentd_build_info", "Always 1; labels carry the residentd version and the Go version it was built with.", "version", "goversion")
 
 	r.MustRegister(
-		m.Turns, m.TurnDuration, m.TurnFirstUpdate, m.QueueWait, m.Evictions,
-		m.AgentSpawn, m.SessionReady, m.AgentExits, m.SessionRestores, m.RestoreStopped,
-		m.UsageTurns, m.UsageCost, m.IdleGap, m.CostByGap,
-		m.WatermarkCommits, m.WatermarkDiscards, m.ChannelLines, m.ChannelChars,
-		m.ChannelTruncated, m.AgentTokens, m.BriefTokensSent, m.FramingChanges,
-		m.MessagesIngested, m.BuildInfo, m.OptionsSet, m.ToolCalls, m.PolicyModesSet, m.Compactions, m.Notices, m.AgentRuns, m.StrayUpdates, m.SpareProcesses, m.SpareEvents, m.BudgetCrossings, m.BudgetRefusals,
-		m.ConfigReloads, m.ReloadBindings, m.ReloadOK,
 		m.gauges,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -363,6 +237,38 @@ func New(version string, g Gauges) *Metrics {
 		m.SessionReady.WithLabelValues(meth)
 	}
 	return m
+}
+
+// registerer makes New's series, each registered on r as it is made.
+type registerer struct{ r *prometheus.Registry }
+
+func register[C prometheus.Collector](r *prometheus.Registry, c C) C {
+	r.MustRegister(c)
+	return c
+}
+
+func (g registerer) counter(name, help string) prometheus.Counter {
+	return register(g.r, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
+}
+
+func (g registerer) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return register(g.r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+func (g registerer) gauge(name, help string) prometheus.Gauge {
+	return register(g.r, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+}
+
+func (g registerer) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return register(g.r, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+}
+
+func (g registerer) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return register(g.r, prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}))
+}
+
+func (g registerer) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return register(g.r, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
 }
 
 func initVec(v *prometheus.CounterVec, values []string) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -25,10 +24,7 @@ func shortParams() ChannelParams {
 
 func run(t *testing.T, msgs []Message, evictAt, failAt int) *Report {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testkit.Exe(t)
 	r, err := Run(context.Background(), Options{
 		Messages: msgs, PrefixTokens: 500, EvictAt: evictAt, FailAt: failAt, Limit: 12, MaxChars: 600,
 		AgentCommand: exe, AgentArgs: []string{"agent"}, AgentEnv: map[string]string{"RESIDENTD_TEST_AGENT": "1"},

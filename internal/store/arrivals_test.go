@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -168,18 +167,10 @@ func TestRetentionDropsArrivals(t *testing.T) {
 // created_at, full user turns. Version 3 must hide exactly what version 2
 // hid, and compact the turns.
 func TestMigrationV3FromV2(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "residentd.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	k := session.Key{Channel: "ch", Binding: "b"}
 	payload := delivery.Payload{ChannelID: "ch", MessageID: "q1", Text: "@agent why?"}
 	full := delivery.UserTurn(payload, delivery.DefaultBrief, delivery.HeaderNew+"\n- [user] ann: old line")
-	err = db.Update(func(tx *bolt.Tx) error {
-		if err := migrate(tx, migrations[:2]); err != nil {
-			return err
-		}
+	s := openFrom(t, 2, func(tx *bolt.Tx) error {
 		chb, err := tx.Bucket(bucketChannels).CreateBucket([]byte("ch"))
 		if err != nil {
 			return err
@@ -224,18 +215,6 @@ func TestMigrationV3FromV2(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	main, _, _ := s.Watermark(channel.WatermarkKey{Key: k})
 	thread, _, _ := s.Watermark(channel.WatermarkKey{Key: k, Thread: "r1"})
 	// Arrival follows (created_at, id): m1 1, m2 2, m3 3, m4 4, r1 5, t1 6.

@@ -15,26 +15,19 @@ import (
 // wrapping ErrDamaged that says what to do.
 func checkFile(path string, lockTimeout time.Duration) (CheckReport, error) {
 	rep := CheckReport{Path: path}
-	f, err := os.Open(path)
+	f, size, err := openLocked(path, syscall.LOCK_SH, lockTimeout, "check", "open")
 	if errors.Is(err, fs.ErrNotExist) {
 		return rep, nil
 	}
 	if err != nil {
-		return rep, fmt.Errorf("store: check %q: %w", path, err)
+		return rep, err
 	}
 	defer f.Close()
-	if err := lockFile(f, syscall.LOCK_SH, lockTimeout); err != nil {
-		return rep, fmt.Errorf("store: open %q: %w", path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return rep, fmt.Errorf("store: check %q: %w", path, err)
-	}
-	if fi.Size() == 0 {
+	if size == 0 {
 		return rep, nil
 	}
 	start := time.Now()
-	r, err := scanOpen(f, fi.Size(), path, nil)
+	r, err := scanOpen(f, size, path, nil)
 	rep = *r
 	rep.Took = time.Since(start)
 	if err != nil {
@@ -45,6 +38,27 @@ func checkFile(path string, lockTimeout time.Duration) (CheckReport, error) {
 			path, ErrDamaged, rep.Summary(), path)
 	}
 	return rep, nil
+}
+
+// openLocked opens the file at path for a scan, takes flock how on it
+// (lockFile) and returns it with its size; the caller closes it. Its
+// errors read "store: <verb> <path>: …", a failed lock's "store: <lockVerb>
+// <path>: …".
+func openLocked(path string, how int, timeout time.Duration, verb, lockVerb string) (*os.File, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: %s %q: %w", verb, path, err)
+	}
+	if err := lockFile(f, how, timeout); err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("store: %s %q: %w", lockVerb, path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("store: %s %q: %w", verb, path, err)
+	}
+	return f, fi.Size(), nil
 }
 
 // lockFile takes flock how on f, retrying until timeout as bbolt does;
@@ -74,20 +88,13 @@ func (s *Store) Checked() CheckReport { return s.check }
 // for bbolt and without changing it, and reports what it found. It takes
 // a shared lock, so a running residentd makes it fail with ErrLocked.
 func Verify(path string) (*CheckReport, error) {
-	f, err := os.Open(path)
+	f, size, err := openLocked(path, syscall.LOCK_SH, DefaultLockTimeout, "check", "check")
 	if err != nil {
-		return nil, fmt.Errorf("store: check %q: %w", path, err)
+		return nil, err
 	}
 	defer f.Close()
-	if err := lockFile(f, syscall.LOCK_SH, DefaultLockTimeout); err != nil {
-		return nil, fmt.Errorf("store: check %q: %w", path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("store: check %q: %w", path, err)
-	}
 	start := time.Now()
-	rep, err := scanOpen(f, fi.Size(), path, nil)
+	rep, err := scanOpen(f, size, path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("store: check %q: %w", path, err)
 	}

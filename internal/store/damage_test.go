@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // The tests here damage real bbolt files the store wrote. They find the
@@ -200,15 +201,6 @@ func bboltPanics(t *testing.T, path, ch string) (panicked bool) {
 	return false
 }
 
-func sha(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestDamagedPageRefusedAndRepaired flips bytes of one data page, or one
 // branch page, of a channel's messages in a file the store wrote: Open
 // refuses the file naming the page and `residentd repair` with the path;
@@ -293,7 +285,7 @@ func TestDamagedPageRefusedAndRepaired(t *testing.T) {
 			if got := bboltPanics(t, path, "ch-a"); c.bboltPanics && !got {
 				t.Fatal("bbolt read the damaged bucket without a panic: the damage is not the kind that crashed the daemon")
 			}
-			damaged := sha(t, path)
+			damaged := string(testkit.ReadFile(t, path))
 
 			_, err := Open(path, Options{})
 			if !errors.Is(err, ErrDamaged) {
@@ -309,7 +301,7 @@ func TestDamagedPageRefusedAndRepaired(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sha(t, rep.Kept) != damaged {
+			if string(testkit.ReadFile(t, rep.Kept)) != damaged {
 				t.Error("the kept file is not the damaged file byte for byte")
 			}
 			if _, err := os.Stat(path + ".repair"); !errors.Is(err, os.ErrNotExist) {
@@ -464,7 +456,7 @@ func TestDamagedMetaPage(t *testing.T) {
 		path, pageSize, _ := setup(t)
 		flip(t, path, pageHeaderSize, 4) // meta 0's magic
 		flip(t, path, int64(pageSize)+pageHeaderSize, 4)
-		damaged := sha(t, path)
+		damaged := string(testkit.ReadFile(t, path))
 		_, err := Open(path, Options{})
 		if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "no intact meta page") || !strings.Contains(err.Error(), "residentd repair "+path) {
 			t.Fatalf("open with both meta pages damaged: %v", err)
@@ -472,7 +464,7 @@ func TestDamagedMetaPage(t *testing.T) {
 		if _, err := Repair(path, 0); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "nothing was changed") {
 			t.Fatalf("repair with both meta pages damaged: %v", err)
 		}
-		if sha(t, path) != damaged {
+		if string(testkit.ReadFile(t, path)) != damaged {
 			t.Error("repair changed a file it could not read")
 		}
 		if m, _ := filepath.Glob(path + ".*"); len(m) != 0 {

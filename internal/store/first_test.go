@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -58,26 +57,12 @@ func TestFirstArrivalAndOnePushOneMessage(t *testing.T) {
 // legacyArrival is an arrivals value as schema versions 3 and 4 wrote it:
 // flags, author and binding, msgs key; no first arrival.
 func legacyArrival(m channel.Message, mk []byte) []byte {
-	flags := byte(0)
-	if m.Edited {
-		flags |= 1
-	}
-	if m.AuthorKind == channel.KindAgent {
-		flags |= 2
-	}
-	return append(append([]byte{flags}, joinKey(m.Author, m.BindingID)...), mk...)
+	v := arrival(m, mk)
+	return append(v[:1:1], v[9:]...) // today's without the 8 bytes of First
 }
 
 func TestMigrationV5FirstArrivals(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "residentd.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		if err := migrate(tx, migrations[:4]); err != nil {
-			return err
-		}
+	s := openFrom(t, 4, func(tx *bolt.Tx) error {
 		cb, err := createChannel(tx, "ch")
 		if err != nil {
 			return err
@@ -115,18 +100,6 @@ func TestMigrationV5FirstArrivals(t *testing.T) {
 		}
 		return cb.setCount(3)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	if v := versionOf(t, s.db); v != SchemaVersion {
 		t.Fatalf("version %d after open, want %d", v, SchemaVersion)
 	}

@@ -36,18 +36,11 @@ func Repair(path string, lockTimeout time.Duration) (*RepairReport, error) {
 	if lockTimeout <= 0 {
 		lockTimeout = DefaultLockTimeout
 	}
-	f, err := os.Open(path)
+	f, size, err := openLocked(path, syscall.LOCK_EX, lockTimeout, "repair", "repair")
 	if err != nil {
-		return nil, fmt.Errorf("store: repair %q: %w", path, err)
+		return nil, err
 	}
 	defer f.Close()
-	if err := lockFile(f, syscall.LOCK_EX, lockTimeout); err != nil {
-		return nil, fmt.Errorf("store: repair %q: %w", path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("store: repair %q: %w", path, err)
-	}
 	tmp := path + ".repair"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("store: repair %q: remove the copy a failed repair left: %w", path, err)
@@ -59,7 +52,7 @@ func Repair(path string, lockTimeout time.Duration) (*RepairReport, error) {
 		return nil, fmt.Errorf("store: repair %q: create %q: %w", path, tmp, err)
 	}
 	c := &copier{db: db}
-	found, err := scanOpen(f, fi.Size(), path, c)
+	found, err := scanOpen(f, size, path, c)
 	if err == nil {
 		err = c.commit()
 	}

@@ -15,33 +15,13 @@ import (
 
 // A version-5 file keeps its data and gains the run records.
 func TestMigrationV7Runs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "v5.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	k := session.Key{Channel: "ch", Binding: "b"}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		if err := migrate(tx, migrations[:5]); err != nil {
-			return err
-		}
+	s := openFrom(t, 5, func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketRuns) != nil {
 			t.Error("a version-5 file has the runs bucket")
 		}
 		return setNativeID(tx, k, "n1")
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got := versionOf(t, db); got != 5 {
-		t.Fatalf("version = %d, want 5", got)
-	}
-	db.Close()
-
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	})
 	if v := versionOf(t, s.db); v != SchemaVersion || SchemaVersion != 7 {
 		t.Fatalf("version = %d, want %d", v, SchemaVersion)
 	}

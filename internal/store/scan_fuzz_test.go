@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // FuzzScanDamaged: the scan stands between a damaged file and bbolt, so it
@@ -26,10 +27,7 @@ func FuzzScanDamaged(f *testing.F) {
 	if err := s.Close(); err != nil {
 		f.Fatal(err)
 	}
-	base, err := os.ReadFile(s.Path())
-	if err != nil {
-		f.Fatal(err)
-	}
+	base := testkit.ReadFile(f, s.Path())
 	ps := os.Getpagesize()
 	for id := range len(base) / ps {
 		f.Add(uint32(id*ps), []byte{0xFF, 0xFF})            // page id

@@ -2,7 +2,6 @@ package store
 
 import (
 	"math"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -92,30 +91,8 @@ func TestKeyOptions(t *testing.T) {
 
 // A version-3 file keeps its data and gains the options and spend buckets.
 func TestMigrationV4Settings(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "v3.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	k := session.Key{Channel: "ch", Binding: "b"}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		if err := migrate(tx, migrations[:3]); err != nil {
-			return err
-		}
-		return setNativeID(tx, k, "n1")
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got := versionOf(t, db); got != 3 {
-		t.Fatalf("version = %d, want 3", got)
-	}
-	db.Close()
-
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFrom(t, 3, func(tx *bolt.Tx) error { return setNativeID(tx, k, "n1") })
 	if err := s.SetKeyOptions(k, map[string]string{"model": "sonnet"}); err != nil {
 		t.Fatal(err)
 	}
@@ -133,34 +110,15 @@ func TestMigrationV4Settings(t *testing.T) {
 // TestMigrationV6ExactSpend: a version-5 file's float totals become exact
 // amounts, 1.2000000000000002 (three turns of 0.4) reading back as 1.2.
 func TestMigrationV6ExactSpend(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "residentd.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d1 := day("2026-12-03")
 	drift := 0.4 + 0.4 + 0.4
-	err = db.Update(func(tx *bolt.Tx) error {
-		if err := migrate(tx, migrations[:5]); err != nil {
-			return err
-		}
+	s := openFrom(t, 5, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSpend)
 		if err := b.Put(joinKey(d1.Format(dayLayout), "binding", "b"), u64(math.Float64bits(drift))); err != nil {
 			return err
 		}
 		return b.Put(joinKey(d1.Format(dayLayout), "channel", "ch"), u64(math.Float64bits(0.25)))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	got, err := s.SpentOn(d1)
 	if err != nil || got[SpendKey{"binding", "b"}].String() != "1.2" || got[SpendKey{"channel", "ch"}].String() != "0.25" {
 		t.Fatalf("spending after the migration: %v %v (the float was %v)", got, err, drift)

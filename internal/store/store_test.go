@@ -121,18 +121,8 @@ func TestOpenLockedByOtherProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "residentd.db")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "STORE_TEST_HOLD="+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testkit.StartPiped(t, cmd)
 	defer func() {
 		stdin.Close()
 		if err := cmd.Wait(); err != nil {
@@ -271,6 +261,39 @@ func rawDB(t *testing.T) *bolt.DB {
 	return db
 }
 
+// openFrom writes a file at schema version v (the first v migrations, then
+// fill in the same transaction when it is not nil), checks that it says v,
+// and opens it with Open, which migrates it the rest of the way. The store
+// closes at the test's end.
+func openFrom(t *testing.T, v int, fill func(tx *bolt.Tx) error) *Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "residentd.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if err := migrate(tx, migrations[:v]); err != nil || fill == nil {
+			return err
+		}
+		return fill(tx)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := versionOf(t, db); got != v {
+		t.Fatalf("version = %d, want %d", got, v)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func versionOf(t *testing.T, db *bolt.DB) int {
 	t.Helper()
 	var v int
@@ -386,24 +409,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 // A version-1 file (written before the project mapping existed) keeps its
 // data and gains the projects bucket on Open.
 func TestMigrationV2ChannelProjects(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "v1.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error { return migrate(tx, migrations[:1]) }); err != nil {
-		t.Fatal(err)
-	}
-	if got := versionOf(t, db); got != 1 {
-		t.Fatalf("version = %d, want 1", got)
-	}
-	db.Close()
-
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFrom(t, 1, nil)
 	if p, err := s.Project("ch"); err != nil || p != "ch" {
 		t.Fatalf("unmapped project = %q, %v; want the channel id", p, err)
 	}

@@ -5,11 +5,16 @@
 package testkit
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/agent"
 )
 
@@ -56,6 +61,61 @@ func Exe(t testing.TB) string {
 	return exe
 }
 
+// Recv receives from ch, failing the test when nothing comes within d;
+// what names what was awaited.
+func Recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("no %s within %v", what, d)
+		var zero T
+		return zero
+	}
+}
+
+// ReadFile is the contents of the file at path; a failure ends the test.
+func ReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ShortDir is a new directory under the system's temporary directory,
+// removed when the test ends: short enough for a Unix socket's path, which
+// the test's own TempDir may not be.
+func ShortDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// StartPiped starts cmd with a pipe to its stdin and one from its stdout;
+// a failure ends the test. The caller waits for cmd.
+func StartPiped(t testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err = cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return stdin, stdout
+}
+
 // AgentEnviron is the environment entry that makes Exe the agent.
 func AgentEnviron() string { return AgentEnv + "=1" }
 
@@ -77,4 +137,26 @@ func WaitFor(t testing.TB, d time.Duration, cond func() bool, what func() string
 // Waiting is a what() for WaitFor that names the condition.
 func Waiting(format string, args ...any) func() string {
 	return func() string { return "timed out waiting for " + fmt.Sprintf(format, args...) }
+}
+
+// DecodesAsUnmarshal checks that one apitype.LineDecoder, kept across
+// lines (twice over), accepts and refuses each line exactly as
+// json.Unmarshal does into a T, and decodes the same value, whatever came
+// before it.
+func DecodesAsUnmarshal[T any](t testing.TB, lines []string) {
+	t.Helper()
+	var d apitype.LineDecoder
+	for round := range 2 {
+		for i, l := range lines {
+			var got, want T
+			gerr := d.Decode([]byte(l), &got)
+			werr := json.Unmarshal([]byte(l), &want)
+			if (gerr == nil) != (werr == nil) {
+				t.Fatalf("round %d line %d: decode err %v, Unmarshal err %v", round, i, gerr, werr)
+			}
+			if werr == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d line %d: decoded %+v, Unmarshal %+v", round, i, got, want)
+			}
+		}
+	}
 }

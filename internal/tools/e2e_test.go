@@ -12,6 +12,7 @@ import (
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // fields parses the built-in agent's key=value reply.
@@ -130,13 +131,7 @@ func TestSpareServesAnyKeyWithItsOwnCapability(t *testing.T) {
 	e.put(msg("ch-two", "m1", 1, "first"), msg("ch-two", "m2", 2, long), msg("ch-two", "m3", 3, "third"), msg("ch-two", "q1", 4, "@agent why?"))
 	spare := func() int {
 		t.Helper()
-		select {
-		case pid := <-ready:
-			return pid
-		case <-time.After(30 * time.Second):
-			t.Fatal("no spare became ready within 30s")
-			return 0
-		}
+		return testkit.Recv(t, ready, 30*time.Second, "spare ready")
 	}
 	for _, c := range []struct {
 		ch      string

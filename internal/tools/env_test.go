@@ -55,19 +55,13 @@ type env struct {
 	issued map[session.Key][]string // capability tokens handed out, per key
 }
 
-func testExe(t *testing.T) string {
+// builtinBinding runs this test binary as the built-in agent.
+func builtinBinding(t *testing.T, id, dir string) config.Binding {
 	t.Helper()
-	exe, err := os.Executable()
+	b, err := daemontest.Builtin(id, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return exe
-}
-
-// builtinBinding runs this test binary as the built-in agent.
-func builtinBinding(t *testing.T, id, dir string) config.Binding {
-	b := config.Builtin(testExe(t), filepath.Join(dir, "agent-"+id))
-	b.ID, b.Env = id, map[string]string{"RESIDENTD_TEST_AGENT": "1"}
 	return b
 }
 
@@ -81,12 +75,7 @@ func newEnv(t *testing.T, bindings ...func(dir string) config.Binding) *env {
 func newEnvWith(t *testing.T, onSpare func(binding string, pid int), bindings ...func(dir string) config.Binding) *env {
 	t.Helper()
 	dir := t.TempDir()
-	sockDir, err := os.MkdirTemp("", "rd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	e := &env{t: t, socket: filepath.Join(sockDir, "s.sock"), reg: tools.NewRegistry(), issued: map[session.Key][]string{}}
+	e := &env{t: t, socket: filepath.Join(testkit.ShortDir(t), "s.sock"), reg: tools.NewRegistry(), issued: map[session.Key][]string{}}
 
 	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
 	for _, b := range bindings {
@@ -95,7 +84,7 @@ func newEnvWith(t *testing.T, onSpare func(binding string, pid int), bindings ..
 	if len(cfg.Bindings) == 0 {
 		cfg.Bindings = []config.Binding{builtinBinding(t, "b-builtin", dir)}
 	}
-	l := &tools.Launcher{Registry: e.reg, Command: testExe(t), Args: []string{"mcp"}, Env: []string{"RESIDENTD_TEST_MCP=1"}, Socket: e.socket}
+	l := &tools.Launcher{Registry: e.reg, Command: testkit.Exe(t), Args: []string{"mcp"}, Env: []string{"RESIDENTD_TEST_MCP=1"}, Socket: e.socket}
 	hook := func(k session.Key, b config.Binding) ([]sdk.McpServer, func()) {
 		servers, release := l.Servers(k, b)
 		for _, s := range servers {

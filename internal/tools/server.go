@@ -121,33 +121,35 @@ func (b *backend) explain(tool string, err error) error {
 }
 
 func (b *backend) history(ctx context.Context, _ *mcp.CallToolRequest, in HistoryInput) (*mcp.CallToolResult, apitype.HistoryPage, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	page, err := b.c.ChannelHistory(ctx, b.capability, client.HistoryQuery{Channel: in.ChannelID, Before: in.Before, ThreadRoot: in.ThreadRootID, Limit: in.Limit})
-	if err != nil {
-		return nil, apitype.HistoryPage{}, b.explain(ToolHistory, err)
-	}
-	return textResult(RenderHistory(page)), page, nil
+	return answer(ctx, b, ToolHistory, func(ctx context.Context) (apitype.HistoryPage, error) {
+		return b.c.ChannelHistory(ctx, b.capability, client.HistoryQuery{Channel: in.ChannelID, Before: in.Before, ThreadRoot: in.ThreadRootID, Limit: in.Limit})
+	}, RenderHistory)
 }
 
 func (b *backend) roster(ctx context.Context, _ *mcp.CallToolRequest, _ RosterInput) (*mcp.CallToolResult, apitype.Roster, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	r, err := b.c.ChannelRoster(ctx, b.capability)
-	if err != nil {
-		return nil, apitype.Roster{}, b.explain(ToolRoster, err)
-	}
-	return textResult(RenderRoster(r)), r, nil
+	return answer(ctx, b, ToolRoster, func(ctx context.Context) (apitype.Roster, error) {
+		return b.c.ChannelRoster(ctx, b.capability)
+	}, RenderRoster)
 }
 
 func (b *backend) activity(ctx context.Context, _ *mcp.CallToolRequest, in ActivityInput) (*mcp.CallToolResult, apitype.ProjectActivity, error) {
+	return answer(ctx, b, ToolActivity, func(ctx context.Context) (apitype.ProjectActivity, error) {
+		return b.c.ProjectActivity(ctx, b.capability, in.Limit)
+	}, RenderActivity)
+}
+
+// answer is a tool's answer: one daemon call within callTimeout, its
+// result rendered as text and returned as is; a failure is explained for
+// the agent (explain).
+func answer[T any](ctx context.Context, b *backend, tool string, call func(context.Context) (T, error), render func(T) string) (*mcp.CallToolResult, T, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	a, err := b.c.ProjectActivity(ctx, b.capability, in.Limit)
+	v, err := call(ctx)
 	if err != nil {
-		return nil, apitype.ProjectActivity{}, b.explain(ToolActivity, err)
+		var zero T
+		return nil, zero, b.explain(tool, err)
 	}
-	return textResult(RenderActivity(a)), a, nil
+	return textResult(render(v)), v, nil
 }
 
 func textResult(s string) *mcp.CallToolResult {

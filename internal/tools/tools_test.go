@@ -17,6 +17,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
+	"github.com/residentd/residentd/internal/testkit"
 	"github.com/residentd/residentd/internal/tools"
 )
 
@@ -317,7 +318,7 @@ func TestScopeRefusals(t *testing.T) {
 func TestUnreachableDaemonOverStdio(t *testing.T) {
 	// The real server process, started the way an agent starts it.
 	sock := "/nonexistent/rd/residentd.sock"
-	cmd := exec.Command(testExe(t), "mcp")
+	cmd := exec.Command(testkit.Exe(t), "mcp")
 	cmd.Env = append(cmd.Environ(), "RESIDENTD_TEST_MCP=1", tools.EnvSocket+"="+sock, tools.EnvCapability+"=tok")
 	ctx := context.Background()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
