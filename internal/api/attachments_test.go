@@ -20,6 +20,7 @@ import (
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // Attachments through the socket: pushed by path or inline, refused at
@@ -49,7 +50,7 @@ func attachEnv(t *testing.T, flags []string, tweak ...func(*config.Config)) (e *
 	}}, tweak...)...)
 	return e, folder, state, func() []prompted {
 		t.Helper()
-		return recordedPrompts[prompted](t, rec)
+		return testkit.Records[prompted](t, rec, "session/prompt")
 	}
 }
 

@@ -1,11 +1,8 @@
 package api
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,40 +29,11 @@ func recordedEnv(t *testing.T, tweak ...func(*config.Config)) (*env, func() []st
 	return e, func() []string {
 		t.Helper()
 		var out []string
-		for _, p := range recordedPrompts[struct{ Prompt string }](t, rec) {
+		for _, p := range testkit.Records[struct{ Prompt string }](t, rec, "session/prompt") {
 			out = append(out, p.Prompt)
 		}
 		return out
 	}
-}
-
-// recordedPrompts is every session/prompt the built-in agent wrote to its
-// record file rec (--record), each decoded into a T.
-func recordedPrompts[T any](t *testing.T, rec string) []T {
-	t.Helper()
-	f, err := os.Open(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 32<<20)
-	for sc.Scan() {
-		var r struct{ Method string }
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		if r.Method != "session/prompt" {
-			continue
-		}
-		var p T
-		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, p)
-	}
-	return out
 }
 
 var fidelityT0 = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -147,19 +146,9 @@ func TestBurstOfSix(t *testing.T) {
 // --record file.
 func steers(t *testing.T, path string) []string {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		var rec struct {
-			Method string `json:"method"`
-			Prompt string `json:"prompt"`
-		}
-		if json.Unmarshal([]byte(l), &rec) == nil && rec.Method == "_session/steering" {
-			out = append(out, rec.Prompt)
-		}
+	for _, r := range testkit.Records[struct{ Prompt string }](t, path, "_session/steering") {
+		out = append(out, r.Prompt)
 	}
 	return out
 }

@@ -1,10 +1,7 @@
 package daemon_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,30 +12,15 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // prompts reads what the built-in agent received, from its --record file.
 func prompts(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var rec struct {
-			Method string `json:"method"`
-			Prompt string `json:"prompt"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		if rec.Method == "session/prompt" {
-			out = append(out, rec.Prompt)
-		}
+	for _, r := range testkit.Records[struct{ Prompt string }](t, path, "session/prompt") {
+		out = append(out, r.Prompt)
 	}
 	return out
 }

@@ -25,25 +25,17 @@ func held(t *testing.T, h *harness, prompts func() []string, ch, id string) (*ru
 	hold := filepath.Join(h.dir, "hold-"+id)
 	text := "@agent " + id + " [[hold:" + hold + "]]"
 	h.post(channel.Message{ID: id, Channel: ch, Author: "aiko", Body: text})
-	n := len(promptsOrNone(h, prompts))
+	n := len(prompts())
 	r, err := h.d.Submit(apitype.TurnRequest{Channel: ch, Binding: "b-builtin", MessageID: id, Text: text})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 30*time.Second, func() bool { return len(promptsOrNone(h, prompts)) > n }, testkit.Waiting("the held turn to reach the agent"))
+	testkit.WaitFor(t, 30*time.Second, func() bool { return len(prompts()) > n }, testkit.Waiting("the held turn to reach the agent"))
 	return r, func() {
 		if err := os.WriteFile(hold, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-// promptsOrNone is prompts() before the agent wrote its record file.
-func promptsOrNone(h *harness, prompts func() []string) []string {
-	if _, err := os.Stat(filepath.Join(h.dir, "record.jsonl")); err != nil {
-		return nil
-	}
-	return prompts()
 }
 
 // submitAll submits a mention per id on ch (accepted first, pushed to the

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestMentionProperty drives random bursts of mentions through a real
@@ -530,37 +529,20 @@ var (
 
 func readAgentPrompts(t *testing.T, path string) []agentPrompt {
 	t.Helper()
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var out []agentPrompt
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		var rec struct {
-			Method  string `json:"method"`
-			Session string `json:"session"`
-			Turn    int    `json:"turn"`
-			Prompt  string `json:"prompt"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		switch rec.Method {
-		case "session/prompt":
+	for _, rec := range testkit.Records[struct {
+		Method, Session, Prompt string
+		Turn                    int
+	}](t, path, "session/prompt", "_session/steering") {
+		if rec.Method == "session/prompt" {
 			out = append(out, parsePrompt(rec.Session, rec.Turn, rec.Prompt))
-		case "_session/steering":
-			p := agentPrompt{session: rec.Session, steer: true}
-			if mm := listedLine.FindStringSubmatch(rec.Prompt); mm != nil {
-				p.listed = []string{mm[1]}
-			}
-			out = append(out, p)
+			continue
 		}
+		p := agentPrompt{session: rec.Session, steer: true}
+		if mm := listedLine.FindStringSubmatch(rec.Prompt); mm != nil {
+			p.listed = []string{mm[1]}
+		}
+		out = append(out, p)
 	}
 	return out
 }

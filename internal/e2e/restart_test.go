@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // recorded starts the daemon with a binding "b-rec" whose built-in agent
@@ -49,24 +49,7 @@ var lastMention = regexp.MustCompile(`"message_id":"([^"]*)"`)
 func (n *node) prompts() map[string]int {
 	n.t.Helper()
 	out := map[string]int{}
-	f, err := os.Open(filepath.Join(n.state, "record.jsonl"))
-	if os.IsNotExist(err) {
-		return out
-	}
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var rec struct {
-			Method string `json:"method"`
-			Prompt string `json:"prompt"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Method != "session/prompt" {
-			continue
-		}
+	for _, rec := range testkit.Records[struct{ Prompt string }](n.t, filepath.Join(n.state, "record.jsonl"), "session/prompt") {
 		if m := lastMention.FindAllStringSubmatch(rec.Prompt, -1); len(m) > 0 {
 			out[m[len(m)-1][1]]++
 		}

@@ -15,6 +15,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -157,15 +158,21 @@ func TestClaudeFloor(t *testing.T) {
 	apiD.sized, apiR.sized = true, true
 	warmTurns := len(floorLines) - 1
 
-	// The reference.
+	// The reference: a client wired by hand that follows the seed sends
+	// the framing once, then each turn's new lines under the seed's block
+	// header (its rule 6: the lines are labelled untrusted data) and the
+	// mention. What residentd adds beyond that is what this measures.
 	bd := claudeOn(t, apiD)
 	dir := t.TempDir()
 	dc := startDirect(t, ctx, bd.Command, dir, bd.Env)
 	for i, ls := range floorLines[:warmTurns] {
 		var b strings.Builder
+		header := delivery.HeaderNew
 		if i == 0 {
 			b.WriteString(claudeFraming + "\n\n")
+			header = delivery.HeaderSnapshot
 		}
+		b.WriteString(header + "\n")
 		for _, l := range ls {
 			b.WriteString("- aiko: " + l + "\n")
 		}

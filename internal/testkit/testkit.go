@@ -5,12 +5,15 @@
 package testkit
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,5 +161,42 @@ func DecodesAsUnmarshal[T any](t testing.TB, lines []string) {
 				t.Fatalf("round %d line %d: decoded %+v, Unmarshal %+v", round, i, got, want)
 			}
 		}
+	}
+}
+
+// Records are the lines of the built-in agent's record file (its
+// --record) whose method is one of methods (all when none), each decoded
+// into a T, in the order the agent wrote them; none while the file does
+// not exist yet. A last line the agent is still writing (no newline yet)
+// is left for the next read.
+func Records[T any](t testing.TB, path string, methods ...string) []T {
+	t.Helper()
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []T
+	r := bufio.NewReaderSize(f, 1<<20)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return out // EOF, after a partial line or none
+		}
+		var head struct{ Method string }
+		if err := json.Unmarshal(line, &head); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(methods) > 0 && !slices.Contains(methods, head.Method) {
+			continue
+		}
+		var rec T
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, rec)
 	}
 }
