@@ -126,55 +126,42 @@ func TestThreadMentionSeesItsThread(t *testing.T) {
 
 // TestBriefAfterCompaction: with the brief in the framing (the default for
 // a resident binding), a turn during which the agent compacts its history
-// (its usage_update reports less context in use) makes the next warm turn
-// carry the full brief; the turns after go back to the mention and its lines.
+// makes the next warm turn carry the full brief, once; the turns after go
+// back to the mention and its lines. An agent compacts one of two ways: its
+// usage_update reports less context in use ([[compact]]), or it says so
+// with compaction_update (repeating the completion while its context in
+// use keeps growing); from an agent that announces its compactions, a drop
+// in use is no longer taken for one.
 func TestBriefAfterCompaction(t *testing.T) {
-	var rec string
-	h := newHarness(t, recordTo(&rec))
-	if p := h.cfg.Bindings[0].BriefPlacement; p != delivery.InFraming {
-		t.Fatalf("a supervised resident binding defaults to brief placement %q, want framing", p)
-	}
-	texts := []string{"@agent one", "@agent two", "@agent compact now [[compact]]", "@agent four", "@agent five"}
-	for i, text := range texts {
-		reply(t, h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), text))
-	}
-	got := prompts(t, rec)
-	brief := delivery.DefaultBrief
-	// cold (framing), warm, warm (compacts), warm: full brief again, warm.
-	wantFull := []bool{true, false, false, true, false}
-	for i, p := range got {
-		if strings.Contains(p, brief) != wantFull[i] {
-			t.Fatalf("prompt %d: full brief %v; want %v:\n%.300s", i+1, strings.Contains(p, brief), wantFull[i], p)
-		}
-	}
-	if n := testutil.ToFloat64(h.m.Compactions.WithLabelValues("b-builtin")); n != 1 {
-		t.Fatalf("compactions = %v, want 1", n)
-	}
-}
-
-// TestBriefAfterCompactionUpdate: an agent that reports its compaction
-// with compaction_update (repeating the completion, while its context in
-// use keeps growing) gets the full brief again exactly once, in the next
-// warm turn; a drop in use is no longer taken for a compaction.
-func TestBriefAfterCompactionUpdate(t *testing.T) {
-	var rec string
-	h := newHarness(t, recordTo(&rec))
-	texts := []string{"@agent one", "@agent compacting [[compaction-update]]", "@agent three", "@agent four [[compact]]", "@agent five"}
-	for i, text := range texts {
-		reply(t, h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), text))
-	}
-	got := prompts(t, rec)
-	brief := delivery.DefaultBrief
-	// cold, warm (compacts), warm: full brief again, warm (use drops: no
-	// compaction from an agent that announces them), warm.
-	wantFull := []bool{true, false, true, false, false}
-	for i, p := range got {
-		if strings.Contains(p, brief) != wantFull[i] {
-			t.Fatalf("prompt %d: full brief %v, want %v:\n%.300s", i+1, strings.Contains(p, brief), wantFull[i], p)
-		}
-	}
-	if n := testutil.ToFloat64(h.m.Compactions.WithLabelValues("b-builtin")); n != 1 {
-		t.Fatalf("compactions = %v, want 1", n)
+	for _, tt := range []struct {
+		name     string
+		texts    []string
+		wantFull []bool // by prompt: the full brief in it
+	}{
+		// cold (framing), warm, warm (compacts), warm: full brief again, warm.
+		{"usage drops", []string{"@agent one", "@agent two", "@agent compact now [[compact]]", "@agent four", "@agent five"}, []bool{true, false, false, true, false}},
+		// cold, warm (compacts), warm: full brief again, warm (use drops: no
+		// compaction from an agent that announces them), warm.
+		{"compaction_update", []string{"@agent one", "@agent compacting [[compaction-update]]", "@agent three", "@agent four [[compact]]", "@agent five"}, []bool{true, false, true, false, false}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var rec string
+			h := newHarness(t, recordTo(&rec))
+			if p := h.cfg.Bindings[0].BriefPlacement; p != delivery.InFraming {
+				t.Fatalf("a supervised resident binding defaults to brief placement %q, want framing", p)
+			}
+			for i, text := range tt.texts {
+				reply(t, h.mention("ch", "b-builtin", fmt.Sprint("q", i+1), text))
+			}
+			for i, p := range prompts(t, rec) {
+				if full := strings.Contains(p, delivery.DefaultBrief); full != tt.wantFull[i] {
+					t.Fatalf("prompt %d: full brief %v, want %v:\n%.300s", i+1, full, tt.wantFull[i], p)
+				}
+			}
+			if n := testutil.ToFloat64(h.m.Compactions.WithLabelValues("b-builtin")); n != 1 {
+				t.Fatalf("compactions = %v, want 1", n)
+			}
+		})
 	}
 }
 

@@ -88,11 +88,7 @@ func TestInterruptedNotRetried(t *testing.T) {
 	}
 	h.close()
 	h.open()
-	r, err := h.d.Run("run-held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-ended(r)
+	r := h.ended("run-held")
 	snap := r.Snapshot()
 	if snap.State != apitype.RunInterrupted || snap.Attempt != 1 || snap.Result == nil || snap.Result.Code != apitype.CodeInterrupted {
 		t.Fatalf("the held run after the restart: %+v", snap)
@@ -110,11 +106,7 @@ func TestInterruptedNotRetried(t *testing.T) {
 	if strings.Join(kinds, " ") != "interrupted error" {
 		t.Fatalf("the held run's events: %v", kinds)
 	}
-	nr, err := h.d.Run("run-next")
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-ended(nr)
+	nr := h.ended("run-next")
 	if ev, err, _ := nr.Result(); err != nil || ev.Event != apitype.EventDone || nr.Snapshot().Attempt != 1 {
 		t.Fatalf("the queued run after the restart: %+v %v", ev, err)
 	}
@@ -148,11 +140,7 @@ func TestStopBeforePromptKeepsRunQueued(t *testing.T) {
 	}
 	h.close()
 	h.open()
-	again, err := h.d.Run("run-cold")
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-ended(again)
+	again := h.ended("run-cold")
 	snap := again.Snapshot()
 	if snap.State != apitype.RunSucceeded || snap.Attempt != 1 {
 		t.Fatalf("the run after the restart: %+v", snap)

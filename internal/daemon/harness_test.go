@@ -21,6 +21,7 @@ import (
 	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/testkit"
@@ -213,4 +214,20 @@ func reply(t *testing.T, r result) map[string]string {
 		t.Fatalf("reply %q is not the built-in agent's summary", r.done.Text)
 	}
 	return out
+}
+
+// ended is run id of the daemon once it has ended; an unknown run, or one
+// that does not end, ends the test.
+func (h *harness) ended(id string) *run.Run {
+	h.t.Helper()
+	r, err := h.d.Run(id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	select {
+	case <-ended(r):
+	case <-time.After(30 * time.Second):
+		h.t.Fatalf("run %s never ended", id)
+	}
+	return r
 }

@@ -186,11 +186,7 @@ func TestKeyOrderSurvivesARestart(t *testing.T) {
 		h.open()
 		want := []string{p + "a1", p + "a2", p + "a3", p + "a4", p + "a5"}
 		for _, id := range []string{first.ID, queued[0].ID, queued[1].ID, queued[2].ID, queued[3].ID} {
-			r, err := h.d.Run(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := endOf(t, r); err != nil {
+			if _, err, _ := h.ended(id).Result(); err != nil {
 				t.Fatalf("round %d: %s after the restart: %v", round, id, err)
 			}
 		}
