@@ -280,6 +280,39 @@ func (c *Client) Follow(ctx context.Context, runID string, after int64, on func(
 	return ev, err
 }
 
+// Events follows the daemon-wide feed (GET /v1/events): on gets every
+// announcement of a run's start and end numbered above after (0: all the
+// feed still holds), as they come, until ctx ends (Events then returns
+// ctx's error) or the stream does. A position beyond the newest waits for
+// the next announcement. When the announcements asked for fell out of the
+// feed the error has code apitype.CodeEventsGone: list the runs and follow
+// on from the seq its message names.
+func (c *Client) Events(ctx context.Context, after int64, on func(apitype.FeedEvent)) error {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/events?after="+strconv.FormatInt(after, 10), nil, nil)
+	if err != nil {
+		return err
+	}
+	defer closeBody(resp)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var ev apitype.FeedEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fmt.Errorf("client: event feed: bad line: %w", err)
+		}
+		if ev.Event != apitype.EventKeepalive {
+			on(ev)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("client: event feed: %w", err)
+	}
+	return nil
+}
+
 // errEmptyStream is a stream that ended cleanly without a single event.
 var errEmptyStream = errors.New("client: the stream ended without an event")
 

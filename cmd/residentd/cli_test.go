@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -327,5 +328,59 @@ func TestStatusShowsBackgroundWork(t *testing.T) {
 	}
 	if out := cli("status"); strings.Contains(out, "ch-bg/b-builtin ") {
 		t.Fatalf("status after start fresh still lists the key:\n%s", out)
+	}
+}
+
+// TestEventsFollowsTheFeed: `residentd events` prints each run's start and
+// end as they come, from a position beyond the newest too, as JSON lines
+// with --json, and stops cleanly when interrupted.
+func TestEventsFollowsTheFeed(t *testing.T) {
+	d := startDaemon(t, serveOpts{})
+	d.cli(t, "", exitOK, "builtin turn=1", "mention", "--channel", "ch", "--binding", "b-builtin", "@agent one")
+	for _, tt := range []struct {
+		args []string
+		want []string // in the output, in order, once the next turn has ended
+	}{
+		{[]string{"--after", "0"}, []string{"\trun_started\t", "\tturn\tch/b-builtin\t", "\trun_ended\t", "\tsucceeded\n", "\trun_started\t", "\trun_ended\t"}},
+		{[]string{"--after", "9223372036854775807", "--json"}, []string{`{"event":"run_started","seq":`, `"channel_id":"ch3"`, `{"event":"run_ended",`, `"state":"succeeded"`}},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		out := &syncBuffer{}
+		done := make(chan error, 1)
+		go func() {
+			done <- lookup("events").exec(ctx, append(tt.args, "--socket", d.sock), strings.NewReader(""), out, io.Discard)
+		}()
+		// A turn after the feed is followed shows; nothing says when it is
+		// followed, so turns go on until one has.
+		ch := "ch" + fmt.Sprint(len(tt.args))
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			text, changed := out.snapshot()
+			if strings.Contains(text, ch+"/b-builtin\tsucceeded") || strings.Contains(text, `"channel_id":"`+ch+`"`) && strings.Contains(text, `"state":"succeeded"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("events %q printed %q, not a turn of %s", tt.args, text, ch)
+			}
+			d.cli(t, "", exitOK, "builtin turn=", "mention", "--channel", ch, "--binding", "b-builtin", "@agent next")
+			select {
+			case <-changed:
+			case err := <-done:
+				t.Fatalf("events %q ended: %v, after %q", tt.args, err, text)
+			case <-time.After(time.Second):
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("events %q, interrupted: %v", tt.args, err)
+		}
+		text, at := out.String(), 0
+		for _, w := range tt.want {
+			i := strings.Index(text[at:], w)
+			if i < 0 {
+				t.Fatalf("events %q printed %q: no %q after byte %d", tt.args, text, w, at)
+			}
+			at += i + len(w)
+		}
 	}
 }

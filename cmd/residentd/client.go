@@ -599,3 +599,35 @@ func jsonProblem(err error) string {
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
+
+type eventsFlags struct {
+	after  int64
+	asJSON bool
+}
+
+func (f *eventsFlags) bind(fs *flag.FlagSet) {
+	fs.Int64Var(&f.after, "after", 0, "show only the announcements after this sequence number (0: all the feed holds; beyond the newest: from now on)")
+	fs.BoolVar(&f.asJSON, "json", false, "print each announcement as a JSON line")
+}
+
+// runEvents follows the daemon-wide feed of runs started and ended until
+// interrupted.
+func runEvents(ctx context.Context, e *cmdEnv, f *eventsFlags) error {
+	var werr error
+	err := e.client.Events(ctx, f.after, func(ev apitype.FeedEvent) {
+		if werr != nil {
+			return
+		}
+		if f.asJSON {
+			line, _ := json.Marshal(ev)
+			_, werr = fmt.Fprintf(e.stdout, "%s\n", line)
+			return
+		}
+		key := ev.Channel + "/" + ev.Binding
+		_, werr = fmt.Fprintf(e.stdout, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.Seq, ev.At.Local().Format(time.TimeOnly), ev.Event, ev.RunID, ev.Kind, key, ev.State)
+	})
+	if errors.Is(err, context.Canceled) {
+		return werr // interrupted: the normal end
+	}
+	return errors.Join(err, werr)
+}

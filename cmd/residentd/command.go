@@ -43,6 +43,7 @@ type cmdEnv struct {
 	stdout io.Writer
 	stderr io.Writer
 	client *client.Client // client commands only
+	table  []*command     // every command (the completion scripts are made from it)
 }
 
 // nargs is how many positional arguments a command takes; max < 0 is any
@@ -86,7 +87,7 @@ func (c *command) exec(ctx context.Context, args []string, stdin io.Reader, stdo
 	if err := c.checkArgs(fs.Args()); err != nil {
 		return err
 	}
-	e := &cmdEnv{args: fs.Args(), stdin: stdin, stdout: stdout, stderr: stderr}
+	e := &cmdEnv{args: fs.Args(), stdin: stdin, stdout: stdout, stderr: stderr, table: commands}
 	if c.client {
 		e.client = &client.Client{Socket: *sock}
 		defer e.client.Close()

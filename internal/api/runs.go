@@ -251,8 +251,10 @@ func (s *Server) runFeed(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+		// The position read to: past a position beyond the newest too, so
+		// the next read starts at the newest there was.
+		after = b.Last
 		if len(b.Lines) > 0 {
-			after = b.Last
 			keep.Reset(s.keepalive)
 		}
 		if flusher != nil {
