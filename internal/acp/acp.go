@@ -153,10 +153,11 @@ type Agent struct {
 	// in is the agent's stdin as the SDK and this package write it.
 	in *capsWriter
 	// promptID numbers the prompts this package sends (prompt.go);
-	// prompts holds their answers' channels by id (under mu), promptsN
-	// its length, for the pump to look for answers only while one waits.
+	// prompts holds the prompts waiting for their answers by id (under
+	// mu), promptsN its length, for the pump to look for answers only
+	// while one waits.
 	promptID atomic.Uint64
-	prompts  map[uint64]chan promptAnswer
+	prompts  map[uint64]waiting
 	promptsN atomic.Int32
 
 	proc      *child.Process
@@ -307,7 +308,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		children: make(map[string]string),
 		working:  make(map[string]bool),
 		workCh:   make(chan struct{}),
-		prompts:  make(map[uint64]chan promptAnswer),
+		prompts:  make(map[uint64]waiting),
 	}
 	a.promptID.Store(promptIDBase)
 	a.servers.Store(&spec.MCPServers)
@@ -765,7 +766,7 @@ func (a *Agent) PromptMeta(ctx context.Context, native, text string, atts []Atta
 	}
 	r.line = line
 	answered := make(chan promptAnswer, 1)
-	a.awaitAnswer(id, answered)
+	a.awaitAnswer(id, waiting{ch: answered, r: r})
 	// The write goroutine ends when the line is written or cannot be (the
 	// agent's stdin closed: Close, or its exit); Prompt waits for it
 	// either way, since the line is the route's buffer.

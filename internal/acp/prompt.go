@@ -139,24 +139,39 @@ func (a *Agent) takeAnswer(line []byte) bool {
 	return true
 }
 
+// waiting is a prompt waiting for its answer: where the answer goes, and
+// its session's route.
+type waiting struct {
+	ch chan promptAnswer
+	r  *route
+}
+
 // answer delivers ans to prompt id, if it still waits (one that gave up
-// has gone: its answer goes nowhere).
+// has gone: its answer goes nowhere). The route is marked answered first,
+// on the pump, before the pump reads the next line: what the agent says
+// after its answer belongs to no turn (ACP sends a prompt's updates before
+// its answer), however soon it comes and however late the prompt's
+// caller runs again.
 func (a *Agent) answer(id uint64, ans promptAnswer) {
 	a.mu.Lock()
-	ch := a.prompts[id]
+	w, ok := a.prompts[id]
 	delete(a.prompts, id)
 	a.promptsN.Store(int32(len(a.prompts)))
 	a.mu.Unlock()
-	if ch != nil {
-		ch <- ans // buffered, and only this sends on it
+	if !ok {
+		return
 	}
+	w.r.mu.Lock()
+	w.r.answered = true
+	w.r.mu.Unlock()
+	w.ch <- ans // buffered, and only this sends on it
 }
 
-// awaitAnswer registers ch for the answer to prompt id, before its line is
+// awaitAnswer registers w for the answer to prompt id, before its line is
 // written.
-func (a *Agent) awaitAnswer(id uint64, ch chan promptAnswer) {
+func (a *Agent) awaitAnswer(id uint64, w waiting) {
 	a.mu.Lock()
-	a.prompts[id] = ch
+	a.prompts[id] = w
 	a.promptsN.Store(int32(len(a.prompts)))
 	a.mu.Unlock()
 }

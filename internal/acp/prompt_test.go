@@ -86,7 +86,7 @@ func TestParseID(t *testing.T) {
 // result, an error, one that quotes session/update, one it cannot decode
 // whole) and leaves every other line to the SDK.
 func TestTakeAnswer(t *testing.T) {
-	a := &Agent{prompts: map[uint64]chan promptAnswer{}}
+	a := &Agent{prompts: map[uint64]waiting{}}
 	id := uint64(promptIDBase + 1)
 	ids := "1125899906842625"
 	for i, c := range []struct {
@@ -113,8 +113,8 @@ func TestTakeAnswer(t *testing.T) {
 		}},
 		{`{"jsonrpc":"2.0","id":` + ids + `,"result":null}`, true, func(p promptAnswer) bool { return p.err == nil && p.resp.StopReason == "" }},
 	} {
-		ch := make(chan promptAnswer, 1)
-		a.awaitAnswer(id, ch)
+		ch, r := make(chan promptAnswer, 1), &route{}
+		a.awaitAnswer(id, waiting{ch: ch, r: r})
 		if got := a.dispatch([]byte(c.line + "\n")); got != c.taken {
 			t.Fatalf("line %d: taken %v, want %v", i, got, c.taken)
 		}
@@ -130,6 +130,11 @@ func TestTakeAnswer(t *testing.T) {
 		default:
 			t.Fatalf("line %d: taken, not delivered", i)
 		}
+		// Marked on the pump, before its next line: an update after the
+		// answer goes to no turn, whenever the prompt's caller runs.
+		if !r.answered {
+			t.Fatalf("line %d: answered, but its route is not marked so", i)
+		}
 		if a.promptsN.Load() != 0 {
 			t.Fatalf("line %d: %d prompts still wait", i, a.promptsN.Load())
 		}
@@ -137,7 +142,7 @@ func TestTakeAnswer(t *testing.T) {
 	// While a prompt waits, an answer to an earlier one that gave up is
 	// taken too, and goes nowhere (with none waiting the SDK reads it, and
 	// logs an answer it did not ask for).
-	a.awaitAnswer(id+1, make(chan promptAnswer, 1))
+	a.awaitAnswer(id+1, waiting{ch: make(chan promptAnswer, 1), r: &route{}})
 	if !a.dispatch([]byte(`{"jsonrpc":"2.0","id":` + ids + `,"result":{"stopReason":"end_turn"}}`)) {
 		t.Fatal("a late answer to a prompt sent here went to the SDK")
 	}

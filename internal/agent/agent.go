@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -265,15 +266,75 @@ func blockForever() {
 }
 
 // lockedWriter serialises the SDK's writes with the raw writes of faults.
+// lockedWriter is the agent's stdout: one writer at a time, and a count
+// of the prompt answers written, so that what the agent says "after the
+// prompt returned" comes after its answer on the wire.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu       sync.Mutex
+	w        io.Writer
+	answers  int           // prompt answers written so far
+	answered chan struct{} // closed and replaced when one is written
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if err == nil && isPromptAnswer(p) {
+		l.answers++
+		if l.answered != nil {
+			close(l.answered)
+			l.answered = nil
+		}
+	}
+	return n, err
+}
+
+// isPromptAnswer reports whether line is the answer to a session/prompt:
+// a JSON-RPC result with a stop reason.
+func isPromptAnswer(line []byte) bool {
+	if !bytes.Contains(line, []byte(`"stopReason"`)) {
+		return false
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Result *struct {
+			StopReason string `json:"stopReason"`
+		} `json:"result"`
+	}
+	return json.Unmarshal(line, &msg) == nil && msg.ID != nil && msg.Method == "" && msg.Result != nil && msg.Result.StopReason != ""
+}
+
+// answerCount is how many prompt answers have been written.
+func (l *lockedWriter) answerCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.answers
+}
+
+// waitAnswers returns once n prompt answers have been written, or after
+// limit.
+func (l *lockedWriter) waitAnswers(n int, limit time.Duration) {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		l.mu.Lock()
+		if l.answers >= n {
+			l.mu.Unlock()
+			return
+		}
+		if l.answered == nil {
+			l.answered = make(chan struct{})
+		}
+		ch := l.answered
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 type turn struct {
@@ -613,22 +674,27 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 }
 
 // afterwards starts what the prompt's [[later:D]] and [[background:D]]
-// directives ask for once the prompt has returned.
+// directives ask for once the prompt has returned. It runs before the
+// prompt's handler returns; later output waits for the answer to be
+// written first (the SDK writes it after the handler returns), then D.
 func (b *builtin) afterwards(id, text string) {
 	ctx := context.Background()
 	if m := laterDirective().FindStringSubmatch(text); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {
-			time.AfterFunc(d, func() {
+			answer := b.out.answerCount() + 1
+			go func() {
+				b.out.waitAnswers(answer, time.Minute)
+				time.Sleep(d)
 				_ = b.send(ctx, id, acp.UpdateAgentMessageText("later output, "))
 				_ = b.send(ctx, id, acp.UpdateAgentMessageText("after the prompt returned"))
-			})
+			}()
 		}
 	}
 	if m := backgroundDirective().FindStringSubmatch(text); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {
 			sub := id + "-bg"
 			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "title": "builtin background work", "state": map[string]any{"state": "running"}})
-			b.startWork(id, d, func(cancelled bool) {
+			b.startWork(id, d, b.afterAnswer(func(cancelled bool) {
 				if cancelled {
 					_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "state": map[string]any{"state": "idle", "stopReason": "cancelled"}})
 					return
@@ -636,16 +702,29 @@ func (b *builtin) afterwards(id, text string) {
 				_ = b.send(ctx, sub, acp.UpdateAgentMessageText("background work output"))
 				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "subagent_update", "sessionId": sub, "state": map[string]any{"state": "idle", "stopReason": "end_turn"}})
 				_ = b.send(ctx, id, acp.UpdateAgentMessageText("background work done"))
-			})
+			}))
 		}
 	}
 	if m := stateDirective().FindStringSubmatch(text); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {
 			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "state_update", "state": map[string]any{"state": "working"}})
-			b.startWork(id, d, func(cancelled bool) {
+			b.startWork(id, d, b.afterAnswer(func(cancelled bool) {
 				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "state_update", "state": map[string]any{"state": "idle"}})
-			})
+			}))
 		}
+	}
+}
+
+// afterAnswer is done, when the work ends by itself, only once the
+// running prompt's answer is written: work that ends sooner than the
+// answer goes out still ends after it.
+func (b *builtin) afterAnswer(done func(cancelled bool)) func(cancelled bool) {
+	answer := b.out.answerCount() + 1
+	return func(cancelled bool) {
+		if !cancelled {
+			b.out.waitAnswers(answer, time.Minute)
+		}
+		done(cancelled)
 	}
 }
 
