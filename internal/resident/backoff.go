@@ -22,14 +22,14 @@ type keyLoop struct {
 
 // checkBackoff refuses a spawn for key k of binding while the binding's or
 // the key's crash-loop backoff runs.
-func (d *Keeper) checkBackoff(binding string, k session.Key) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (kp *Keeper) checkBackoff(binding string, k session.Key) error {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
 	check := func(scope string, s streak, until time.Time) error {
 		if s.n == 0 {
 			return nil
 		}
-		if wait := until.Sub(d.now()); wait > 0 {
+		if wait := until.Sub(kp.now()); wait > 0 {
 			last := s.last
 			if len(last) > 300 {
 				last = last[:300] + "…"
@@ -39,12 +39,12 @@ func (d *Keeper) checkBackoff(binding string, k session.Key) error {
 		}
 		return nil
 	}
-	if h := d.health[binding]; h != nil {
+	if h := kp.health[binding]; h != nil {
 		if err := check(fmt.Sprintf("binding %q", binding), h.crash, h.until); err != nil {
 			return err
 		}
 	}
-	if l := d.keyLoops[k]; l != nil {
+	if l := kp.keyLoops[k]; l != nil {
 		return check(fmt.Sprintf("key %q", k.String()), l.crash, l.until)
 	}
 	return nil
@@ -53,56 +53,56 @@ func (d *Keeper) checkBackoff(binding string, k session.Key) error {
 // backoff is the wait after the n-th failure in a row: none for the
 // first, then base, 2*base, ... up to the cap, so a broken agent is not
 // respawned in a tight loop.
-func (d *Keeper) backoff(n int) time.Duration {
+func (kp *Keeper) backoff(n int) time.Duration {
 	if n < 2 {
 		return 0
 	}
 	if shift := n - 2; shift < 30 {
-		return min(d.backoffBase<<shift, d.backoffCap)
+		return min(kp.backoffBase<<shift, kp.backoffCap)
 	}
-	return d.backoffCap
+	return kp.backoffCap
 }
 
 // spawnFailed records a spawn failure of binding: its agent could not
 // start.
-func (d *Keeper) spawnFailed(binding string, err error) {
-	d.mu.Lock()
-	h := d.of(binding)
+func (kp *Keeper) spawnFailed(binding string, err error) {
+	kp.mu.Lock()
+	h := kp.of(binding)
 	n := h.crash.fail(err)
-	wait := d.backoff(n)
-	h.until = d.now().Add(wait)
-	d.mu.Unlock()
+	wait := kp.backoff(n)
+	h.until = kp.now().Add(wait)
+	kp.mu.Unlock()
 	if wait > 0 {
-		d.log.Warn("agent crash loop: backing off", zap.String("binding", binding), zap.Int("failures", n), zap.Duration("backoff", wait), zap.Error(err))
+		kp.log.Warn("agent crash loop: backing off", zap.String("binding", binding), zap.Int("failures", n), zap.Duration("backoff", wait), zap.Error(err))
 	}
 }
 
 // keyCrashed records a mid-turn crash of key k's process: the key backs
 // off alone.
-func (d *Keeper) keyCrashed(k session.Key, err error) {
-	d.mu.Lock()
-	l := d.keyLoops[k]
+func (kp *Keeper) keyCrashed(k session.Key, err error) {
+	kp.mu.Lock()
+	l := kp.keyLoops[k]
 	if l == nil {
 		l = &keyLoop{}
-		d.keyLoops[k] = l
+		kp.keyLoops[k] = l
 	}
 	n := l.crash.fail(err)
-	wait := d.backoff(n)
-	l.until = d.now().Add(wait)
-	d.mu.Unlock()
+	wait := kp.backoff(n)
+	l.until = kp.now().Add(wait)
+	kp.mu.Unlock()
 	if wait > 0 {
-		d.log.Warn("agent crash loop: backing off", zap.String("key", k.String()), zap.Int("failures", n), zap.Duration("backoff", wait), zap.Error(err))
+		kp.log.Warn("agent crash loop: backing off", zap.String("key", k.String()), zap.Int("failures", n), zap.Duration("backoff", wait), zap.Error(err))
 	}
 }
 
 // spawnOK ends the crash loops of binding and of key k after a successful
 // turn.
-func (d *Keeper) spawnOK(binding string, k session.Key) {
-	d.mu.Lock()
-	if h := d.health[binding]; h != nil {
+func (kp *Keeper) spawnOK(binding string, k session.Key) {
+	kp.mu.Lock()
+	if h := kp.health[binding]; h != nil {
 		h.crash.ok()
 		h.until = time.Time{}
 	}
-	delete(d.keyLoops, k)
-	d.mu.Unlock()
+	delete(kp.keyLoops, k)
+	kp.mu.Unlock()
 }

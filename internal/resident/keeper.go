@@ -176,57 +176,57 @@ func New(o Options) (*Keeper, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	d := &Keeper{
+	kp := &Keeper{
 		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, mcpSpare: o.MCPSpare, ask: o.Ask, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
 		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,
 	}
-	d.cfg.Store(o.Config)
-	d.sp.init(o.Config)
-	if d.agentQuiet <= 0 {
-		d.agentQuiet = DefaultAgentQuiet
+	kp.cfg.Store(o.Config)
+	kp.sp.init(o.Config)
+	if kp.agentQuiet <= 0 {
+		kp.agentQuiet = DefaultAgentQuiet
 	}
-	if d.backoffBase <= 0 {
-		d.backoffBase = time.Second
+	if kp.backoffBase <= 0 {
+		kp.backoffBase = time.Second
 	}
-	if d.backoffCap <= 0 {
-		d.backoffCap = time.Minute
+	if kp.backoffCap <= 0 {
+		kp.backoffCap = time.Minute
 	}
-	keyOpts, err := d.st.KeyOptions()
+	keyOpts, err := kp.st.KeyOptions()
 	if err != nil {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
-	d.keyOpts = keyOpts
-	if d.seen, err = d.st.AgentsSeen(); err != nil {
+	kp.keyOpts = keyOpts
+	if kp.seen, err = kp.st.AgentsSeen(); err != nil {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
-	d.ctx, d.cancel = context.WithCancel(context.Background())
-	d.reportPolicies()
-	sweepLeftovers(d.st, d.log)
-	d.cgroups = openCgroups(o.Config, d.log)
+	kp.ctx, kp.cancel = context.WithCancel(context.Background())
+	kp.reportPolicies()
+	sweepLeftovers(kp.st, kp.log)
+	kp.cgroups = openCgroups(o.Config, kp.log)
 	// Said at startup, before anyone mentions an agent that cannot start.
-	for _, c := range d.BindingCommands() {
+	for _, c := range kp.BindingCommands() {
 		if !c.Startable {
-			d.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
+			kp.log.Warn("binding cannot start its agent", zap.String("binding", c.Binding), zap.String("command", c.Command), zap.String("problem", c.Problem))
 		}
 	}
-	return d, nil
+	return kp, nil
 }
 
 // Close stops the spares, waits for the keeper's background work (every
 // goroutine it started and every exit hook) and removes the agents'
 // cgroup. Call it after the pool has stopped the processes. Idempotent.
-func (d *Keeper) Close() {
-	d.closeOnce.Do(func() {
-		d.StopSpares()
-		d.bgMu.Lock()
-		d.closing = true
-		d.bgMu.Unlock()
-		d.wg.Wait()
-		if d.cgroups != nil {
-			if err := d.cgroups.Close(); err != nil {
-				d.log.Warn("remove the agents' cgroup", zap.Error(err))
+func (kp *Keeper) Close() {
+	kp.closeOnce.Do(func() {
+		kp.StopSpares()
+		kp.bgMu.Lock()
+		kp.closing = true
+		kp.bgMu.Unlock()
+		kp.wg.Wait()
+		if kp.cgroups != nil {
+			if err := kp.cgroups.Close(); err != nil {
+				kp.log.Warn("remove the agents' cgroup", zap.Error(err))
 			}
 		}
 	})
@@ -235,43 +235,43 @@ func (d *Keeper) Close() {
 // hold counts one piece of background work in wg, unless Close already
 // waits for it (false: the work must not start). Whoever got true calls
 // wg.Done when the work ends.
-func (d *Keeper) hold() bool {
-	d.bgMu.Lock()
-	defer d.bgMu.Unlock()
-	if d.closing {
+func (kp *Keeper) hold() bool {
+	kp.bgMu.Lock()
+	defer kp.bgMu.Unlock()
+	if kp.closing {
 		return false
 	}
-	d.wg.Add(1)
+	kp.wg.Add(1)
 	return true
 }
 
 // goBg runs f in a goroutine of the keeper's, under its ctx; false when
 // Close refused it (f does not run).
-func (d *Keeper) goBg(f func(ctx context.Context)) bool {
-	if !d.hold() {
+func (kp *Keeper) goBg(f func(ctx context.Context)) bool {
+	if !kp.hold() {
 		return false
 	}
 	go func() {
-		defer d.wg.Done()
-		f(d.ctx)
+		defer kp.wg.Done()
+		f(kp.ctx)
 	}()
 	return true
 }
 
 // afterFunc is time.AfterFunc with f counted as the keeper's work: Close
 // waits for an f that runs, and none runs once Close waits.
-func (d *Keeper) afterFunc(wait time.Duration, f func()) *time.Timer {
+func (kp *Keeper) afterFunc(wait time.Duration, f func()) *time.Timer {
 	return time.AfterFunc(wait, func() {
-		if !d.hold() {
+		if !kp.hold() {
 			return
 		}
-		defer d.wg.Done()
+		defer kp.wg.Done()
 		f()
 	})
 }
 
 // conf is the config in force: an immutable snapshot.
-func (d *Keeper) conf() *config.Config { return d.cfg.Load() }
+func (kp *Keeper) conf() *config.Config { return kp.cfg.Load() }
 
 // SetConfig puts a reloaded config (defaults set, validated, never changed
 // after) in force: new processes are started by it, and the settings the
@@ -281,17 +281,17 @@ func (d *Keeper) conf() *config.Config { return d.cfg.Load() }
 // The agents' cgroup enables the controllers the bindings' limits needed at
 // start: a limit that needs another one is logged, and applies after a
 // restart.
-func (d *Keeper) SetConfig(c *config.Config) {
-	old := d.cfg.Load()
-	d.cfg.Store(c)
-	d.reconfigureSpares(old, c)
-	if d.cgroups == nil {
+func (kp *Keeper) SetConfig(c *config.Config) {
+	old := kp.cfg.Load()
+	kp.cfg.Store(c)
+	kp.reconfigureSpares(old, c)
+	if kp.cgroups == nil {
 		return
 	}
 	for _, b := range c.Bindings {
 		for _, ctl := range limitsOf(b).Controllers() {
-			if !slices.Contains(d.cgroups.Controllers, ctl) {
-				d.log.Warn("binding's limits need a cgroup controller the agents' cgroup did not enable at start; the limit applies after a restart",
+			if !slices.Contains(kp.cgroups.Controllers, ctl) {
+				kp.log.Warn("binding's limits need a cgroup controller the agents' cgroup did not enable at start; the limit applies after a restart",
 					zap.String("binding", b.ID), zap.String("controller", ctl))
 			}
 		}
@@ -299,21 +299,21 @@ func (d *Keeper) SetConfig(c *config.Config) {
 }
 
 // of returns binding's health record, creating it; call with mu held.
-func (d *Keeper) of(binding string) *health {
-	h := d.health[binding]
+func (kp *Keeper) of(binding string) *health {
+	h := kp.health[binding]
 	if h == nil {
 		h = &health{}
-		d.health[binding] = h
+		kp.health[binding] = h
 	}
 	return h
 }
 
 // warnOnce runs warn the first time the daemon meets what names.
-func (d *Keeper) warnOnce(what string, warn func()) {
-	d.mu.Lock()
-	first := !d.warned[what]
-	d.warned[what] = true
-	d.mu.Unlock()
+func (kp *Keeper) warnOnce(what string, warn func()) {
+	kp.mu.Lock()
+	first := !kp.warned[what]
+	kp.warned[what] = true
+	kp.mu.Unlock()
 	if first {
 		warn()
 	}

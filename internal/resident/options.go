@@ -31,10 +31,10 @@ type wanted struct {
 
 // wantOptions is what key k asks of its session; a thread key asks what
 // its channel's key does (options are set per channel).
-func (d *Keeper) wantOptions(k session.Key, b config.Binding) wanted {
-	d.mu.Lock()
-	own := maps.Clone(d.keyOpts[k.Main()])
-	d.mu.Unlock()
+func (kp *Keeper) wantOptions(k session.Key, b config.Binding) wanted {
+	kp.mu.Lock()
+	own := maps.Clone(kp.keyOpts[k.Main()])
+	kp.mu.Unlock()
 	w := wanted{opts: maps.Clone(b.SessionOptions), own: own}
 	if w.opts == nil {
 		w.opts = map[string]string{}
@@ -88,9 +88,9 @@ func optionIDs(list []acp.Option) string {
 // listing as the ones before left it; one the agent lists, or offers the
 // value of, only after another changed waits for a second pass; count says
 // whether the sets are counted.
-func (d *Keeper) setOptions(bctx bounded, s *Process, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
+func (kp *Keeper) setOptions(bctx bounded, s *Process, b config.Binding, k session.Key, w wanted, count bool, log *zap.Logger) error {
 	list, listed := s.a.Options(s.native)
-	d.noteListing(b.ID, list, listed)
+	kp.noteListing(b.ID, list, listed)
 	todo, reverts := s.optionsToApply(w.opts)
 	if len(todo) == 0 {
 		return nil
@@ -107,7 +107,7 @@ func (d *Keeper) setOptions(bctx bounded, s *Process, b config.Binding, k sessio
 			if checkOption(b, cur, true, o.ID, v) != nil {
 				continue // the next pass, after the options before it moved
 			}
-			t0 := d.now()
+			t0 := kp.now()
 			_, span := tracing.Start(ctx, "session option")
 			if span.IsRecording() {
 				span.SetAttributes(attribute.String("residentd.option.id", o.ID), attribute.String("residentd.option.value", v))
@@ -119,14 +119,14 @@ func (d *Keeper) setOptions(bctx bounded, s *Process, b config.Binding, k sessio
 				return fmt.Errorf("set session option %q = %q for binding %q: %w", o.ID, v, b.ID, err)
 			}
 			span.End()
-			d.noteListing(b.ID, after, true)
+			kp.noteListing(b.ID, after, true)
 			s.noteApplied(o.ID, v, !reverts[o.ID], cur, after)
 			delete(todo, o.ID)
 			if !count {
 				continue
 			}
-			d.m.OptionSet(b.ID)
-			log.Info("session option set", zap.String("native", s.native), zap.String("option", o.ID), zap.String("value", v), zap.Duration("duration", d.now().Sub(t0)))
+			kp.m.OptionSet(b.ID)
+			log.Info("session option set", zap.String("native", s.native), zap.String("option", o.ID), zap.String("value", v), zap.Duration("duration", kp.now().Sub(t0)))
 		}
 		list, listed = s.a.Options(s.native)
 		// What a change moved (a new model may reset its effort) is set again.
@@ -140,12 +140,12 @@ func (d *Keeper) setOptions(bctx bounded, s *Process, b config.Binding, k sessio
 		}
 		err = fmt.Errorf("%w; it is %s", err, w.where(k, b, id))
 		if _, own := w.own[id]; !own {
-			d.optionFailed(b.ID, err)
+			kp.optionFailed(b.ID, err)
 		}
 		return err
 	}
 	if len(w.own) == 0 {
-		d.optionWorked(b.ID)
+		kp.optionWorked(b.ID)
 	}
 	return nil
 }
@@ -220,13 +220,13 @@ func (s *Process) currentOptions() map[string]string {
 // so far, every id with every value it offered (a model's efforts come and
 // go with the model), for checking options set through the API before a
 // turn applies them.
-func (d *Keeper) noteListing(binding string, list []acp.Option, listed bool) {
+func (kp *Keeper) noteListing(binding string, list []acp.Option, listed bool) {
 	if !listed {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h := d.of(binding)
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	h := kp.of(binding)
 	seen := h.listed
 	h.listedAny = true
 	for _, o := range list {
@@ -244,30 +244,30 @@ func (d *Keeper) noteListing(binding string, list []acp.Option, listed bool) {
 	h.listed = seen
 }
 
-func (d *Keeper) optionFailed(binding string, err error) {
-	d.mu.Lock()
-	d.of(binding).option.fail(err)
-	d.mu.Unlock()
+func (kp *Keeper) optionFailed(binding string, err error) {
+	kp.mu.Lock()
+	kp.of(binding).option.fail(err)
+	kp.mu.Unlock()
 }
 
-func (d *Keeper) optionWorked(binding string) {
-	d.mu.Lock()
-	if h := d.health[binding]; h != nil {
+func (kp *Keeper) optionWorked(binding string) {
+	kp.mu.Lock()
+	if h := kp.health[binding]; h != nil {
 		h.option.ok()
 	}
-	d.mu.Unlock()
+	kp.mu.Unlock()
 }
 
 // OptionErrors lists the bindings whose session options the agent refused
 // or does not list, at the last session start. They are checked when a
 // session opens, not at daemon start: a check then would need a process
 // per binding beside the pool's, at every start.
-func (d *Keeper) OptionErrors() []apitype.OptionError {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (kp *Keeper) OptionErrors() []apitype.OptionError {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
 	var out []apitype.OptionError
-	c := d.conf()
-	for id, h := range d.health {
+	c := kp.conf()
+	for id, h := range kp.health {
 		if _, ok := c.Binding(id); ok && h.option.n > 0 {
 			out = append(out, apitype.OptionError{Binding: id, Error: h.option.last})
 		}
@@ -279,21 +279,21 @@ func (d *Keeper) OptionErrors() []apitype.OptionError {
 // SessionOptions returns key k's session options: the key's own, and
 // those in effect for its next session (the binding's with the key's on
 // top).
-func (d *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
-	b, ok := d.conf().Binding(k.Binding)
+func (kp *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
+	b, ok := kp.conf().Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.conf().BindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, kp.conf().BindingIDs())
 	}
 	if k.Channel == "" {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: channel_id is required", ErrBadRequest)
 	}
-	d.mu.Lock()
-	own := maps.Clone(d.keyOpts[k])
-	d.mu.Unlock()
+	kp.mu.Lock()
+	own := maps.Clone(kp.keyOpts[k])
+	kp.mu.Unlock()
 	if own == nil {
 		own = map[string]string{}
 	}
-	return apitype.SessionOptions{Channel: k.Channel, Binding: k.Binding, Options: own, Effective: d.wantOptions(k, b).opts}, nil
+	return apitype.SessionOptions{Channel: k.Channel, Binding: k.Binding, Options: own, Effective: kp.wantOptions(k, b).opts}, nil
 }
 
 // SetSessionOptions replaces key k's own session options (none clears
@@ -302,10 +302,10 @@ func (d *Keeper) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 // and value must be one it has listed (for any session: a model's efforts
 // come with the model); whether it fits the key's session is checked when
 // the next turn applies it.
-func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
-	b, ok := d.conf().Binding(k.Binding)
+func (kp *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error) {
+	b, ok := kp.conf().Binding(k.Binding)
 	if !ok {
-		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, d.conf().BindingIDs())
+		return apitype.SessionOptions{}, fmt.Errorf("%w %q: configured bindings are %v", ErrUnknownBinding, k.Binding, kp.conf().BindingIDs())
 	}
 	if err := k.Check(); err != nil {
 		return apitype.SessionOptions{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -315,13 +315,13 @@ func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apity
 			return apitype.SessionOptions{}, fmt.Errorf("%w: option %q = %q: both the option id and its value must be set", ErrBadRequest, id, v)
 		}
 	}
-	d.mu.Lock()
+	kp.mu.Lock()
 	var seen []acp.Option
 	known := false
-	if h := d.health[b.ID]; h != nil && h.listedAny {
+	if h := kp.health[b.ID]; h != nil && h.listedAny {
 		seen, known = slices.Clone(h.listed), true
 	}
-	d.mu.Unlock()
+	kp.mu.Unlock()
 	if known {
 		for _, id := range slices.Sorted(maps.Keys(opts)) {
 			if err := checkOption(b, seen, true, id, opts[id]); err != nil {
@@ -330,18 +330,18 @@ func (d *Keeper) SetSessionOptions(k session.Key, opts map[string]string) (apity
 		}
 	}
 	// The store and the daemon's copy change together.
-	d.setOptsMu.Lock()
-	defer d.setOptsMu.Unlock()
-	if err := d.st.SetKeyOptions(k, opts); err != nil {
+	kp.setOptsMu.Lock()
+	defer kp.setOptsMu.Unlock()
+	if err := kp.st.SetKeyOptions(k, opts); err != nil {
 		return apitype.SessionOptions{}, err
 	}
-	d.mu.Lock()
+	kp.mu.Lock()
 	if len(opts) == 0 {
-		delete(d.keyOpts, k)
+		delete(kp.keyOpts, k)
 	} else {
-		d.keyOpts[k] = maps.Clone(opts)
+		kp.keyOpts[k] = maps.Clone(opts)
 	}
-	d.mu.Unlock()
-	d.log.Info("session options set", zap.String("key", k.String()), zap.Any("options", opts))
-	return d.SessionOptions(k)
+	kp.mu.Unlock()
+	kp.log.Info("session options set", zap.String("key", k.String()), zap.Any("options", opts))
+	return kp.SessionOptions(k)
 }

@@ -29,11 +29,11 @@ type policyNote struct {
 
 // sessionMeta is the acp.Spec hook that gives binding b's agent, once it
 // said who it is, the _meta that carries b's policy, and notes how.
-func (d *Keeper) sessionMeta(b config.Binding) func(acp.Info) map[string]any {
+func (kp *Keeper) sessionMeta(b config.Binding) func(acp.Info) map[string]any {
 	return func(info acp.Info) map[string]any {
 		a := policy.Agent(info)
 		c := policy.For(a, b.Permission)
-		d.notePolicy(b, a, c, "", false)
+		kp.notePolicy(b, a, c, "", false)
 		return c.Meta
 	}
 }
@@ -47,17 +47,17 @@ func commandLine(b config.Binding) string {
 // rememberAgent keeps who b's agent said it is, and the policy control it
 // refused if any, in the state file when that changed, so the next daemon start reports b's policy before any process
 // runs (no agent is started for it: see reportPolicies).
-func (d *Keeper) rememberAgent(b config.Binding, a policy.Agent, failed string) {
+func (kp *Keeper) rememberAgent(b config.Binding, a policy.Agent, failed string) {
 	seen := store.AgentSeen{Name: a.Name, Version: a.Version, Command: commandLine(b), Failed: failed}
-	d.mu.Lock()
-	same := d.seen[b.ID] == seen
-	d.seen[b.ID] = seen
-	d.mu.Unlock()
+	kp.mu.Lock()
+	same := kp.seen[b.ID] == seen
+	kp.seen[b.ID] = seen
+	kp.mu.Unlock()
 	if same {
 		return
 	}
-	if err := d.st.SetAgentSeen(b.ID, seen); err != nil {
-		d.log.Warn("remember the binding's agent for the next start's policy report", zap.String("binding", b.ID), zap.Error(err))
+	if err := kp.st.SetAgentSeen(b.ID, seen); err != nil {
+		kp.log.Warn("remember the binding's agent for the next start's policy report", zap.String("binding", b.ID), zap.Error(err))
 	}
 }
 
@@ -66,18 +66,18 @@ func (d *Keeper) rememberAgent(b config.Binding, a policy.Agent, failed string) 
 // the same command line (remembered in the state file), logged and shown
 // in health as when that agent starts; a binding whose agent has not
 // started yet is reported at its first start.
-func (d *Keeper) reportPolicies() {
-	for _, b := range d.conf().Bindings {
-		d.mu.Lock()
-		seen, ok := d.seen[b.ID]
-		d.mu.Unlock()
+func (kp *Keeper) reportPolicies() {
+	for _, b := range kp.conf().Bindings {
+		kp.mu.Lock()
+		seen, ok := kp.seen[b.ID]
+		kp.mu.Unlock()
 		if !ok || seen.Command != commandLine(b) {
-			d.log.Named("policy").Info("permission policy reported at the agent's first start: the binding has not started this agent yet",
+			kp.log.Named("policy").Info("permission policy reported at the agent's first start: the binding has not started this agent yet",
 				zap.String("binding", b.ID), zap.String("permission", string(b.Permission)))
 			continue
 		}
 		a := policy.Agent{Name: seen.Name, Version: seen.Version}
-		d.notePolicy(b, a, policy.For(a, b.Permission), seen.Failed, false)
+		kp.notePolicy(b, a, policy.For(a, b.Permission), seen.Failed, false)
 	}
 }
 
@@ -85,20 +85,20 @@ func (d *Keeper) reportPolicies() {
 // changed: the first process of the binding (at the startup check), a new
 // agent version, or a control that failed. A failure of the same agent's
 // control stays until the control worked (worked) on a later session.
-func (d *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls, failed string, worked bool) {
-	d.mu.Lock()
-	h := d.of(b.ID)
+func (kp *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls, failed string, worked bool) {
+	kp.mu.Lock()
+	h := kp.of(b.ID)
 	old, seen := h.policy, h.policySeen
 	if seen && old.agent == a && failed == "" && !worked {
 		failed = old.err
 	}
 	h.policy, h.policySeen = policyNote{agent: a, c: c, err: failed}, true
-	d.mu.Unlock()
-	d.rememberAgent(b, a, failed)
+	kp.mu.Unlock()
+	kp.rememberAgent(b, a, failed)
 	if seen && old.agent == a && old.err == failed {
 		return
 	}
-	log := d.log.Named("policy").With(zap.String("binding", b.ID), zap.String("agent", a.String()), zap.String("permission", string(b.Permission)))
+	log := kp.log.Named("policy").With(zap.String("binding", b.ID), zap.String("agent", a.String()), zap.String("permission", string(b.Permission)))
 	switch {
 	case failed != "":
 		log.Error(policy.Advisory, zap.String("control_failed", failed))
@@ -114,7 +114,7 @@ func (d *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls,
 // another mode as current (it may move itself, e.g. on leaving plan mode).
 // A mode the agent does not list fails the turn with ErrInvalidOption: the
 // policy would not hold.
-func (d *Keeper) applyPolicy(bctx bounded, s *Process, b config.Binding, log *zap.Logger) error {
+func (kp *Keeper) applyPolicy(bctx bounded, s *Process, b config.Binding, log *zap.Logger) error {
 	a := policy.Agent(s.a.Info())
 	c := policy.For(a, b.Permission)
 	if c.Mode == "" {
@@ -122,7 +122,7 @@ func (d *Keeper) applyPolicy(bctx bounded, s *Process, b config.Binding, log *za
 	}
 	cur, available, listed := s.a.Modes(s.native)
 	if err := c.CheckMode(available, listed); err != nil {
-		d.notePolicy(b, a, c, err.Error(), false)
+		kp.notePolicy(b, a, c, err.Error(), false)
 		return fmt.Errorf("%w: binding %q's permission %q with %s: %v", ErrInvalidOption, b.ID, b.Permission, a, err)
 	}
 	s.mu.Lock()
@@ -140,30 +140,30 @@ func (d *Keeper) applyPolicy(bctx bounded, s *Process, b config.Binding, log *za
 	err := s.a.SetMode(ctx, s.native, c.Mode)
 	span.End()
 	if err != nil {
-		d.notePolicy(b, a, c, err.Error(), false)
+		kp.notePolicy(b, a, c, err.Error(), false)
 		return fmt.Errorf("set session mode %q for binding %q's permission %q: %w", c.Mode, b.ID, b.Permission, err)
 	}
 	s.mu.Lock()
 	s.policyMode = c.Mode
 	s.mu.Unlock()
-	d.notePolicy(b, a, c, "", true)
-	d.m.PolicyModeSet(b.ID)
+	kp.notePolicy(b, a, c, "", true)
+	kp.m.PolicyModeSet(b.ID)
 	log.Info("session mode set for the permission policy", zap.String("native", s.native), zap.String("mode", c.Mode), zap.String("was", cur))
 	return nil
 }
 
 // PolicyAdvisories lists the bindings whose agent, as last started, cannot
 // be told their policy or refused the control that tells it.
-func (d *Keeper) PolicyAdvisories() []apitype.PolicyAdvisory {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (kp *Keeper) PolicyAdvisories() []apitype.PolicyAdvisory {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
 	var out []apitype.PolicyAdvisory
-	for id, h := range d.health {
+	for id, h := range kp.health {
 		n := h.policy
 		if !h.policySeen || n.c.Enforced && n.err == "" {
 			continue
 		}
-		b, ok := d.conf().Binding(id)
+		b, ok := kp.conf().Binding(id)
 		if !ok {
 			continue // removed by a config reload
 		}

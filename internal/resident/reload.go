@@ -24,18 +24,18 @@ func WithBinding(ctx context.Context, b *config.Binding) context.Context {
 }
 
 // bindingFor is the binding a spawn for key binding id starts.
-func (d *Keeper) bindingFor(ctx context.Context, id string) (config.Binding, bool) {
+func (kp *Keeper) bindingFor(ctx context.Context, id string) (config.Binding, bool) {
 	if b, ok := ctx.Value(bindingKey{}).(*config.Binding); ok && b.ID == id {
 		return *b, true
 	}
-	return d.conf().Binding(id)
+	return kp.conf().Binding(id)
 }
 
 // Reuse reports whether a turn of binding b may take process p as it is:
 // false when a field the process was started with (config.ReplaceProcess)
 // differs, or when b's permission policy needs session _meta the agent's
 // sessions were not opened with (claude-agent-acp's tool rules).
-func (d *Keeper) Reuse(p *Process, b *config.Binding) bool {
+func (kp *Keeper) Reuse(p *Process, b *config.Binding) bool {
 	return fits(&p.binding, b, p.a.Info())
 }
 
@@ -57,15 +57,15 @@ func fits(started, b *config.Binding, info acp.Info) bool {
 // old to new takes effect: next_turn, or replace_process when the agent
 // the binding last started carries the policy in session _meta that
 // differs between them.
-func (d *Keeper) PermissionClass(id string, old, new config.Binding) config.Class {
-	d.mu.Lock()
-	h := d.health[id]
+func (kp *Keeper) PermissionClass(id string, old, new config.Binding) config.Class {
+	kp.mu.Lock()
+	h := kp.health[id]
 	var a policy.Agent
 	known := h != nil && h.policySeen
 	if known {
 		a = h.policy.agent
 	}
-	d.mu.Unlock()
+	kp.mu.Unlock()
 	if known && !reflect.DeepEqual(policy.For(a, old.Permission).Meta, policy.For(a, new.Permission).Meta) {
 		return config.ReplaceProcess
 	}

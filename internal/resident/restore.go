@@ -41,22 +41,22 @@ func restoreWays(a *acp.Agent, method string) []restoreWay {
 // ("" when none did or none was tried: the turn goes cold). Each failure is
 // logged with the way that failed; restore_failures failed restores in a row
 // stop a binding's restores for the rest of the daemon's run.
-func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, native string, log *zap.Logger) (string, error) {
+func (kp *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, native string, log *zap.Logger) (string, error) {
 	binding := b.ID
-	if d.RestoreStopped(binding) {
+	if kp.RestoreStopped(binding) {
 		return "", nil
 	}
 	ways := restoreWays(a, b.RestoreMethod)
 	if len(ways) == 0 && b.RestoreMethod != config.RestoreAuto {
-		d.warnOnce("restore_method:"+binding, func() {
+		kp.warnOnce("restore_method:"+binding, func() {
 			log.Warn("the binding's restore_method is one its agent does not offer: its new processes start cold", zap.String("restore_method", b.RestoreMethod), zap.Bool("agent_resumes", a.CanResume()), zap.Bool("agent_loads", a.CanLoad()))
 		})
 	}
 	var last error
 	note := restoreNote(ctx)
-	timeout := time.Duration(d.conf().RestoreTimeout)
+	timeout := time.Duration(kp.conf().RestoreTimeout)
 	for i, w := range ways {
-		t0 := d.now()
+		t0 := kp.now()
 		note(w.method)
 		sctx, span := tracing.Start(ctx, "restore")
 		wctx, cancel := context.WithTimeout(sctx, timeout)
@@ -77,9 +77,9 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 		}
 		span.End()
 		if err == nil {
-			d.m.ObserveSessionReady(w.method, d.now().Sub(t0))
-			d.m.Restore(w.method, true)
-			d.restoreWorked(binding)
+			kp.m.ObserveSessionReady(w.method, kp.now().Sub(t0))
+			kp.m.Restore(w.method, true)
+			kp.restoreWorked(binding)
 			log.Info("session restored", zap.String("native", native), zap.String("method", w.method), zap.Int("pid", a.Pid()))
 			return w.method, nil
 		}
@@ -89,12 +89,12 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 			next = "trying session/" + ways[i+1].method
 		}
 		if timedOut {
-			d.m.RestoreTimedOut(w.method)
+			kp.m.RestoreTimedOut(w.method)
 			err = fmt.Errorf("session/%s did not answer within restore_timeout %s: %w", w.method, timeout, err)
 			last = err
 			log.Warn("session/"+w.method+" did not answer within restore_timeout; "+next, zap.String("native", native), zap.Duration("restore_timeout", timeout))
 		} else {
-			d.m.Restore(w.method, false)
+			kp.m.Restore(w.method, false)
 			log.Warn("session/"+w.method+" failed; "+next, zap.String("native", native), zap.Error(err))
 		}
 		if ctx.Err() != nil {
@@ -106,14 +106,14 @@ func (d *Keeper) restore(ctx context.Context, a *acp.Agent, b config.Binding, na
 			// does not fail every turn forever: restore_failures of them
 			// and its next process starts cold.
 			err := fmt.Errorf("agent exited during session/%s: %w", w.method, a.ExitErr())
-			d.restoreFailed(binding, err, log)
+			kp.restoreFailed(binding, err, log)
 			return "", err
 		default:
 		}
 	}
 	if last != nil {
 		note("new")
-		d.restoreFailed(binding, last, log)
+		kp.restoreFailed(binding, last, log)
 	}
 	return "", nil
 }
@@ -136,41 +136,41 @@ func restoreNote(ctx context.Context) func(string) {
 }
 
 // RestoreStopped reports whether binding's restores stopped.
-func (d *Keeper) RestoreStopped(binding string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h := d.health[binding]
+func (kp *Keeper) RestoreStopped(binding string) bool {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	h := kp.health[binding]
 	return h != nil && h.restoreStop
 }
 
-func (d *Keeper) restoreWorked(binding string) {
-	d.mu.Lock()
-	d.of(binding).restore.ok()
-	d.mu.Unlock()
+func (kp *Keeper) restoreWorked(binding string) {
+	kp.mu.Lock()
+	kp.of(binding).restore.ok()
+	kp.mu.Unlock()
 }
 
-func (d *Keeper) restoreFailed(binding string, err error, log *zap.Logger) {
-	d.mu.Lock()
-	h := d.of(binding)
+func (kp *Keeper) restoreFailed(binding string, err error, log *zap.Logger) {
+	kp.mu.Lock()
+	h := kp.of(binding)
 	n := h.restore.fail(err)
-	stop := !h.restoreStop && n >= d.conf().RestoreFailures
+	stop := !h.restoreStop && n >= kp.conf().RestoreFailures
 	if stop {
 		h.restoreStop = true
 	}
-	d.mu.Unlock()
+	kp.mu.Unlock()
 	if stop {
-		d.m.RestoreStopped.WithLabelValues(binding).Set(1)
+		kp.m.RestoreStopped.WithLabelValues(binding).Set(1)
 		log.Warn("session restores of this binding keep failing; not trying them again until the daemon restarts: its new processes start cold",
-			zap.Int("failures", n), zap.Int("restore_failures", d.conf().RestoreFailures), zap.Error(err))
+			zap.Int("failures", n), zap.Int("restore_failures", kp.conf().RestoreFailures), zap.Error(err))
 	}
 }
 
 // RestoreStops lists the bindings whose restores stopped, by id.
-func (d *Keeper) RestoreStops() []apitype.RestoreStop {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (kp *Keeper) RestoreStops() []apitype.RestoreStop {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
 	var out []apitype.RestoreStop
-	for id, h := range d.health {
+	for id, h := range kp.health {
 		if h.restoreStop {
 			out = append(out, apitype.RestoreStop{Binding: id, Failures: h.restore.n, LastError: h.restore.last})
 		}

@@ -78,8 +78,8 @@ func wantedSpares(cfg *config.Config) []bindingSpares {
 // setting replaces (fits: config.Binding.SameProcess, and the permission
 // policy's session _meta), stop, as do those above a lowered spare
 // setting; the goroutine then starts what is missing.
-func (d *Keeper) reconfigureSpares(_, n *config.Config) {
-	s := &d.sp
+func (kp *Keeper) reconfigureSpares(_, n *config.Config) {
+	s := &kp.sp
 	var stop []*agentProc
 	s.mu.Lock()
 	s.want = wantedSpares(n)
@@ -96,14 +96,14 @@ func (d *Keeper) reconfigureSpares(_, n *config.Config) {
 			}
 		}
 		s.ready[id] = kept
-		d.m.SpareProcesses.WithLabelValues(id).Set(float64(len(kept)))
+		kp.m.SpareProcesses.WithLabelValues(id).Set(float64(len(kept)))
 	}
 	s.mu.Unlock()
 	// Off the reload's path: stopping waits for the agents' grace.
-	if len(stop) > 0 && !d.goBg(func(context.Context) { d.stopEach(stop, "reload") }) {
-		d.stopEach(stop, "reload") // the keeper is closed
+	if len(stop) > 0 && !kp.goBg(func(context.Context) { kp.stopEach(stop, "reload") }) {
+		kp.stopEach(stop, "reload") // the keeper is closed
 	}
-	d.kickSpares()
+	kp.kickSpares()
 }
 
 // of reports binding's spare setting.
@@ -122,8 +122,8 @@ func (s *spares) of(binding string) int {
 // counts the pool's processes, for max_processes. Call it once, after the
 // pool exists; StopSpares ends it. A keeper it is never called on keeps no
 // spares.
-func (d *Keeper) RunSpares(live func() int) {
-	s := &d.sp
+func (kp *Keeper) RunSpares(live func() int) {
+	s := &kp.sp
 	s.mu.Lock()
 	if s.closed || s.running {
 		s.mu.Unlock()
@@ -132,30 +132,30 @@ func (d *Keeper) RunSpares(live func() int) {
 	s.running, s.poolLive = true, live
 	for _, w := range s.want {
 		if w.atStart {
-			s.lastTurn[w.id] = d.now()
+			s.lastTurn[w.id] = kp.now()
 		}
 	}
 	s.mu.Unlock()
-	d.goBg(d.keepSpares)
+	kp.goBg(kp.keepSpares)
 }
 
 // StopSpares begins the keeper's shutdown: its ctx is cancelled, so the
 // spares' goroutine ends (a spare it was starting is stopped, never
 // kept), and every spare is stopped, for good. A daemon that shuts down
 // calls it first, Close again. Idempotent.
-func (d *Keeper) StopSpares() {
-	s := &d.sp
+func (kp *Keeper) StopSpares() {
+	s := &kp.sp
 	s.mu.Lock()
 	s.closed = true
 	var all []*agentProc
 	for id, list := range s.ready {
 		all = append(all, list...)
 		delete(s.ready, id)
-		d.m.SpareProcesses.WithLabelValues(id).Set(0)
+		kp.m.SpareProcesses.WithLabelValues(id).Set(0)
 	}
 	s.mu.Unlock()
-	d.cancel()
-	d.stopEach(all, "shutdown")
+	kp.cancel()
+	kp.stopEach(all, "shutdown")
 }
 
 // spareWanted notes a turn of binding that got its process (Prepare calls
@@ -163,28 +163,28 @@ func (d *Keeper) StopSpares() {
 // Once the turn's process is ready, so a replacement spare's spawn does
 // not compete with the turn's own session request for the machine, and
 // never for a binding whose agent cannot start.
-func (d *Keeper) spareWanted(binding string) {
-	s := &d.sp
+func (kp *Keeper) spareWanted(binding string) {
+	s := &kp.sp
 	if s.of(binding) == 0 {
 		return
 	}
 	s.mu.Lock()
-	s.lastTurn[binding] = d.now()
+	s.lastTurn[binding] = kp.now()
 	s.mu.Unlock()
-	d.kickSpares()
+	kp.kickSpares()
 }
 
 // kickSpares wakes the goroutine without waiting for it.
-func (d *Keeper) kickSpares() {
+func (kp *Keeper) kickSpares() {
 	select {
-	case d.sp.kick <- struct{}{}:
+	case kp.sp.kick <- struct{}{}:
 	default:
 	}
 }
 
 // takeSpare hands out binding's oldest spare, or nil when it has none.
-func (d *Keeper) takeSpare(binding string) *agentProc {
-	s := &d.sp
+func (kp *Keeper) takeSpare(binding string) *agentProc {
+	s := &kp.sp
 	s.mu.Lock()
 	list := s.ready[binding]
 	if len(list) == 0 {
@@ -195,16 +195,16 @@ func (d *Keeper) takeSpare(binding string) *agentProc {
 	s.ready[binding] = list[1:]
 	n := len(list) - 1
 	s.mu.Unlock()
-	d.m.SpareProcesses.WithLabelValues(binding).Set(float64(n))
-	d.m.SpareEvents.WithLabelValues(binding, "taken").Inc()
+	kp.m.SpareProcesses.WithLabelValues(binding).Set(float64(n))
+	kp.m.SpareEvents.WithLabelValues(binding, "taken").Inc()
 	return p
 }
 
 // makeRoom stops the oldest spare when a turn's spawn (the pool counts it
 // already) takes every process to more than max_processes: the key-bound
 // processes come first.
-func (d *Keeper) makeRoom() {
-	s := &d.sp
+func (kp *Keeper) makeRoom() {
+	s := &kp.sp
 	s.mu.Lock()
 	poolLive := s.poolLive
 	s.mu.Unlock()
@@ -221,21 +221,21 @@ func (d *Keeper) makeRoom() {
 			oldest = list[0]
 		}
 	}
-	if oldest == nil || live+n <= d.conf().ProcessCap() {
+	if oldest == nil || live+n <= kp.conf().ProcessCap() {
 		s.mu.Unlock()
 		return
 	}
 	s.ready[oldest.binding] = s.ready[oldest.binding][1:]
 	left := len(s.ready[oldest.binding])
 	s.mu.Unlock()
-	d.m.SpareProcesses.WithLabelValues(oldest.binding).Set(float64(left))
-	d.stopEach([]*agentProc{oldest}, "capacity")
+	kp.m.SpareProcesses.WithLabelValues(oldest.binding).Set(float64(left))
+	kp.stopEach([]*agentProc{oldest}, "capacity")
 }
 
 // spareExited is an unbound process's exit: a spare that died before a
 // turn took it is dropped and counts as a failure of its binding's agent.
-func (d *Keeper) spareExited(p *agentProc) {
-	s := &d.sp
+func (kp *Keeper) spareExited(p *agentProc) {
+	s := &kp.sp
 	s.mu.Lock()
 	list := s.ready[p.binding]
 	found := false
@@ -251,21 +251,21 @@ func (d *Keeper) spareExited(p *agentProc) {
 	if !found {
 		return // taken meanwhile, or being stopped
 	}
-	d.m.SpareProcesses.WithLabelValues(p.binding).Set(float64(left))
-	d.m.SpareEvents.WithLabelValues(p.binding, "exited").Inc()
+	kp.m.SpareProcesses.WithLabelValues(p.binding).Set(float64(left))
+	kp.m.SpareEvents.WithLabelValues(p.binding, "exited").Inc()
 	err := fmt.Errorf("spare agent pid %d of binding %q exited before a turn took it: %w", p.a.Pid(), p.binding, p.a.ExitErr())
-	d.log.Warn("spare agent exited", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("stderr", p.a.StderrTail()), zap.Error(err))
-	d.spawnFailed(p.binding, err)
-	d.kickSpares()
+	kp.log.Warn("spare agent exited", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("stderr", p.a.StderrTail()), zap.Error(err))
+	kp.spawnFailed(p.binding, err)
+	kp.kickSpares()
 }
 
 // stopEach stops spares the keeper no longer keeps, counted by why.
-func (d *Keeper) stopEach(ps []*agentProc, why string) {
+func (kp *Keeper) stopEach(ps []*agentProc, why string) {
 	var wg sync.WaitGroup
 	for _, p := range ps {
 		// Out of the list already: its exit does not count as a death.
-		d.m.SpareEvents.WithLabelValues(p.binding, "stopped").Inc()
-		d.log.Info("spare agent stopped", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("why", why))
+		kp.m.SpareEvents.WithLabelValues(p.binding, "stopped").Inc()
+		kp.log.Info("spare agent stopped", zap.String("binding", p.binding), zap.Int("pid", p.a.Pid()), zap.String("why", why))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -276,23 +276,23 @@ func (d *Keeper) stopEach(ps []*agentProc, why string) {
 }
 
 // keepSpares is the spares' goroutine.
-func (d *Keeper) keepSpares(ctx context.Context) {
-	idle := time.Duration(d.conf().IdleTimeout)
+func (kp *Keeper) keepSpares(ctx context.Context) {
+	idle := time.Duration(kp.conf().IdleTimeout)
 	tick := time.NewTicker(max(min(idle/10, time.Minute), 10*time.Millisecond))
 	defer tick.Stop()
 	var retry <-chan time.Time
 	for {
-		if wait := d.fillSpares(ctx); wait > 0 && retry == nil {
+		if wait := kp.fillSpares(ctx); wait > 0 && retry == nil {
 			retry = time.After(wait)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.sp.kick:
+		case <-kp.sp.kick:
 		case <-retry:
 			retry = nil
 		case <-tick.C:
-			d.reapSpares()
+			kp.reapSpares()
 		}
 	}
 }
@@ -300,9 +300,9 @@ func (d *Keeper) keepSpares(ctx context.Context) {
 // fillSpares starts the spares the bindings lack, within max_processes,
 // and returns how long to wait before trying again after a failure or a
 // backoff (0: nothing to retry).
-func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
-	s := &d.sp
-	idle := time.Duration(d.conf().IdleTimeout)
+func (kp *Keeper) fillSpares(ctx context.Context) time.Duration {
+	s := &kp.sp
+	idle := time.Duration(kp.conf().IdleTimeout)
 	s.mu.Lock()
 	want := s.want
 	s.mu.Unlock()
@@ -317,26 +317,26 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			for _, list := range s.ready {
 				total += len(list)
 			}
-			full := live+total >= d.conf().ProcessCap()
+			full := live+total >= kp.conf().ProcessCap()
 			s.mu.Unlock()
-			if !had || d.now().Sub(last) >= idle || have >= w.n {
+			if !had || kp.now().Sub(last) >= idle || have >= w.n {
 				break
 			}
 			if full {
 				return 0 // an exit wakes the goroutine again
 			}
-			if err := d.checkBackoff(w.id, k); err != nil {
-				return d.backoffBase
+			if err := kp.checkBackoff(w.id, k); err != nil {
+				return kp.backoffBase
 			}
-			log := d.log.Named("agent").With(zap.String("binding", w.id), zap.Bool("spare", true))
+			log := kp.log.Named("agent").With(zap.String("binding", w.id), zap.Bool("spare", true))
 			s.mu.Lock()
 			s.starting++
 			s.mu.Unlock()
 			// Read as a turn's spawn reads it: only to start one.
-			b, _ := d.conf().Binding(w.id)
-			p, err := d.startAgent(ctx, b, k, log)
+			b, _ := kp.conf().Binding(w.id)
+			p, err := kp.startAgent(ctx, b, k, log)
 			if err == nil {
-				d.preopen(ctx, p, b, log)
+				kp.preopen(ctx, p, b, log)
 			}
 			s.mu.Lock()
 			s.starting--
@@ -348,30 +348,30 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 			s.mu.Unlock()
 			if err == nil && closed {
 				// StopSpares ran while it started: it is stopped, not kept.
-				d.stopEach([]*agentProc{p}, "shutdown")
+				kp.stopEach([]*agentProc{p}, "shutdown")
 				return 0
 			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return 0
 				}
-				d.m.SpareEvents.WithLabelValues(w.id, "failed").Inc()
+				kp.m.SpareEvents.WithLabelValues(w.id, "failed").Inc()
 				log.Warn("spare agent failed to start", zap.Error(err))
-				d.spawnFailed(w.id, fmt.Errorf("spare: %w", err))
-				if d.onSpare != nil {
-					d.onSpare(w.id, 0)
+				kp.spawnFailed(w.id, fmt.Errorf("spare: %w", err))
+				if kp.onSpare != nil {
+					kp.onSpare(w.id, 0)
 				}
-				return d.backoffBase
+				return kp.backoffBase
 			}
-			d.m.SpareEvents.WithLabelValues(w.id, "started").Inc()
-			d.m.SpareProcesses.WithLabelValues(w.id).Set(float64(have))
+			kp.m.SpareEvents.WithLabelValues(w.id, "started").Inc()
+			kp.m.SpareProcesses.WithLabelValues(w.id).Set(float64(have))
 			log.Info("spare agent ready", zap.Int("pid", p.a.Pid()))
-			if d.onSpare != nil {
-				d.onSpare(w.id, p.a.Pid())
+			if kp.onSpare != nil {
+				kp.onSpare(w.id, p.a.Pid())
 			}
 			select {
 			case <-p.a.Done(): // died at once: its exit hook may have run before the append
-				d.spareExited(p)
+				kp.spareExited(p)
 			default:
 			}
 		}
@@ -381,28 +381,28 @@ func (d *Keeper) fillSpares(ctx context.Context) time.Duration {
 
 // reapSpares stops the spares of bindings idle for idle_timeout: no turn
 // since, so no spare until their next turn.
-func (d *Keeper) reapSpares() {
-	s := &d.sp
-	idle := time.Duration(d.conf().IdleTimeout)
+func (kp *Keeper) reapSpares() {
+	s := &kp.sp
+	idle := time.Duration(kp.conf().IdleTimeout)
 	var stop []*agentProc
 	s.mu.Lock()
 	for id, last := range s.lastTurn {
-		if d.now().Sub(last) < idle {
+		if kp.now().Sub(last) < idle {
 			continue
 		}
 		delete(s.lastTurn, id)
 		stop = append(stop, s.ready[id]...)
 		delete(s.ready, id)
-		d.m.SpareProcesses.WithLabelValues(id).Set(0)
+		kp.m.SpareProcesses.WithLabelValues(id).Set(0)
 	}
 	s.mu.Unlock()
-	d.stopEach(stop, "idle")
+	kp.stopEach(stop, "idle")
 }
 
 // Spares lists the spare processes, by binding then age, for the sessions
 // listing.
-func (d *Keeper) Spares() []apitype.Spare {
-	s := &d.sp
+func (kp *Keeper) Spares() []apitype.Spare {
+	s := &kp.sp
 	s.mu.Lock()
 	var ps []*agentProc
 	for _, w := range s.want {
@@ -411,7 +411,7 @@ func (d *Keeper) Spares() []apitype.Spare {
 	s.mu.Unlock()
 	out := make([]apitype.Spare, 0, len(ps))
 	for _, p := range ps {
-		sp := apitype.Spare{Binding: p.binding, Pid: p.a.Pid(), Started: p.born, IdleS: d.now().Sub(p.born).Seconds()}
+		sp := apitype.Spare{Binding: p.binding, Pid: p.a.Pid(), Started: p.born, IdleS: kp.now().Sub(p.born).Seconds()}
 		if rss, source, err := child.Memory(sp.Pid); err == nil {
 			sp.RSSBytes, sp.MemorySource = rss, source
 		}
@@ -437,17 +437,17 @@ type preopened struct {
 // but no way to issue one opens nothing ahead; a failure only logs, and
 // the spare stays without a session. A binding with spare_session false
 // opens none.
-func (d *Keeper) preopen(ctx context.Context, p *agentProc, b config.Binding, log *zap.Logger) {
+func (kp *Keeper) preopen(ctx context.Context, p *agentProc, b config.Binding, log *zap.Logger) {
 	if !b.SpareSessionOn() {
 		return
 	}
 	servers := []sdk.McpServer{}
 	pre := &preopened{}
-	if d.mcp != nil && b.ToolsOn() {
-		if d.mcpSpare == nil {
+	if kp.mcp != nil && b.ToolsOn() {
+		if kp.mcpSpare == nil {
 			return
 		}
-		srv, bind, release := d.mcpSpare(b)
+		srv, bind, release := kp.mcpSpare(b)
 		if bind == nil {
 			return
 		}
@@ -477,7 +477,7 @@ func (d *Keeper) preopen(ctx context.Context, p *agentProc, b config.Binding, lo
 		}
 		return
 	}
-	d.m.SpareEvents.WithLabelValues(b.ID, "session_opened").Inc()
+	kp.m.SpareEvents.WithLabelValues(b.ID, "session_opened").Inc()
 	log.Debug("spare agent opened a session ahead", zap.Int("pid", p.a.Pid()), zap.String("native", native))
 }
 
@@ -496,20 +496,20 @@ func (p *agentProc) takePre() *preopened {
 // advertises session/close, off the turn's path (the agent answers it
 // while it handles the turn's own request). Without session/close it
 // stays open, unused, until the process exits.
-func (d *Keeper) dropPre(ap *agentProc, pre *preopened, log *zap.Logger) {
+func (kp *Keeper) dropPre(ap *agentProc, pre *preopened, log *zap.Logger) {
 	if pre == nil {
 		return
 	}
 	if pre.release != nil {
 		pre.release()
 	}
-	d.m.SpareEvents.WithLabelValues(ap.binding, "session_dropped").Inc()
+	kp.m.SpareEvents.WithLabelValues(ap.binding, "session_dropped").Inc()
 	if !ap.a.CanClose() {
 		log.Debug("the spare's session opened ahead stays open unused: the agent has no session/close", zap.String("native", pre.native))
 		return
 	}
-	d.goBg(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, time.Duration(d.conf().RestoreTimeout))
+	kp.goBg(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, time.Duration(kp.conf().RestoreTimeout))
 		defer cancel()
 		if err := ap.a.CloseSession(ctx, pre.native); err != nil {
 			log.Info("the spare's session opened ahead was not closed", zap.String("native", pre.native), zap.Error(err))

@@ -180,7 +180,7 @@ var _ pool.Spawner[*Process] = (*Keeper)(nil)
 // Spawn starts binding's agent for key k and readies its session: the
 // key's saved one reopened (lease.Restored) or a new one (lease.Cold). The
 // pool's exited hook runs once the process has been reaped.
-func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Process, shape lease.Shape, err error) {
+func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Process, shape lease.Shape, err error) {
 	ctx, span := tracing.Start(ctx, "spawn")
 	defer func() {
 		if span.IsRecording() {
@@ -194,19 +194,19 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		}
 		span.End()
 	}()
-	b, ok := d.bindingFor(ctx, k.Binding)
+	b, ok := kp.bindingFor(ctx, k.Binding)
 	if !ok {
 		return nil, lease.Cold, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
 	}
-	if err := d.checkBackoff(b.ID, k); err != nil {
+	if err := kp.checkBackoff(b.ID, k); err != nil {
 		return nil, lease.Cold, err
 	}
 	defer func() {
 		if err != nil && ctx.Err() == nil && !errors.Is(err, pool.ErrClosed) {
-			d.spawnFailed(b.ID, err)
+			kp.spawnFailed(b.ID, err)
 		}
 	}()
-	log := d.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
+	log := kp.log.Named("agent").With(zap.String("key", k.String()), zap.String("binding", b.ID))
 	// What the session needs of its key goes in its request (mcpServers),
 	// so a spare spawned before the key was known serves it. The
 	// capabilities the process carries are revoked at its exit.
@@ -214,14 +214,14 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	hook := func() { rel.run(); exited() }
 	var ap *agentProc
 	for ap == nil {
-		if ap = d.takeSpare(b.ID); ap == nil {
+		if ap = kp.takeSpare(b.ID); ap == nil {
 			break
 		}
 		if !fits(&ap.started, &b, ap.a.Info()) {
 			// Started before a reload changed what its process or its
 			// sessions are opened with (the reload stops such spares; this
 			// one was taken as it did).
-			d.stopEach([]*agentProc{ap}, "reload")
+			kp.stopEach([]*agentProc{ap}, "reload")
 			ap = nil
 			continue
 		}
@@ -233,8 +233,8 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 	}
 	spare := ap != nil
 	if ap == nil {
-		d.makeRoom()
-		if ap, err = d.startAgent(ctx, b, k, log); err != nil {
+		kp.makeRoom()
+		if ap, err = kp.startAgent(ctx, b, k, log); err != nil {
 			return nil, lease.Cold, err
 		}
 		if !ap.bind(k, log, hook) {
@@ -256,7 +256,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		if keyRelease != nil {
 			return
 		}
-		servers, release := d.servers(k, b)
+		servers, release := kp.servers(k, b)
 		keyRelease = release
 		rel.add(release)
 		a.SetMCPServers(servers)
@@ -264,7 +264,7 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 
 	want := b.SavedSession
 	if want == "" && b.RestoreOn() && b.KeepsSession() {
-		id, err := d.st.NativeID(k)
+		id, err := kp.st.NativeID(k)
 		if err != nil {
 			a.Close()
 			return nil, lease.Cold, fmt.Errorf("read saved session: %w", err)
@@ -276,9 +276,9 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		// dropped, after the restore so that its close does not compete
 		// with it. A restore that ends cold starts on it instead.
 		keyServers()
-		how, err := d.restore(ctx, a, b, want, log)
+		how, err := kp.restore(ctx, a, b, want, log)
 		if how != "" {
-			d.dropPre(ap, pre, log)
+			kp.dropPre(ap, pre, log)
 			pre = nil
 		}
 		if err != nil {
@@ -286,30 +286,30 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			return d.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how, binding: b, served: b}), lease.Restored, nil
+			return kp.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how, binding: b, served: b}), lease.Restored, nil
 		}
 	}
 	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
 		// A thread key's first session: a fork of its channel's.
 		keyServers()
-		s, err := d.fork(ctx, a, k, b, bw, log)
+		s, err := kp.fork(ctx, a, k, b, bw, log)
 		if err != nil {
 			a.Close()
 			return nil, lease.Restored, err
 		}
 		if s != nil {
-			d.dropPre(ap, pre, log)
+			kp.dropPre(ap, pre, log)
 			return s, lease.Restored, nil
 		}
 	}
 	if pre != nil {
-		if s := d.usePre(ap, pre, k, b, keyRelease, log); s != nil {
+		if s := kp.usePre(ap, pre, k, b, keyRelease, log); s != nil {
 			return s, lease.Cold, nil
 		}
 		keyRelease = nil // revoked: the session opened below gets new ones
 	}
 	keyServers()
-	t1 := d.now()
+	t1 := kp.now()
 	_, nspan := tracing.Start(ctx, "session new")
 	native, err := a.NewSession(ctx)
 	if err != nil {
@@ -319,13 +319,13 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 		return nil, lease.Cold, err
 	}
 	nspan.End()
-	d.m.ObserveSessionReady("new", d.now().Sub(t1))
+	kp.m.ObserveSessionReady("new", kp.now().Sub(t1))
 	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), which carries the agent record too
 	// (RecordAgent waits for the next write): a cold turn costs the turn's
 	// commit and its run's.
-	return d.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}), lease.Cold, nil
+	return kp.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}), lease.Cold, nil
 }
 
 // usePre gives key k the session spare process ap opened ahead: its
@@ -334,20 +334,20 @@ func (d *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Pr
 // (keyRelease, for a fork that found nothing to fork) are revoked now: no
 // session carries them. Nil when the capability could not be bound; the
 // session opened ahead is dropped then, and so are those capabilities.
-func (d *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.Binding, keyRelease func(), log *zap.Logger) *Process {
+func (kp *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.Binding, keyRelease func(), log *zap.Logger) *Process {
 	if keyRelease != nil {
 		keyRelease()
 	}
 	if pre.bind != nil {
 		if err := pre.bind(k); err != nil {
 			log.Warn("the spare's session opened ahead could not be given this key's capability; opening a new session", zap.String("native", pre.native), zap.Error(err))
-			d.dropPre(ap, pre, log)
+			kp.dropPre(ap, pre, log)
 			return nil
 		}
 	}
-	d.m.SpareEvents.WithLabelValues(b.ID, "session_used").Inc()
+	kp.m.SpareEvents.WithLabelValues(b.ID, "session_used").Inc()
 	log.Info("session opened ahead on the spare taken", zap.String("native", pre.native), zap.Int("pid", ap.a.Pid()))
-	return d.live(&Process{a: ap.a, key: k, between: ap.bw, native: pre.native, unsaved: b.KeepsSession(), binding: b, served: b})
+	return kp.live(&Process{a: ap.a, key: k, between: ap.bw, native: pre.native, unsaved: b.KeepsSession(), binding: b, served: b})
 }
 
 // releases are what a process's exit undoes (its capabilities revoked),
@@ -392,8 +392,8 @@ func (r *releases) run() {
 // alone: no other process, the channel's included, ever serves it. A nil
 // process and no error: there is nothing to fork, or the agent refused;
 // the caller starts a new session.
-func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config.Binding, bw *between, log *zap.Logger) (*Process, error) {
-	src, wms, err := d.st.ForkSource(k.Main())
+func (kp *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config.Binding, bw *between, log *zap.Logger) (*Process, error) {
+	src, wms, err := kp.st.ForkSource(k.Main())
 	if err != nil {
 		return nil, fmt.Errorf("read the channel's session to fork: %w", err)
 	}
@@ -401,9 +401,9 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config
 		return nil, nil
 	}
 	restoreNote(ctx)("fork")
-	t0 := d.now()
+	t0 := kp.now()
 	sctx, span := tracing.Start(ctx, "session fork")
-	fctx, cancel := context.WithTimeout(sctx, time.Duration(d.conf().RestoreTimeout))
+	fctx, cancel := context.WithTimeout(sctx, time.Duration(kp.conf().RestoreTimeout))
 	native, err := a.ForkSession(fctx, src)
 	cancel()
 	if span.IsRecording() {
@@ -425,8 +425,8 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config
 		log.Warn("session/fork of the channel's session failed; starting a new session with the thread's snapshot", zap.String("source", src), zap.Error(err))
 		return nil, nil
 	}
-	d.m.ObserveSessionReady("fork", d.now().Sub(t0))
-	if err := d.st.InheritWatermarks(k, native, wms); err != nil {
+	kp.m.ObserveSessionReady("fork", kp.now().Sub(t0))
+	if err := kp.st.InheritWatermarks(k, native, wms); err != nil {
 		// The fork stands; without them its first turn shows the thread
 		// from its start, as a new session's would.
 		log.Warn("the fork's inherited watermarks were not saved", zap.String("native", native), zap.Error(err))
@@ -434,7 +434,7 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config
 	p := &Process{a: a, key: k, between: bw, native: native, restoredBy: "fork", unsaved: true, binding: b, served: b}
 	// The fork holds the channel's facts already: its first turn says
 	// them again only when they changed.
-	if conv, err := d.st.Conversation(k.Main()); err == nil {
+	if conv, err := kp.st.Conversation(k.Main()); err == nil {
 		for i := len(conv) - 1; i >= 0; i-- {
 			if conv[i].Role == session.RoleUser {
 				p.facts = conv[i].Facts
@@ -443,16 +443,16 @@ func (d *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b config
 		}
 	}
 	log.Info("session forked from the channel's", zap.String("native", native), zap.String("source", src), zap.Int("watermarks", len(wms)), zap.Int("pid", a.Pid()))
-	return d.live(p), nil
+	return kp.live(p), nil
 }
 
 // agentSpec is how to start binding b's agent. Nothing in it is specific
 // to a key, so a spare started with it fits any key: what a session needs
 // of its key goes in the session request (see servers).
-func (d *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
+func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	dir := b.Dir
 	if dir == "" {
-		dir = filepath.Join(d.conf().StateDir, "work", b.ID)
+		dir = filepath.Join(kp.conf().StateDir, "work", b.ID)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return acp.Spec{}, fmt.Errorf("create working dir: %w", err)
@@ -463,20 +463,20 @@ func (d *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	}
 	sort.Strings(env)
 	return acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: d.ask, SessionMeta: d.sessionMeta(b),
-		MCPServers: []sdk.McpServer{}, Grace: time.Duration(d.conf().AgentGrace), CancelGrace: time.Duration(d.conf().AgentCancelGrace),
-		Cgroups: d.cgroups, Limits: limitsOf(b), MarkPrefix: d.st.MarkPrefix(),
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, SessionMeta: kp.sessionMeta(b),
+		MCPServers: []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
+		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(),
 	}, nil
 }
 
 // servers are the MCP servers of key k's session (the channel tools, with
 // a capability scoped to k's channel) and a release func to call once its
 // process has exited (it revokes the capability).
-func (d *Keeper) servers(k session.Key, b config.Binding) ([]sdk.McpServer, func()) {
+func (kp *Keeper) servers(k session.Key, b config.Binding) ([]sdk.McpServer, func()) {
 	mcp := []sdk.McpServer{}
 	release := func() {}
-	if d.mcp != nil && b.ToolsOn() {
-		servers, rel := d.mcp(k, b)
+	if kp.mcp != nil && b.ToolsOn() {
+		servers, rel := kp.mcp(k, b)
 		mcp = append(mcp, servers...)
 		if rel != nil {
 			release = rel
@@ -539,40 +539,40 @@ func (p *agentProc) bind(k session.Key, log *zap.Logger, hook func()) bool {
 // as a spare (k then names only the binding): contained (own process
 // group, cgroup and limits, cleaned environment), initialized, recorded for
 // the startup sweep, its exit watched.
-func (d *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key, log *zap.Logger) (*agentProc, error) {
-	spec, err := d.agentSpec(b)
+func (kp *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key, log *zap.Logger) (*agentProc, error) {
+	spec, err := kp.agentSpec(b)
 	if err != nil {
 		return nil, err
 	}
-	bw := &between{k: d, key: k, log: log}
+	bw := &between{k: kp, key: k, log: log}
 	spec.Between = bw.add
-	spec.Stray = func(native string, n int) { d.m.Stray(b.ID, n) }
+	spec.Stray = func(native string, n int) { kp.m.Stray(b.ID, n) }
 	// Its exit hook is counted from now: Close waits for an agent starting.
-	if !d.hold() {
+	if !kp.hold() {
 		return nil, fmt.Errorf("resident: the keeper is closed: %w", pool.ErrClosed)
 	}
-	t0 := d.now()
+	t0 := kp.now()
 	a, err := acp.Start(ctx, spec, log)
 	if err != nil {
-		d.wg.Done()
+		kp.wg.Done()
 		return nil, err
 	}
 	bw.mu.Lock()
 	bw.pid = a.Pid()
 	bw.mu.Unlock()
-	d.m.ObserveSpawn(d.now().Sub(t0))
-	d.recordAgent(a, k, b.Command, log)
-	p := &agentProc{a: a, bw: bw, binding: b.ID, started: b, born: d.now()}
-	d.watchExit(a, k, log, func() { bw.end("exit"); p.exit(d); d.kickSpares() })
+	kp.m.ObserveSpawn(kp.now().Sub(t0))
+	kp.recordAgent(a, k, b.Command, log)
+	p := &agentProc{a: a, bw: bw, binding: b.ID, started: b, born: kp.now()}
+	kp.watchExit(a, k, log, func() { bw.end("exit"); p.exit(kp); kp.kickSpares() })
 	return p, nil
 }
 
 // live registers s for the sessions listing until its process is reaped.
-func (d *Keeper) live(s *Process) *Process {
-	d.procs.Store(s.a.Pid(), s)
+func (kp *Keeper) live(s *Process) *Process {
+	kp.procs.Store(s.a.Pid(), s)
 	select {
 	case <-s.a.Done(): // reaped before the store: its watcher already cleaned up
-		d.procs.Delete(s.a.Pid())
+		kp.procs.Delete(s.a.Pid())
 	default:
 	}
 	return s
@@ -584,7 +584,7 @@ func (d *Keeper) live(s *Process) *Process {
 // cold turn), so it costs no fsync pair; an agent whose record a crash
 // left unwritten is found by its mark, which begins with the store's
 // MarkPrefix (sweepLeftovers).
-func (d *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *zap.Logger) {
+func (kp *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *zap.Logger) {
 	pid := a.Pid()
 	ticks, err := child.StartTicks(pid)
 	if err != nil {
@@ -597,7 +597,7 @@ func (d *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *z
 		pgid = pid // acp starts every agent as its own group leader
 	}
 	rec := store.AgentRecord{Pid: pid, Pgid: pgid, StartTicks: ticks, Command: command, Key: k, StartedAt: time.Now(), Mark: a.Mark(), Cgroup: a.Cgroup()}
-	if err := d.st.RecordAgent(rec); err != nil {
+	if err := kp.st.RecordAgent(rec); err != nil {
 		log.Warn("record agent failed", zap.Int("pid", pid), zap.Error(err))
 	}
 }
@@ -605,15 +605,15 @@ func (d *Keeper) recordAgent(a *acp.Agent, k session.Key, command string, log *z
 // watchExit has the agent's reaper clean up after its exit: the listing,
 // the tools' capability, the store's record, the exit counter. The hook
 // ends the work startAgent held for it.
-func (d *Keeper) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release func()) {
+func (kp *Keeper) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, release func()) {
 	a.OnExit(func() {
-		defer d.wg.Done()
-		d.procs.Delete(a.Pid())
+		defer kp.wg.Done()
+		kp.procs.Delete(a.Pid())
 		release()
-		if err := d.st.ForgetAgent(a.Pid()); err != nil {
+		if err := kp.st.ForgetAgent(a.Pid()); err != nil {
 			log.Warn("forget agent record failed", zap.Int("pid", a.Pid()), zap.Error(err))
 		}
-		d.m.AgentExited(a.ExitKind())
+		kp.m.AgentExited(a.ExitKind())
 		log.Info("agent exited", zap.Int("pid", a.Pid()), zap.String("kind", a.ExitKind()))
 	})
 }

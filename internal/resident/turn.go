@@ -31,20 +31,20 @@ type Prepared struct {
 // permission requests, the brief), its session options are brought to what
 // the key wants, and its mode to what the binding's permission policy
 // needs (bounded by ctx, and by limit from now).
-func (d *Keeper) Prepare(ctx context.Context, limit time.Duration, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
+func (kp *Keeper) Prepare(ctx context.Context, limit time.Duration, k session.Key, b config.Binding, p *Process, log *zap.Logger) (Prepared, error) {
 	if err := p.takeBinding(b); err != nil {
 		return Prepared{}, err
 	}
 	bctx := bounded{parent: ctx, at: time.Now().Add(limit)}
-	if err := d.setOptions(bctx, p, b, k, d.wantOptions(k, b), true, log); err != nil {
+	if err := kp.setOptions(bctx, p, b, k, kp.wantOptions(k, b), true, log); err != nil {
 		return Prepared{}, err
 	}
 	// After the options: the policy's mode wins over a session option that
 	// moved the same thing.
-	if err := d.applyPolicy(bctx, p, b, log); err != nil {
+	if err := kp.applyPolicy(bctx, p, b, log); err != nil {
 		return Prepared{}, err
 	}
-	d.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
+	kp.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
 	n, due, facts := p.Brief()
 	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts}, nil
 }
@@ -73,23 +73,23 @@ type Settle struct {
 // Settled records how a turn on process p ended: the brief count, the
 // tool calls the agent reported (asked or not), the usage delta, a compaction (the next warm turn carries the full brief),
 // and the binding's crash loop (a crash counts, a success ends it).
-func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) Settle {
+func (kp *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) Settle {
 	p.BriefSent(s.BriefCount, s.BriefSent, s.Facts)
 	for _, c := range s.Result.ToolCalls {
-		d.m.ToolCall(b.ID, c.Kind, c.Asked)
+		kp.m.ToolCall(b.ID, c.Kind, c.Asked)
 	}
 	u := p.turnUsage(b, s.Result)
 	if s.Result.Compacted {
 		p.compacted()
-		d.m.Compacted(b.ID)
+		kp.m.Compacted(b.ID)
 		log.Info("agent compacted its history; the next warm turn carries the full brief", zap.String("native", p.native))
 	}
 	out := Settle{Usage: u}
 	switch s.Outcome {
 	case lease.OutcomeCrash:
-		d.keyCrashed(p.key, s.Err) // this key's process; the binding's others are fine
+		kp.keyCrashed(p.key, s.Err) // this key's process; the binding's others are fine
 	case lease.OutcomeOK:
-		d.spawnOK(b.ID, p.key)
+		kp.spawnOK(b.ID, p.key)
 		out.SaveNative = p.TakeUnsaved()
 	}
 	return out
@@ -97,11 +97,11 @@ func (d *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Lo
 
 // SaveNative saves a new session's id after a turn that stored nothing, so
 // a later process can still restore the session the agent keeps.
-func (d *Keeper) SaveNative(k session.Key, p *Process, log *zap.Logger) {
+func (kp *Keeper) SaveNative(k session.Key, p *Process, log *zap.Logger) {
 	if !p.TakeUnsaved() {
 		return
 	}
-	if err := d.st.SetNativeID(k, p.native); err != nil {
+	if err := kp.st.SetNativeID(k, p.native); err != nil {
 		p.KeepUnsaved()
 		log.Error("save native session id failed", zap.String("native", p.native), zap.Error(err))
 	}

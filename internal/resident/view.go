@@ -12,14 +12,14 @@ import (
 // else its RSS), how it reopened its session, what its turns used, its
 // session options now, whether it works with no turn in flight, and
 // whether its binding's restores stopped.
-func (d *Keeper) Describe(ses *apitype.Session) {
+func (kp *Keeper) Describe(ses *apitype.Session) {
 	rss, source, err := child.Memory(ses.Pid)
 	if err != nil {
 		source = ""
 	}
 	ses.RSSBytes, ses.MemorySource = rss, source
-	ses.RestoreStopped = d.RestoreStopped(ses.Binding)
-	if v, ok := d.procs.Load(ses.Pid); ok {
+	ses.RestoreStopped = kp.RestoreStopped(ses.Binding)
+	if v, ok := kp.procs.Load(ses.Pid); ok {
 		p := v.(*Process)
 		ses.RestoredBy, ses.Usage, ses.Options = p.restoredBy, p.usedSoFar(), p.currentOptions()
 		ses.Working, _ = p.Working()
@@ -28,9 +28,9 @@ func (d *Keeper) Describe(ses *apitype.Session) {
 
 // BindingCommands checks each binding's command as a start would resolve
 // it (PATH, existence, execute permission), without starting anything.
-func (d *Keeper) BindingCommands() []apitype.BindingCommand {
-	out := make([]apitype.BindingCommand, 0, len(d.conf().Bindings))
-	for _, b := range d.conf().Bindings {
+func (kp *Keeper) BindingCommands() []apitype.BindingCommand {
+	out := make([]apitype.BindingCommand, 0, len(kp.conf().Bindings))
+	for _, b := range kp.conf().Bindings {
 		c := apitype.BindingCommand{Binding: b.ID, Command: b.Command}
 		if path, err := acp.Resolve(b.Command); err != nil {
 			c.Problem = err.Error()
@@ -43,4 +43,4 @@ func (d *Keeper) BindingCommands() []apitype.BindingCommand {
 }
 
 // AgentCgroups is the cgroup subtree the agents run in, nil without one.
-func (d *Keeper) AgentCgroups() *child.Cgroups { return d.cgroups }
+func (kp *Keeper) AgentCgroups() *child.Cgroups { return kp.cgroups }
