@@ -341,8 +341,8 @@ func TestEventsFollowsTheFeed(t *testing.T) {
 		args []string
 		want []string // in the output, in order, once the next turn has ended
 	}{
-		{[]string{"--after", "0"}, []string{"\trun_started\t", "\tturn\tch/b-builtin\t", "\trun_ended\t", "\tsucceeded\n", "\trun_started\t", "\trun_ended\t"}},
-		{[]string{"--after", "9223372036854775807", "--json"}, []string{`{"event":"run_started","seq":`, `"channel_id":"ch3"`, `{"event":"run_ended",`, `"state":"succeeded"`}},
+		{[]string{"--after", "0"}, []string{"\trun_started\t", "\tturn\tch/b-builtin\t", "\trun_ended\t", "\tsucceeded\n", "\trun_started\t", "\tch2/b-builtin\tstarting\n", "\trun_ended\t", "\tch2/b-builtin\tsucceeded\n"}},
+		{[]string{"--after", "9223372036854775807", "--json"}, []string{`{"event":"run_started","seq":`, `"channel_id":"ch3"`, `{"event":"run_ended",`, `"channel_id":"ch3"`, `"state":"succeeded"`}},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
 		out := &syncBuffer{}
@@ -356,8 +356,8 @@ func TestEventsFollowsTheFeed(t *testing.T) {
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			text, changed := out.snapshot()
-			if strings.Contains(text, ch+"/b-builtin\tsucceeded") || strings.Contains(text, `"channel_id":"`+ch+`"`) && strings.Contains(text, `"state":"succeeded"`) {
-				break
+			if inOrder(text, tt.want) {
+				break // a whole turn of ch: followed from before its start
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("events %q printed %q, not a turn of %s", tt.args, text, ch)
@@ -374,13 +374,20 @@ func TestEventsFollowsTheFeed(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("events %q, interrupted: %v", tt.args, err)
 		}
-		text, at := out.String(), 0
-		for _, w := range tt.want {
-			i := strings.Index(text[at:], w)
-			if i < 0 {
-				t.Fatalf("events %q printed %q: no %q after byte %d", tt.args, text, w, at)
-			}
-			at += i + len(w)
+		if text := out.String(); !inOrder(text, tt.want) {
+			t.Fatalf("events %q printed %q, not %q in order", tt.args, text, tt.want)
 		}
 	}
+}
+
+// inOrder reports whether text holds each of want, in order.
+func inOrder(text string, want []string) bool {
+	for _, w := range want {
+		i := strings.Index(text, w)
+		if i < 0 {
+			return false
+		}
+		text = text[i+len(w):]
+	}
+	return true
 }
