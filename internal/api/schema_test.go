@@ -66,9 +66,15 @@ func loadSchemaAs(strict bool) (*apiSchema, error) {
 	}
 	if strict {
 		strictVariant(doc)
-		if raw, err = json.Marshal(doc); err != nil {
-			return nil, err
-		}
+	}
+	return compileDoc(doc)
+}
+
+// compileDoc compiles a form of the document, decoded.
+func compileDoc(doc map[string]any) (*apiSchema, error) {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
@@ -166,8 +172,15 @@ func (a *apiSchema) pathItem(pattern string) (string, map[string]any, bool) {
 
 // check validates one recorded response against the document.
 func (a *apiSchema) check(rec TraceRecord) error {
+	_, err := a.checkValues(rec)
+	return err
+}
+
+// checkValues validates one recorded response against the document and
+// counts the JSON values it validated: the body, or each line of a stream.
+func (a *apiSchema) checkValues(rec TraceRecord) (int, error) {
 	if rec.Truncated {
-		return nil
+		return 0, nil
 	}
 	ct, _, _ := strings.Cut(rec.ContentType, ";")
 	ct = strings.TrimSpace(ct)
@@ -175,17 +188,17 @@ func (a *apiSchema) check(rec TraceRecord) error {
 	if rec.Pattern == "" || rec.Pattern == "/" {
 		// The peer guard and the catch-all answer only with errors.
 		if rec.Status < 400 {
-			return fmt.Errorf("%s %s: status %d from the catch-all", rec.Method, rec.Path, rec.Status)
+			return 0, fmt.Errorf("%s %s: status %d from the catch-all", rec.Method, rec.Path, rec.Status)
 		}
 		pointer = "/components/schemas/ErrorBody"
 	} else {
 		path, item, ok := a.pathItem(rec.Pattern)
 		if !ok {
-			return fmt.Errorf("route %q is not in %s", rec.Pattern, openAPIPath)
+			return 0, fmt.Errorf("route %q is not in %s", rec.Pattern, openAPIPath)
 		}
 		op, _ := item[strings.ToLower(rec.Method)].(map[string]any)
 		if op == nil {
-			return fmt.Errorf("%s %s is not documented", rec.Method, path)
+			return 0, fmt.Errorf("%s %s is not documented", rec.Method, path)
 		}
 		responses, _ := op["responses"].(map[string]any)
 		status := strconv.Itoa(rec.Status)
@@ -193,51 +206,96 @@ func (a *apiSchema) check(rec TraceRecord) error {
 		if resp == nil {
 			status = "default"
 			if resp, _ = responses[status].(map[string]any); resp == nil {
-				return fmt.Errorf("%s %s: status %d is not documented", rec.Method, path, rec.Status)
+				return 0, fmt.Errorf("%s %s: status %d is not documented", rec.Method, path, rec.Status)
 			}
 		}
 		content, _ := resp["content"].(map[string]any)
 		if _, ok := content[ct]; !ok {
-			return fmt.Errorf("%s %s: status %d: content type %q is not documented", rec.Method, path, rec.Status, rec.ContentType)
+			return 0, fmt.Errorf("%s %s: status %d: content type %q is not documented", rec.Method, path, rec.Status, rec.ContentType)
 		}
 		if ct != "application/json" && ct != "application/x-ndjson" {
-			return nil // the Prometheus exposition is not JSON
+			return 0, nil // the Prometheus exposition is not JSON
 		}
 		pointer = "/paths/" + escapePointer(path) + "/" + strings.ToLower(rec.Method) + "/responses/" + status + "/content/" + escapePointer(ct) + "/schema"
 	}
 	s, err := a.schema(pointer)
 	if err != nil {
-		return fmt.Errorf("compile %s: %w", pointer, err)
+		return 0, fmt.Errorf("compile %s: %w", pointer, err)
 	}
 	values := []string{rec.Body}
 	if ct == "application/x-ndjson" {
 		values = strings.Split(strings.TrimSuffix(rec.Body, "\n"), "\n")
 	}
+	n := 0
 	for i, v := range values {
 		if v == "" && len(values) == 1 {
 			continue // a stream the client left before any line
 		}
+		n++
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(v))
 		if err != nil {
-			return fmt.Errorf("%s %s: line %d is not JSON: %w", rec.Method, rec.Path, i+1, err)
+			return 0, fmt.Errorf("%s %s: line %d is not JSON: %w", rec.Method, rec.Path, i+1, err)
 		}
 		if err := s.Validate(inst); err != nil {
-			return fmt.Errorf("%s %s (status %d): %s\ndoes not match %s: %v", rec.Method, rec.Path, rec.Status, v, pointer, err)
+			return n, fmt.Errorf("%s %s (status %d): %s\ndoes not match %s: %v", rec.Method, rec.Path, rec.Status, v, pointer, err)
 		}
 	}
-	return nil
+	return n, nil
+}
+
+// documents are the two forms of docs/openapi.json the traffic must
+// match: the strict variant, which says the document is exactly what this
+// daemon sends, and the document as published, which a client validates
+// against. Both apply oneOf as JSON Schema defines it, exactly one branch:
+// in the published one a known event or update kind that an Unknown*
+// fallback also admits matches two and fails.
+type documents struct{ strict, published *apiSchema }
+
+func loadDocuments() (documents, error) {
+	strict, err := loadSchemaAs(true)
+	if err != nil {
+		return documents{}, err
+	}
+	published, err := loadSchemaAs(false)
+	if err != nil {
+		return documents{}, err
+	}
+	return documents{strict: strict, published: published}, nil
+}
+
+// check validates rec against both documents and counts the JSON values
+// (bodies and stream lines) it validated.
+func (d documents) check(rec TraceRecord) (int, error) {
+	n, err := d.strict.checkValues(rec)
+	if err != nil {
+		return 0, fmt.Errorf("strict variant: %w", err)
+	}
+	if _, err := d.published.checkValues(rec); err != nil {
+		return 0, fmt.Errorf("published document: %w", err)
+	}
+	return n, nil
 }
 
 // traffic is what one trace file holds, checked.
 type traffic struct {
 	records int
+	values  int            // JSON values (bodies, stream lines) valid in both documents
 	events  map[string]int // stream event kinds seen
 	updates map[string]int // update kinds seen
 	routes  map[string]int
 }
 
+func (tr traffic) String() string {
+	lines := 0
+	for _, n := range tr.events {
+		lines += n
+	}
+	return fmt.Sprintf("%d responses on %d routes, %d JSON values (%d of them run events and stream lines) each valid against the strict and the published document, every oneOf matched by exactly one branch; events %v; updates %v",
+		tr.records, len(tr.routes), tr.values, lines, tr.events, tr.updates)
+}
+
 // checkTrace validates every record of the trace files matching glob.
-func checkTrace(a *apiSchema, glob string) (traffic, error) {
+func checkTrace(a documents, glob string) (traffic, error) {
 	tr := traffic{events: map[string]int{}, updates: map[string]int{}, routes: map[string]int{}}
 	files, err := filepath.Glob(glob)
 	if err != nil {
@@ -259,9 +317,11 @@ func checkTrace(a *apiSchema, glob string) (traffic, error) {
 			}
 			tr.records++
 			tr.routes[rec.Pattern]++
-			if err := a.check(rec); err != nil && len(errs) < 20 {
+			n, err := a.check(rec)
+			if err != nil && len(errs) < 20 {
 				errs = append(errs, err)
 			}
+			tr.values += n
 			if strings.HasPrefix(rec.ContentType, "application/x-ndjson") {
 				for _, l := range strings.Split(rec.Body, "\n") {
 					var ev struct {
@@ -312,7 +372,7 @@ func runRecorded(m *testing.M) int {
 	if code != 0 {
 		return code
 	}
-	a, err := loadSchema()
+	a, err := loadDocuments()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schema:", err)
 		return 1
@@ -321,6 +381,9 @@ func runRecorded(m *testing.M) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "responses that do not match %s:\n%v\n", openAPIPath, err)
 		return 1
+	}
+	if testing.Verbose() {
+		fmt.Printf("api traffic: %v\n", tr)
 	}
 	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
 		if missing := missingKinds(tr); len(missing) > 0 {
@@ -350,7 +413,7 @@ func TestSuiteTraffic(t *testing.T) {
 	if dir == "" {
 		t.Skip("RESIDENTD_API_TRACE_CHECK is unset; test.sh runs this after the whole suite")
 	}
-	a, err := loadSchema()
+	a, err := loadDocuments()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +424,7 @@ func TestSuiteTraffic(t *testing.T) {
 	if missing := missingKinds(tr); len(missing) > 0 {
 		t.Errorf("the suite produced no %v events", missing)
 	}
-	t.Logf("%d responses on %d routes valid; events %v; updates %v", tr.records, len(tr.routes), tr.events, tr.updates)
+	t.Logf("%v", tr)
 }
 
 // The check can fail: responses that break the description are caught.
