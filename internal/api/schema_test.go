@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,13 +108,10 @@ func strictVariant(v any) {
 				x["additionalProperties"] = false
 			}
 		}
-		if alts, ok := x["anyOf"].([]any); ok && len(alts) == 2 {
-			known, _ := alts[0].(map[string]any)
-			other, _ := alts[1].(map[string]any)
-			if known["enum"] != nil && other["type"] == "string" && other["enum"] == nil {
-				delete(x, "anyOf")
-				x["type"], x["enum"] = "string", known["enum"]
-			}
+		if isOpenEnum(x) {
+			known := x["anyOf"].([]any)[0].(map[string]any)
+			delete(x, "anyOf")
+			x["type"], x["enum"] = "string", known["enum"]
 		}
 		if alts, ok := x["oneOf"].([]any); ok {
 			kept := alts[:0:0]
@@ -460,7 +458,9 @@ func TestSchemaCheckRejects(t *testing.T) {
 // TestPublishedSchemaToleratesTheNew validates, against docs/openapi.json
 // as published, what a newer daemon may send within /v1: a response with
 // a field this version does not list, an unknown error code, an event of
-// an unknown kind and an update of an unknown kind.
+// an unknown kind and an update of an unknown kind, events and updates
+// with fields and values this version does not list, and the run feed's
+// announcements with an unknown kind, run kind or field.
 // The strict variant the traffic check uses refuses each of them, and
 // this daemon's own shapes pass both.
 func TestPublishedSchemaToleratesTheNew(t *testing.T) {
@@ -476,6 +476,8 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		errorBody = "/components/schemas/ErrorBody"
 		event     = "/components/schemas/Event"
 		health    = "/paths/~1v1~1health/get/responses/200/content/application~1json/schema"
+		feed      = "/paths/~1v1~1events/get/responses/200/content/application~1x-ndjson/schema"
+		run       = "/paths/~1v1~1runs~1{run}/get/responses/200/content/application~1json/schema"
 	)
 	validate := func(a *apiSchema, pointer, doc string) error {
 		s, err := a.schema(pointer)
@@ -494,6 +496,14 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		{event, `{"event":"agent_mood","run_id":"run-1","seq":4,"at":"2026-12-04T10:00:00Z","mood":"cheerful"}`},
 		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"available_commands","commands":["/review"]}}`},
 		{event, `{"event":"error","run_id":"run-1","seq":6,"at":"2026-12-04T10:00:00Z","code":"brand_new_failure","message":"m","hint":"h"}`},
+		{event, `{"event":"restoring","run_id":"run-1","seq":1,"at":"2026-12-04T10:00:00Z","method":"clone","from":"nat-0"}`},
+		{event, `{"event":"interrupted","run_id":"run-1","seq":2,"at":"2026-12-04T10:00:00Z","attempt":1,"signal":"SIGKILL"}`},
+		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"notice","notice":{"severity":"info","title":"t","link":"https://example.invalid"}}}`},
+		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"compaction_update","compaction":{"status":"completed","tokens_saved":900}}}`},
+		{event, `{"event":"done","run_id":"run-1","seq":7,"at":"2026-12-04T10:00:00Z","watermark":"committed","answers":[{"run_id":"run-1","message_id":"m1","author":"aiko"}]}`},
+		{feed, `{"event":"run_paused","seq":9,"at":"2026-12-04T10:00:00Z","run_id":"run-1","kind":"turn","state":"paused"}`},
+		{feed, `{"event":"run_started","seq":10,"at":"2026-12-04T10:00:00Z","run_id":"sub-run-1","kind":"subagent","channel_id":"ch","binding_id":"b","state":"starting","parent_run_id":"run-1"}`},
+		{run, `{"run_id":"r","kind":"scheduled","state":"starting","channel_id":"ch","binding_id":"b","created_at":"2026-12-04T10:00:00Z","last_seq":0}`},
 	}
 	for _, n := range newer {
 		if err := validate(published, n.pointer, n.doc); err != nil {
@@ -507,6 +517,9 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		{errorBody, `{"error":{"code":"agent_forbidden","message":"m"}}`},
 		{event, `{"event":"error","run_id":"run-1","seq":6,"at":"2026-12-04T10:00:00Z","code":"timeout","message":"m"}`},
 		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"tool_call","tool_call":{"id":"t1","title":"x","status":"pending"}}}`},
+		{feed, `{"event":"run_started","seq":7,"at":"2026-12-04T10:00:00Z","run_id":"run-02","kind":"turn","channel_id":"ch-backend","binding_id":"b-claude","message_id":"m026","state":"starting"}`},
+		{feed, `{"event":"run_ended","seq":9,"at":"2026-12-04T10:00:00Z","run_id":"agent-run-5c","kind":"agent","channel_id":"ch-backend","binding_id":"b-claude","state":"succeeded"}`},
+		{feed, `{"event":"keepalive","at":"2026-12-04T10:00:00Z"}`},
 	}
 	for _, c := range current {
 		for name, a := range map[string]*apiSchema{"published": published, "strict": strict} {
@@ -515,4 +528,124 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every object a response or an event can hold is open in the published
+// document (no additionalProperties: false), and every enum it carries is
+// open (an anyOf of the values known and any string), but for the
+// property a union's branches are told apart by (a branch's own kinds);
+// request bodies stay closed. TestPublishedSchemaToleratesTheNew checks a
+// few by example; this walks every schema a response reaches.
+func TestResponseSchemasAreOpen(t *testing.T) {
+	a, err := loadSchemaAs(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "#/components/schemas/"
+	reached := map[string]bool{}
+	var reach func(v any)
+	reach = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if ref, ok := x["$ref"].(string); ok && !reached[strings.TrimPrefix(ref, prefix)] {
+				reached[strings.TrimPrefix(ref, prefix)] = true
+				reach(a.component(t, strings.TrimPrefix(ref, prefix)))
+			}
+			for _, c := range x {
+				reach(c)
+			}
+		case []any:
+			for _, c := range x {
+				reach(c)
+			}
+		}
+	}
+	paths, _ := a.doc["paths"].(map[string]any)
+	for _, item := range paths {
+		for _, op := range item.(map[string]any) {
+			if op, ok := op.(map[string]any); ok {
+				reach(op["responses"])
+			}
+		}
+	}
+	// The property that tells each union's branches apart, by branch.
+	selector := map[string]string{}
+	for name := range reached {
+		s := a.component(t, name)
+		disc, _ := s["discriminator"].(map[string]any)
+		prop, _ := disc["propertyName"].(string)
+		alts, _ := s["oneOf"].([]any)
+		for _, alt := range alts {
+			if ref, ok := alt.(map[string]any)["$ref"].(string); ok && prop != "" {
+				selector[strings.TrimPrefix(ref, prefix)] = prop
+			}
+		}
+	}
+	var closed []string
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if x["additionalProperties"] == false {
+				closed = append(closed, path+": additionalProperties false")
+			}
+			if _, ok := x["enum"]; ok {
+				closed = append(closed, path+": a closed enum")
+			}
+			for k, c := range x {
+				switch {
+				case k == "not":
+					continue // a fallback's list of the kinds it does not take
+				case k == "anyOf" && isOpenEnum(x):
+					continue
+				}
+				walk(path+"/"+k, c)
+			}
+		case []any:
+			for i, c := range x {
+				walk(path+"/"+strconv.Itoa(i), c)
+			}
+		}
+	}
+	for name := range reached {
+		s := a.component(t, name)
+		for prop, p := range propsOf(s) {
+			if prop == selector[name] {
+				continue
+			}
+			walk(name+"/properties/"+prop, p)
+		}
+		if s["additionalProperties"] == false {
+			closed = append(closed, name+": additionalProperties false")
+		}
+		for k, c := range s {
+			if k != "properties" && k != "not" {
+				walk(name+"/"+k, c)
+			}
+		}
+	}
+	sort.Strings(closed)
+	for _, c := range closed {
+		t.Errorf("%s: a response or event schema is closed: %s", openAPIPath, c)
+	}
+	if len(reached) < 40 {
+		t.Fatalf("responses reach only %d schemas: the walk is broken", len(reached))
+	}
+}
+
+// isOpenEnum reports whether s is an open enum: anyOf a string enum and
+// any string.
+func isOpenEnum(s map[string]any) bool {
+	alts, ok := s["anyOf"].([]any)
+	if !ok || len(alts) != 2 {
+		return false
+	}
+	known, _ := alts[0].(map[string]any)
+	other, _ := alts[1].(map[string]any)
+	return known["enum"] != nil && other["type"] == "string" && other["enum"] == nil
+}
+
+func propsOf(s map[string]any) map[string]any {
+	p, _ := s["properties"].(map[string]any)
+	return p
 }
