@@ -16,8 +16,16 @@ import (
 )
 
 // Features lists what this daemon's /v1 offers beyond the first version's
-// turns, sessions and messages.
-var Features = []string{apitype.CapabilityRuns, apitype.CapabilityPermissions, apitype.CapabilityKeepalive, apitype.CapabilityLeanStream}
+// turns, sessions and messages: a capability for each feature a client may
+// test for (docs/API.md, "Capabilities").
+var Features = []string{
+	apitype.CapabilityRuns, apitype.CapabilityPermissions, apitype.CapabilityKeepalive, apitype.CapabilityLeanStream,
+	apitype.CapabilityDurableRuns, apitype.CapabilityEventFeed, apitype.CapabilityAgentRuns, apitype.CapabilityEventsUntil,
+	apitype.CapabilityAttachments, apitype.CapabilityMessageDelete,
+	apitype.CapabilityBurstsCoalesce, apitype.CapabilityBurstsSteer, apitype.CapabilityContextHeld, apitype.CapabilityThreadScope,
+	apitype.CapabilitySessionOptions, apitype.CapabilityBudgets, apitype.CapabilityExactMoney,
+	apitype.CapabilityConfigReload, apitype.CapabilityTraces, apitype.CapabilityAgentTools,
+}
 
 // APIVersion is the local API's version: /v1 only grows (new endpoints,
 // fields, events and codes); nothing a client relies on is removed or

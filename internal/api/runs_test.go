@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -427,7 +428,7 @@ func TestPermissionRace(t *testing.T) {
 func TestVersion(t *testing.T) {
 	e := newEnv(t)
 	v, err := e.c.Version(context.Background())
-	if err != nil || v.Version != "test" || v.API != "1" || strings.Join(v.Capabilities, ",") != "runs,permissions,keepalive,lean_stream" {
+	if err != nil || v.Version != "test" || v.API != "1" || !slices.Equal(v.Capabilities, Features) || !slices.Contains(v.Capabilities, apitype.CapabilityLeanStream) {
 		t.Fatalf("version %+v, %v", v, err)
 	}
 }
