@@ -306,8 +306,12 @@ func (s *Server) runFeed(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+		// b.Last is where the next read starts: the last line's seq, or the
+		// asked position, brought back to the newest when it was beyond
+		// (a seq from before a restart), so that the next announcement
+		// is not skipped as well.
+		after = b.Last
 		if len(b.Lines) > 0 {
-			after = b.Last
 			keep.Reset(s.keepalive)
 		}
 		if flusher != nil {

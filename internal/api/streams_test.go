@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -261,5 +262,34 @@ func TestAgentRunOnTheFeed(t *testing.T) {
 	case a := <-again:
 		t.Fatalf("re-attached feed sent more: %+v", a)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// A feed position beyond the newest announcement (a seq from before a
+// restart; here the largest there is) is not gone: GET /v1/events answers
+// 200 and streams the next announcement, numbered right after the newest.
+func TestFeedBeyondTheNewestStreamsTheNext(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	feed := feedReader(t, e, 0)
+	if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: "run-before", Text: "@agent hi"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var newest int64
+	for newest == 0 {
+		if a := nextFeed(t, feed); a.Event == apitype.FeedRunEnded && a.RunID == "run-before" {
+			newest = a.Seq
+		}
+	}
+	// feedReader returns once the answer's header is out, after the feed
+	// was read: the turn below is announced after that read.
+	beyond := feedReader(t, e, math.MaxInt64)
+	if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: "run-after", Text: "@agent again"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{apitype.FeedRunStarted, apitype.FeedRunEnded} {
+		if a := nextFeed(t, beyond); a.Event != want || a.RunID != "run-after" || a.Seq != newest+1+int64(i) {
+			t.Fatalf("the feed from beyond the newest (seq %d): %+v, want %s of run-after at seq %d", newest, a, want, newest+1+int64(i))
+		}
 	}
 }
