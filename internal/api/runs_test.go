@@ -226,7 +226,8 @@ func TestEventsGone(t *testing.T) {
 	}
 	status, body := e.rawBody(t, "GET", "/v1/runs/run-gone/events?after=1", "")
 	var gone apitype.EventsGone
-	if err := json.Unmarshal(body, &gone); err != nil || status != http.StatusGone || gone.Run.Result == nil || gone.Run.Result.Text != done.Text || gone.Run.State != apitype.RunSucceeded {
+	if err := json.Unmarshal(body, &gone); err != nil || status != http.StatusGone || gone.Run.Result == nil || gone.Run.Result.Text != done.Text || gone.Run.State != apitype.RunSucceeded ||
+		!strings.Contains(gone.Error.Message, "runs.events and runs.bytes") {
 		t.Fatalf("events_gone body (%d): %s", status, body)
 	}
 	// What is still buffered is served.
