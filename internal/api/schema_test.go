@@ -380,7 +380,7 @@ func runRecorded(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "responses that do not match %s:\n%v\n", openAPIPath, err)
 		return 1
 	}
-	if testing.Verbose() {
+	if testing.Verbose() && tr.records > 0 {
 		fmt.Printf("api traffic: %v\n", tr)
 	}
 	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
