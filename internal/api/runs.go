@@ -306,10 +306,8 @@ func (s *Server) runFeed(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		// b.Last is where the next read starts: the last line's seq, or the
-		// asked position, brought back to the newest when it was beyond
-		// (a seq from before a restart), so that the next announcement
-		// is not skipped as well.
+		// The position read to: past a position beyond the newest too, so
+		// the next read starts at the newest there was.
 		after = b.Last
 		if len(b.Lines) > 0 {
 			keep.Reset(s.keepalive)
