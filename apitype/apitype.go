@@ -357,7 +357,9 @@ type Version struct {
 	Capabilities []string `json:"capabilities"`
 }
 
-// Capabilities a daemon may list in Version.
+// Capabilities a daemon may list in Version: each names a feature /v1
+// gained after its first version, which a client may test for before it
+// relies on it. docs/API.md ("Capabilities") says what each promises.
 const (
 	CapabilityRuns        = "runs"        // runs outlive connections; GET /v1/runs, re-attach with after=SEQ
 	CapabilityPermissions = "permissions" // permission_request events and answers
@@ -365,6 +367,39 @@ const (
 	// CapabilityLeanStream: ?lean=true on POST /v1/turns and
 	// GET /v1/runs/{run}/events sends the reply once.
 	CapabilityLeanStream = "lean_stream"
+	// CapabilityDurableRuns: runs survive a daemon restart (interrupted
+	// event and state, attempt), and a run_id sent again with its mention
+	// is that run.
+	CapabilityDurableRuns = "durable_runs"
+	CapabilityEventFeed   = "event_feed"   // GET /v1/events: every run's start and end
+	CapabilityAgentRuns   = "agent_runs"   // runs of kind agent: what an agent says with no prompt in flight
+	CapabilityEventsUntil = "events_until" // ?until=KIND on GET /v1/runs/{run}/events
+	CapabilityAttachments = "attachments"  // a pushed message's attachments
+	// CapabilityMessageDelete: DELETE /v1/messages/{channel}/{id}.
+	CapabilityMessageDelete = "message_delete"
+	// CapabilityBurstsCoalesce: a binding's bursts mode coalesce; answers
+	// and answered_by in done and error.
+	CapabilityBurstsCoalesce = "bursts_coalesce"
+	// CapabilityBurstsSteer: a binding's bursts mode steer; answers and
+	// answered_by in done and error.
+	CapabilityBurstsSteer = "bursts_steer"
+	// CapabilityContextHeld: held in the done event's context report.
+	CapabilityContextHeld = "context_held"
+	// CapabilityThreadScope: a binding's scope thread (Binding.Scope,
+	// Session.ThreadRoot, thread_root_id of a start fresh, restoring fork).
+	CapabilityThreadScope    = "thread_scope"
+	CapabilitySessionOptions = "session_options" // GET and PUT /v1/sessions/options
+	CapabilityBudgets        = "budgets"         // GET /v1/budgets, budget events, budget_exceeded
+	// CapabilityExactMoney: every amount of money is a decimal string
+	// (Amount), not a JSON number as before.
+	CapabilityExactMoney   = "exact_money"
+	CapabilityConfigReload = "config_reload" // POST /v1/config/reload
+	// CapabilityTraces: W3C trace context on POST /v1/turns (headers or
+	// fields), trace_id and span_id on runs and the feed when tracing.
+	CapabilityTraces = "traces"
+	// CapabilityAgentTools: the pushes the agent tools read (roster,
+	// project, activity) and the tool endpoints (docs/TOOLS.md).
+	CapabilityAgentTools = "agent_tools"
 )
 
 // Usage is the token usage the agent reported for a turn.

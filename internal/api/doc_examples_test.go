@@ -12,13 +12,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/residentd/residentd/apitype"
-	"github.com/residentd/residentd/client"
-	"github.com/residentd/residentd/internal/permission"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -30,12 +31,8 @@ type docExample struct {
 	status int
 }
 
-var (
-	// statusMark ends an example: "# 200", optionally with words after it.
-	statusMark = regexp.MustCompile(`\s#\s*(\d{3})\b[^'"]*$`)
-	// answerPath is a permission answer; it runs once the request is out.
-	answerPath = regexp.MustCompile(`/v1/runs/([^/\s'"]+)/permissions/([^/\s'"?]+)`)
-)
+// statusMark ends an example: "# 200", optionally with words after it.
+var statusMark = regexp.MustCompile(`\s#\s*(\d{3})\b[^'"]*$`)
 
 // docExamples returns the commands of the ```sh blocks of doc, in order.
 // Every line of such a block is a curl command (a trailing backslash joins
@@ -90,16 +87,77 @@ func docExamples(doc string) ([]docExample, error) {
 	return out, nil
 }
 
-// docDaemon is the daemon the examples run against: the built-in agent as
-// b-builtin, and as b-ask with the ask policy for the permission examples.
-func docDaemon(t *testing.T) (sock string) {
+// docConfig is the config file the examples' daemon is started with: the
+// first json block of the section "The examples".
+func docConfig(doc string) (string, error) {
+	_, section, ok := strings.Cut(doc, "\n## The examples\n")
+	if !ok {
+		return "", errors.New(`docs/API.md has no section "The examples"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, ok := strings.Cut(section, "```json\n")
+	if !ok {
+		return "", errors.New(`docs/API.md: "The examples" shows no json config`)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	return block, nil
+}
+
+// docDaemon is the daemon the examples run against, started as they say
+// (residentd serve --config ask.json): the config file is the doc's, read
+// as serve reads it, with the built-in binding b-builtin beside its
+// bindings, and reloadable. The doc's bindings run `residentd agent`: a
+// residentd on PATH that is the test binary as the built-in agent.
+func docDaemon(t *testing.T, conf string) (sock string) {
 	t.Helper()
-	return newEnv(t, withAsk(permission.Ask, 5*time.Minute)).sock
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\n%s=1 exec %q \"$@\"\n", testkit.AgentEnv, testkit.Exe(t))
+	if err := os.WriteFile(filepath.Join(bin, "residentd"), []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	file := filepath.Join(dir, "ask.json")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	fromFile := daemontest.FileLoader(file, state)
+	load := func() (*config.Config, error) {
+		c, err := fromFile()
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := c.Binding("b-builtin"); !ok {
+			b, err := daemontest.Builtin("b-builtin", state)
+			if err != nil {
+				return nil, err
+			}
+			c.Bindings = append(c.Bindings, b)
+		}
+		c.SetDefaults()
+		return c, c.Validate()
+	}
+	cfg, err := load()
+	if err != nil {
+		t.Fatalf("the examples' config from docs/API.md: %v", err)
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
+	h := daemontest.New(t, cfg, daemontest.Options{Log: log, Reload: load, ConfigFile: file})
+	level := zap.NewAtomicLevel()
+	_, sock = serve(t, filepath.Join("s", "api.sock"), ServerOptions{Turns: h, Sessions: h, Channel: h.Inbox, Log: log, Level: &level,
+		Metrics: h.Metrics.Handler(), Version: "test", Keepalive: time.Duration(cfg.Runs.Keepalive), Config: h.Daemon})
+	return sock
 }
 
 // TestAPIDocExamplesRun runs the curl examples of docs/API.md in order,
-// verbatim, with sh and S naming a daemon's socket, and checks each
-// answers with the status the doc gives it. The examples chain: the turn
+// verbatim, with sh and S naming the socket of a daemon started with the
+// doc's config file, and checks each answers with the status the doc gives
+// it, one right after the other as a person pasting them would: nothing
+// waits between them but what the doc shows. The examples chain: the turn
 // examples name their run_id and the later ones use it.
 func TestAPIDocExamplesRun(t *testing.T) {
 	raw := testkit.ReadFile(t, "../../docs/API.md")
@@ -119,7 +177,11 @@ func TestAPIDocExamplesRun(t *testing.T) {
 		}
 	}
 
-	sock := docDaemon(t)
+	conf, err := docConfig(string(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := docDaemon(t, conf)
 	// curl reads its config from CURL_HOME: the status goes to stderr, so
 	// the command runs as written and its output stays what the doc shows.
 	curlHome := t.TempDir()
@@ -129,9 +191,6 @@ func TestAPIDocExamplesRun(t *testing.T) {
 	env := append(os.Environ(), "S="+sock, "CURL_HOME="+curlHome)
 
 	for _, ex := range examples {
-		if m := answerPath.FindStringSubmatch(ex.cmd); m != nil {
-			awaitPermissionRequest(t, sock, m[1], m[2])
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cmd := exec.CommandContext(ctx, "sh", "-c", ex.cmd)
 		cmd.Env = env
@@ -155,32 +214,4 @@ func TestAPIDocExamplesRun(t *testing.T) {
 		}
 	}
 	t.Logf("ran %d examples of docs/API.md", len(examples))
-}
-
-// awaitPermissionRequest follows run until it asks request, as the person
-// who answers it would have read it in the stream first.
-func awaitPermissionRequest(t *testing.T, sock, runID, request string) {
-	t.Helper()
-	c := &client.Client{Socket: sock}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	asked := make(chan struct{})
-	var once sync.Once
-	followed := make(chan error, 1)
-	go func() {
-		_, err := c.Follow(ctx, runID, 0, func(ev apitype.Event) {
-			if ev.Event == apitype.EventPermissionRequest && ev.Permission != nil && ev.Permission.ID == request {
-				once.Do(func() { close(asked) })
-			}
-		})
-		followed <- err
-	}()
-	select {
-	case <-asked:
-		cancel()
-		<-followed
-	case err := <-followed:
-		t.Fatalf("run %q ended without asking %q: %v", runID, request, err)
-	}
 }

@@ -357,6 +357,19 @@ func TestAPIDocMatchesSchemaAndCode(t *testing.T) {
 	}
 	sameSet(t, "error codes", "docs/API.md", union(documented), openAPIPath, union(enum))
 	sameSet(t, "error codes", "docs/API.md", union(documented), "apitype.Code*", g.values("Code"))
+
+	// Capabilities: the table, the schema's list, apitype's Capability*
+	// constants and what this daemon's /v1/version lists.
+	documented = nil
+	for _, row := range mdTable(t, doc, "### Capabilities") {
+		documented = append(documented, codes(row[0])[0])
+	}
+	caps, _ := a.component(t, "Version")["properties"].(map[string]any)["capabilities"].(map[string]any)
+	items, _ := caps["items"].(map[string]any)
+	listed := constOf(map[string]any{"properties": map[string]any{"v": items}}, "v")
+	sameSet(t, "capabilities", "docs/API.md", union(documented), openAPIPath, union(listed))
+	sameSet(t, "capabilities", "docs/API.md", union(documented), "apitype.Capability*", g.values("Capability", "CapabilityHeader"))
+	sameSet(t, "capabilities", "docs/API.md", union(documented), "api.Features", union(Features))
 }
 
 func keys[V any](m map[string]V) []string {

@@ -40,6 +40,8 @@ func FuzzDecodeTurn(f *testing.F) {
 		`{"Channel_ID":"ch","text":"x"}`,
 		`{"chann\u0065l_id":"ch","text":"x"}`,
 		`{"channel_agents":[{"handle":"@a","handle":"@b"}],"text":"x"}`,
+		`{"channel_id":"ch","binding_id":"b","text":"x","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"app=desktop"}`,
+		`{"channel_id":"ch","binding_id":"b","text":"x","traceparent":"","Tracestate":"a=b"}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -13,22 +13,46 @@ import (
 // fieldTypes caches fieldsOf by type.
 var fieldTypes sync.Map // reflect.Type -> map[string]reflect.Type
 
-// fieldsOf maps a struct's JSON field names to their types.
+// fieldsOf maps a struct's JSON field names to their types. The fields of
+// an embedded struct without a JSON name of its own are inline, as
+// encoding/json decodes them (TurnRequest's trace context); a field of the
+// outer struct wins over an embedded one of the same name.
 func fieldsOf(t reflect.Type) map[string]reflect.Type {
 	if f, ok := fieldTypes.Load(t); ok {
 		return f.(map[string]reflect.Type)
 	}
 	fields := map[string]reflect.Type{}
+	var inline []reflect.Type
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
+		if name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			et := f.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				inline = append(inline, et)
+				continue
+			}
+		}
+		if !f.IsExported() {
 			continue
 		}
 		if name == "" {
 			name = f.Name
 		}
 		fields[name] = f.Type
+	}
+	for _, et := range inline {
+		for name, ft := range fieldsOf(et) {
+			if _, ok := fields[name]; !ok {
+				fields[name] = ft
+			}
+		}
 	}
 	fieldTypes.Store(t, fields)
 	return fields

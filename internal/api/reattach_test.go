@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/permission"
 )
 
 // openEvents starts GET /v1/runs/{id}/events?after=N and returns the
@@ -108,5 +110,64 @@ func TestFollowBeyondTheLastEventEnds(t *testing.T) {
 	_, err = e.c.Follow(ctx, "run-hang", started.Seq+100, nil)
 	if !errors.As(err, &nothing) || nothing.Run.State != apitype.RunCancelled {
 		t.Fatalf("client follow of the cancelled run from beyond its end: %v", err)
+	}
+}
+
+// ?until=KIND ends a run's stream after its first event of that kind: a
+// script waits with it for a permission request before it answers. The
+// request is asked live (the stream waits for it), then replayed to a
+// second follower, which ends at it too; a run that ends without such an
+// event ends the stream with it, and a kind that is no run event's is
+// refused.
+func TestFollowUntilAnEvent(t *testing.T) {
+	e := newEnv(t, withAsk(permission.Ask, time.Hour))
+	// Each stream ends by itself: no deadline but the test's.
+	lines := func(path string) []apitype.Event {
+		t.Helper()
+		status, body := e.rawBody(t, http.MethodGet, path, "")
+		if status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, status, body)
+		}
+		var evs []apitype.Event
+		for _, l := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+			var ev apitype.Event
+			if err := json.Unmarshal([]byte(l), &ev); err != nil {
+				t.Fatalf("GET %s: line %q: %v", path, l, err)
+			}
+			evs = append(evs, ev)
+		}
+		return evs
+	}
+	status, body := e.rawBody(t, http.MethodPost, "/v1/turns?stream=false", `{"channel_id":"ch","binding_id":"b-ask","run_id":"run-until","text":"@agent [[permission:execute]] run the tests"}`)
+	if status != http.StatusAccepted {
+		t.Fatalf("detached turn: %d %s", status, body)
+	}
+	for range 2 {
+		evs := lines("/v1/runs/run-until/events?until=permission_request")
+		last := evs[len(evs)-1]
+		if last.Event != apitype.EventPermissionRequest || last.Permission == nil || last.Permission.ID != "perm-1" {
+			t.Fatalf("until=permission_request: %s, want the stream to end with the request perm-1", kinds(evs))
+		}
+		for _, ev := range evs[:len(evs)-1] {
+			if ev.Event == apitype.EventPermissionRequest || ev.Event == apitype.EventDone {
+				t.Fatalf("until=permission_request: %s", kinds(evs))
+			}
+		}
+	}
+	if status, body := e.rawBody(t, http.MethodPost, "/v1/runs/run-until/permissions/perm-1", `{"option_id":"allow"}`); status != http.StatusOK {
+		t.Fatalf("answer: %d %s", status, body)
+	}
+	evs := lines("/v1/runs/run-until/events?until=budget")
+	if evs[len(evs)-1].Event != apitype.EventDone || !strings.Contains(kinds(evs), "permission_request,permission_decision") {
+		t.Fatalf("until=budget of a run with no budget event: %s, want the whole run to its done", kinds(evs))
+	}
+	if evs := lines("/v1/runs/run-until/events?until=started&after=1"); evs[len(evs)-1].Event != apitype.EventDone {
+		t.Fatalf("until=started after the started event: %s, want the rest of the run", kinds(evs))
+	}
+	for _, bad := range []string{"keepalive", "nope"} {
+		code, apiErr := e.raw(t, http.MethodGet, "/v1/runs/run-until/events?until="+bad, "")
+		if code != http.StatusBadRequest || apiErr.Code != apitype.CodeBadRequest || !strings.Contains(apiErr.Message, "permission_request") {
+			t.Fatalf("until=%s: %d %+v, want 400 bad_request listing the kinds", bad, code, apiErr)
+		}
 	}
 }

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/residentd/residentd/apitype"
@@ -13,8 +16,16 @@ import (
 )
 
 // Features lists what this daemon's /v1 offers beyond the first version's
-// turns, sessions and messages.
-var Features = []string{apitype.CapabilityRuns, apitype.CapabilityPermissions, apitype.CapabilityKeepalive, apitype.CapabilityLeanStream}
+// turns, sessions and messages: a capability for each feature a client may
+// test for (docs/API.md, "Capabilities").
+var Features = []string{
+	apitype.CapabilityRuns, apitype.CapabilityPermissions, apitype.CapabilityKeepalive, apitype.CapabilityLeanStream,
+	apitype.CapabilityDurableRuns, apitype.CapabilityEventFeed, apitype.CapabilityAgentRuns, apitype.CapabilityEventsUntil,
+	apitype.CapabilityAttachments, apitype.CapabilityMessageDelete,
+	apitype.CapabilityBurstsCoalesce, apitype.CapabilityBurstsSteer, apitype.CapabilityContextHeld, apitype.CapabilityThreadScope,
+	apitype.CapabilitySessionOptions, apitype.CapabilityBudgets, apitype.CapabilityExactMoney,
+	apitype.CapabilityConfigReload, apitype.CapabilityTraces, apitype.CapabilityAgentTools,
+}
 
 // APIVersion is the local API's version: /v1 only grows (new endpoints,
 // fields, events and codes); nothing a client relies on is removed or
@@ -72,13 +83,14 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, rn.Snapshot())
 		return
 	}
-	s.follow(w, r, rn, 0, true, lean)
+	s.follow(w, r, rn, 0, true, lean, "")
 }
 
 // events re-attaches to a run: the buffered events after ?after=SEQ, then
 // the live ones until the run ends. SEQ may be beyond the run's last
 // event: the stream then carries the events numbered above SEQ, none when
-// the run ends first, and ends with the run.
+// the run ends first, and ends with the run. With ?until=KIND it ends
+// after the first event of that kind instead, when one comes first.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	rn, err := s.pathRun(r)
 	if err != nil {
@@ -96,7 +108,43 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	s.follow(w, r, rn, after, false, lean)
+	until, err := checkUntil(q)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.follow(w, r, rn, after, false, lean, until)
+}
+
+// untilKinds are the event kinds ?until= may name: a run's events
+// (keepalive lines are not).
+var untilKinds = []string{apitype.EventQueued, apitype.EventRestoring, apitype.EventStarted, apitype.EventUpdate,
+	apitype.EventPermissionRequest, apitype.EventPermissionDecision, apitype.EventBudget, apitype.EventInterrupted,
+	apitype.EventDone, apitype.EventError}
+
+// checkUntil validates ?until=: the event kind after whose first event the
+// stream ends; "" for none.
+func checkUntil(q url.Values) (string, error) {
+	v := q.Get("until")
+	if v == "" || slices.Contains(untilKinds, v) {
+		return v, nil
+	}
+	return "", fmt.Errorf("%w: until=%q: name the kind of a run's event to stop after: %s", errBadRequest, v, strings.Join(untilKinds, ", "))
+}
+
+// eventKind is the kind of an encoded event line: its first field.
+func eventKind(line []byte) string {
+	const prefix = `{"event":"`
+	if rest, ok := bytes.CutPrefix(line, []byte(prefix)); ok {
+		if i := bytes.IndexByte(rest, '"'); i >= 0 {
+			return string(rest[:i])
+		}
+	}
+	var ev struct {
+		Event string `json:"event"`
+	}
+	_ = json.Unmarshal(line, &ev)
+	return ev.Event
 }
 
 // pathRun is the run the request's path names.
@@ -136,10 +184,11 @@ func checkLean(q url.Values) (bool, error) {
 // output before it is flushed on its own.
 const startHold = 5 * time.Millisecond
 
-// follow streams rn's events after seq after until the run ends or the
-// client goes away, with a keepalive line whenever the stream has been
-// quiet for the keepalive interval.
-func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, after int64, plainFirstError, lean bool) {
+// follow streams rn's events after seq after until the run ends, an event
+// of kind until ("": none) is out, or the client goes away, with a
+// keepalive line whenever the stream has been quiet for the keepalive
+// interval.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, after int64, plainFirstError, lean bool, until string) {
 	flusher, _ := w.(http.Flusher)
 	started := false
 	start := func() {
@@ -182,6 +231,12 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, rn *run.Run, aft
 			for _, l := range b.Lines {
 				if _, err := w.Write(l); err != nil {
 					return // the client went away; the run goes on
+				}
+				if until != "" && eventKind(l) == until {
+					if flusher != nil {
+						flusher.Flush()
+					}
+					return
 				}
 			}
 			switch {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -225,7 +226,8 @@ func TestEventsGone(t *testing.T) {
 	}
 	status, body := e.rawBody(t, "GET", "/v1/runs/run-gone/events?after=1", "")
 	var gone apitype.EventsGone
-	if err := json.Unmarshal(body, &gone); err != nil || status != http.StatusGone || gone.Run.Result == nil || gone.Run.Result.Text != done.Text || gone.Run.State != apitype.RunSucceeded {
+	if err := json.Unmarshal(body, &gone); err != nil || status != http.StatusGone || gone.Run.Result == nil || gone.Run.Result.Text != done.Text || gone.Run.State != apitype.RunSucceeded ||
+		!strings.Contains(gone.Error.Message, "runs.events and runs.bytes") {
 		t.Fatalf("events_gone body (%d): %s", status, body)
 	}
 	// What is still buffered is served.
@@ -427,7 +429,7 @@ func TestPermissionRace(t *testing.T) {
 func TestVersion(t *testing.T) {
 	e := newEnv(t)
 	v, err := e.c.Version(context.Background())
-	if err != nil || v.Version != "test" || v.API != "1" || strings.Join(v.Capabilities, ",") != "runs,permissions,keepalive,lean_stream" {
+	if err != nil || v.Version != "test" || v.API != "1" || !slices.Equal(v.Capabilities, Features) || !slices.Contains(v.Capabilities, apitype.CapabilityLeanStream) {
 		t.Fatalf("version %+v, %v", v, err)
 	}
 }

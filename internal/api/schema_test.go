@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,9 +67,15 @@ func loadSchemaAs(strict bool) (*apiSchema, error) {
 	}
 	if strict {
 		strictVariant(doc)
-		if raw, err = json.Marshal(doc); err != nil {
-			return nil, err
-		}
+	}
+	return compileDoc(doc)
+}
+
+// compileDoc compiles a form of the document, decoded.
+func compileDoc(doc map[string]any) (*apiSchema, error) {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
@@ -101,13 +108,10 @@ func strictVariant(v any) {
 				x["additionalProperties"] = false
 			}
 		}
-		if alts, ok := x["anyOf"].([]any); ok && len(alts) == 2 {
-			known, _ := alts[0].(map[string]any)
-			other, _ := alts[1].(map[string]any)
-			if known["enum"] != nil && other["type"] == "string" && other["enum"] == nil {
-				delete(x, "anyOf")
-				x["type"], x["enum"] = "string", known["enum"]
-			}
+		if isOpenEnum(x) {
+			known := x["anyOf"].([]any)[0].(map[string]any)
+			delete(x, "anyOf")
+			x["type"], x["enum"] = "string", known["enum"]
 		}
 		if alts, ok := x["oneOf"].([]any); ok {
 			kept := alts[:0:0]
@@ -166,8 +170,15 @@ func (a *apiSchema) pathItem(pattern string) (string, map[string]any, bool) {
 
 // check validates one recorded response against the document.
 func (a *apiSchema) check(rec TraceRecord) error {
+	_, err := a.checkValues(rec)
+	return err
+}
+
+// checkValues validates one recorded response against the document and
+// counts the JSON values it validated: the body, or each line of a stream.
+func (a *apiSchema) checkValues(rec TraceRecord) (int, error) {
 	if rec.Truncated {
-		return nil
+		return 0, nil
 	}
 	ct, _, _ := strings.Cut(rec.ContentType, ";")
 	ct = strings.TrimSpace(ct)
@@ -175,17 +186,17 @@ func (a *apiSchema) check(rec TraceRecord) error {
 	if rec.Pattern == "" || rec.Pattern == "/" {
 		// The peer guard and the catch-all answer only with errors.
 		if rec.Status < 400 {
-			return fmt.Errorf("%s %s: status %d from the catch-all", rec.Method, rec.Path, rec.Status)
+			return 0, fmt.Errorf("%s %s: status %d from the catch-all", rec.Method, rec.Path, rec.Status)
 		}
 		pointer = "/components/schemas/ErrorBody"
 	} else {
 		path, item, ok := a.pathItem(rec.Pattern)
 		if !ok {
-			return fmt.Errorf("route %q is not in %s", rec.Pattern, openAPIPath)
+			return 0, fmt.Errorf("route %q is not in %s", rec.Pattern, openAPIPath)
 		}
 		op, _ := item[strings.ToLower(rec.Method)].(map[string]any)
 		if op == nil {
-			return fmt.Errorf("%s %s is not documented", rec.Method, path)
+			return 0, fmt.Errorf("%s %s is not documented", rec.Method, path)
 		}
 		responses, _ := op["responses"].(map[string]any)
 		status := strconv.Itoa(rec.Status)
@@ -193,51 +204,96 @@ func (a *apiSchema) check(rec TraceRecord) error {
 		if resp == nil {
 			status = "default"
 			if resp, _ = responses[status].(map[string]any); resp == nil {
-				return fmt.Errorf("%s %s: status %d is not documented", rec.Method, path, rec.Status)
+				return 0, fmt.Errorf("%s %s: status %d is not documented", rec.Method, path, rec.Status)
 			}
 		}
 		content, _ := resp["content"].(map[string]any)
 		if _, ok := content[ct]; !ok {
-			return fmt.Errorf("%s %s: status %d: content type %q is not documented", rec.Method, path, rec.Status, rec.ContentType)
+			return 0, fmt.Errorf("%s %s: status %d: content type %q is not documented", rec.Method, path, rec.Status, rec.ContentType)
 		}
 		if ct != "application/json" && ct != "application/x-ndjson" {
-			return nil // the Prometheus exposition is not JSON
+			return 0, nil // the Prometheus exposition is not JSON
 		}
 		pointer = "/paths/" + escapePointer(path) + "/" + strings.ToLower(rec.Method) + "/responses/" + status + "/content/" + escapePointer(ct) + "/schema"
 	}
 	s, err := a.schema(pointer)
 	if err != nil {
-		return fmt.Errorf("compile %s: %w", pointer, err)
+		return 0, fmt.Errorf("compile %s: %w", pointer, err)
 	}
 	values := []string{rec.Body}
 	if ct == "application/x-ndjson" {
 		values = strings.Split(strings.TrimSuffix(rec.Body, "\n"), "\n")
 	}
+	n := 0
 	for i, v := range values {
 		if v == "" && len(values) == 1 {
 			continue // a stream the client left before any line
 		}
+		n++
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(v))
 		if err != nil {
-			return fmt.Errorf("%s %s: line %d is not JSON: %w", rec.Method, rec.Path, i+1, err)
+			return 0, fmt.Errorf("%s %s: line %d is not JSON: %w", rec.Method, rec.Path, i+1, err)
 		}
 		if err := s.Validate(inst); err != nil {
-			return fmt.Errorf("%s %s (status %d): %s\ndoes not match %s: %v", rec.Method, rec.Path, rec.Status, v, pointer, err)
+			return n, fmt.Errorf("%s %s (status %d): %s\ndoes not match %s: %v", rec.Method, rec.Path, rec.Status, v, pointer, err)
 		}
 	}
-	return nil
+	return n, nil
+}
+
+// documents are the two forms of docs/openapi.json the traffic must
+// match: the strict variant, which says the document is exactly what this
+// daemon sends, and the document as published, which a client validates
+// against. Both apply oneOf as JSON Schema defines it, exactly one branch:
+// in the published one a known event or update kind that an Unknown*
+// fallback also admits matches two and fails.
+type documents struct{ strict, published *apiSchema }
+
+func loadDocuments() (documents, error) {
+	strict, err := loadSchemaAs(true)
+	if err != nil {
+		return documents{}, err
+	}
+	published, err := loadSchemaAs(false)
+	if err != nil {
+		return documents{}, err
+	}
+	return documents{strict: strict, published: published}, nil
+}
+
+// check validates rec against both documents and counts the JSON values
+// (bodies and stream lines) it validated.
+func (d documents) check(rec TraceRecord) (int, error) {
+	n, err := d.strict.checkValues(rec)
+	if err != nil {
+		return 0, fmt.Errorf("strict variant: %w", err)
+	}
+	if _, err := d.published.checkValues(rec); err != nil {
+		return 0, fmt.Errorf("published document: %w", err)
+	}
+	return n, nil
 }
 
 // traffic is what one trace file holds, checked.
 type traffic struct {
 	records int
+	values  int            // JSON values (bodies, stream lines) valid in both documents
 	events  map[string]int // stream event kinds seen
 	updates map[string]int // update kinds seen
 	routes  map[string]int
 }
 
+func (tr traffic) String() string {
+	lines := 0
+	for _, n := range tr.events {
+		lines += n
+	}
+	return fmt.Sprintf("%d responses on %d routes, %d JSON values (%d of them run events and stream lines) each valid against the strict and the published document, every oneOf matched by exactly one branch; events %v; updates %v",
+		tr.records, len(tr.routes), tr.values, lines, tr.events, tr.updates)
+}
+
 // checkTrace validates every record of the trace files matching glob.
-func checkTrace(a *apiSchema, glob string) (traffic, error) {
+func checkTrace(a documents, glob string) (traffic, error) {
 	tr := traffic{events: map[string]int{}, updates: map[string]int{}, routes: map[string]int{}}
 	files, err := filepath.Glob(glob)
 	if err != nil {
@@ -259,9 +315,11 @@ func checkTrace(a *apiSchema, glob string) (traffic, error) {
 			}
 			tr.records++
 			tr.routes[rec.Pattern]++
-			if err := a.check(rec); err != nil && len(errs) < 20 {
+			n, err := a.check(rec)
+			if err != nil && len(errs) < 20 {
 				errs = append(errs, err)
 			}
+			tr.values += n
 			if strings.HasPrefix(rec.ContentType, "application/x-ndjson") {
 				for _, l := range strings.Split(rec.Body, "\n") {
 					var ev struct {
@@ -312,7 +370,7 @@ func runRecorded(m *testing.M) int {
 	if code != 0 {
 		return code
 	}
-	a, err := loadSchema()
+	a, err := loadDocuments()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schema:", err)
 		return 1
@@ -321,6 +379,9 @@ func runRecorded(m *testing.M) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "responses that do not match %s:\n%v\n", openAPIPath, err)
 		return 1
+	}
+	if testing.Verbose() && tr.records > 0 {
+		fmt.Printf("api traffic: %v\n", tr)
 	}
 	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
 		if missing := missingKinds(tr); len(missing) > 0 {
@@ -350,7 +411,7 @@ func TestSuiteTraffic(t *testing.T) {
 	if dir == "" {
 		t.Skip("RESIDENTD_API_TRACE_CHECK is unset; test.sh runs this after the whole suite")
 	}
-	a, err := loadSchema()
+	a, err := loadDocuments()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +422,7 @@ func TestSuiteTraffic(t *testing.T) {
 	if missing := missingKinds(tr); len(missing) > 0 {
 		t.Errorf("the suite produced no %v events", missing)
 	}
-	t.Logf("%d responses on %d routes valid; events %v; updates %v", tr.records, len(tr.routes), tr.events, tr.updates)
+	t.Logf("%v", tr)
 }
 
 // The check can fail: responses that break the description are caught.
@@ -397,7 +458,9 @@ func TestSchemaCheckRejects(t *testing.T) {
 // TestPublishedSchemaToleratesTheNew validates, against docs/openapi.json
 // as published, what a newer daemon may send within /v1: a response with
 // a field this version does not list, an unknown error code, an event of
-// an unknown kind and an update of an unknown kind.
+// an unknown kind and an update of an unknown kind, events and updates
+// with fields and values this version does not list, and the run feed's
+// announcements with an unknown kind, run kind or field.
 // The strict variant the traffic check uses refuses each of them, and
 // this daemon's own shapes pass both.
 func TestPublishedSchemaToleratesTheNew(t *testing.T) {
@@ -413,6 +476,8 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		errorBody = "/components/schemas/ErrorBody"
 		event     = "/components/schemas/Event"
 		health    = "/paths/~1v1~1health/get/responses/200/content/application~1json/schema"
+		feed      = "/paths/~1v1~1events/get/responses/200/content/application~1x-ndjson/schema"
+		run       = "/paths/~1v1~1runs~1{run}/get/responses/200/content/application~1json/schema"
 	)
 	validate := func(a *apiSchema, pointer, doc string) error {
 		s, err := a.schema(pointer)
@@ -431,6 +496,14 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		{event, `{"event":"agent_mood","run_id":"run-1","seq":4,"at":"2026-12-04T10:00:00Z","mood":"cheerful"}`},
 		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"available_commands","commands":["/review"]}}`},
 		{event, `{"event":"error","run_id":"run-1","seq":6,"at":"2026-12-04T10:00:00Z","code":"brand_new_failure","message":"m","hint":"h"}`},
+		{event, `{"event":"restoring","run_id":"run-1","seq":1,"at":"2026-12-04T10:00:00Z","method":"clone","from":"nat-0"}`},
+		{event, `{"event":"interrupted","run_id":"run-1","seq":2,"at":"2026-12-04T10:00:00Z","attempt":1,"signal":"SIGKILL"}`},
+		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"notice","notice":{"severity":"info","title":"t","link":"https://example.invalid"}}}`},
+		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"compaction_update","compaction":{"status":"completed","tokens_saved":900}}}`},
+		{event, `{"event":"done","run_id":"run-1","seq":7,"at":"2026-12-04T10:00:00Z","watermark":"committed","answers":[{"run_id":"run-1","message_id":"m1","author":"aiko"}]}`},
+		{feed, `{"event":"run_paused","seq":9,"at":"2026-12-04T10:00:00Z","run_id":"run-1","kind":"turn","state":"paused"}`},
+		{feed, `{"event":"run_started","seq":10,"at":"2026-12-04T10:00:00Z","run_id":"sub-run-1","kind":"subagent","channel_id":"ch","binding_id":"b","state":"starting","parent_run_id":"run-1"}`},
+		{run, `{"run_id":"r","kind":"scheduled","state":"starting","channel_id":"ch","binding_id":"b","created_at":"2026-12-04T10:00:00Z","last_seq":0}`},
 	}
 	for _, n := range newer {
 		if err := validate(published, n.pointer, n.doc); err != nil {
@@ -444,6 +517,9 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		{errorBody, `{"error":{"code":"agent_forbidden","message":"m"}}`},
 		{event, `{"event":"error","run_id":"run-1","seq":6,"at":"2026-12-04T10:00:00Z","code":"timeout","message":"m"}`},
 		{event, `{"event":"update","run_id":"run-1","seq":5,"at":"2026-12-04T10:00:00Z","update":{"kind":"tool_call","tool_call":{"id":"t1","title":"x","status":"pending"}}}`},
+		{feed, `{"event":"run_started","seq":7,"at":"2026-12-04T10:00:00Z","run_id":"run-02","kind":"turn","channel_id":"ch-backend","binding_id":"b-claude","message_id":"m026","state":"starting"}`},
+		{feed, `{"event":"run_ended","seq":9,"at":"2026-12-04T10:00:00Z","run_id":"agent-run-5c","kind":"agent","channel_id":"ch-backend","binding_id":"b-claude","state":"succeeded"}`},
+		{feed, `{"event":"keepalive","at":"2026-12-04T10:00:00Z"}`},
 	}
 	for _, c := range current {
 		for name, a := range map[string]*apiSchema{"published": published, "strict": strict} {
@@ -452,4 +528,124 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every object a response or an event can hold is open in the published
+// document (no additionalProperties: false), and every enum it carries is
+// open (an anyOf of the values known and any string), but for the
+// property a union's branches are told apart by (a branch's own kinds);
+// request bodies stay closed. TestPublishedSchemaToleratesTheNew checks a
+// few by example; this walks every schema a response reaches.
+func TestResponseSchemasAreOpen(t *testing.T) {
+	a, err := loadSchemaAs(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "#/components/schemas/"
+	reached := map[string]bool{}
+	var reach func(v any)
+	reach = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if ref, ok := x["$ref"].(string); ok && !reached[strings.TrimPrefix(ref, prefix)] {
+				reached[strings.TrimPrefix(ref, prefix)] = true
+				reach(a.component(t, strings.TrimPrefix(ref, prefix)))
+			}
+			for _, c := range x {
+				reach(c)
+			}
+		case []any:
+			for _, c := range x {
+				reach(c)
+			}
+		}
+	}
+	paths, _ := a.doc["paths"].(map[string]any)
+	for _, item := range paths {
+		for _, op := range item.(map[string]any) {
+			if op, ok := op.(map[string]any); ok {
+				reach(op["responses"])
+			}
+		}
+	}
+	// The property that tells each union's branches apart, by branch.
+	selector := map[string]string{}
+	for name := range reached {
+		s := a.component(t, name)
+		disc, _ := s["discriminator"].(map[string]any)
+		prop, _ := disc["propertyName"].(string)
+		alts, _ := s["oneOf"].([]any)
+		for _, alt := range alts {
+			if ref, ok := alt.(map[string]any)["$ref"].(string); ok && prop != "" {
+				selector[strings.TrimPrefix(ref, prefix)] = prop
+			}
+		}
+	}
+	var closed []string
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if x["additionalProperties"] == false {
+				closed = append(closed, path+": additionalProperties false")
+			}
+			if _, ok := x["enum"]; ok {
+				closed = append(closed, path+": a closed enum")
+			}
+			for k, c := range x {
+				switch {
+				case k == "not":
+					continue // a fallback's list of the kinds it does not take
+				case k == "anyOf" && isOpenEnum(x):
+					continue
+				}
+				walk(path+"/"+k, c)
+			}
+		case []any:
+			for i, c := range x {
+				walk(path+"/"+strconv.Itoa(i), c)
+			}
+		}
+	}
+	for name := range reached {
+		s := a.component(t, name)
+		for prop, p := range propsOf(s) {
+			if prop == selector[name] {
+				continue
+			}
+			walk(name+"/properties/"+prop, p)
+		}
+		if s["additionalProperties"] == false {
+			closed = append(closed, name+": additionalProperties false")
+		}
+		for k, c := range s {
+			if k != "properties" && k != "not" {
+				walk(name+"/"+k, c)
+			}
+		}
+	}
+	sort.Strings(closed)
+	for _, c := range closed {
+		t.Errorf("%s: a response or event schema is closed: %s", openAPIPath, c)
+	}
+	if len(reached) < 40 {
+		t.Fatalf("responses reach only %d schemas: the walk is broken", len(reached))
+	}
+}
+
+// isOpenEnum reports whether s is an open enum: anyOf a string enum and
+// any string.
+func isOpenEnum(s map[string]any) bool {
+	alts, ok := s["anyOf"].([]any)
+	if !ok || len(alts) != 2 {
+		return false
+	}
+	known, _ := alts[0].(map[string]any)
+	other, _ := alts[1].(map[string]any)
+	return known["enum"] != nil && other["type"] == "string" && other["enum"] == nil
+}
+
+func propsOf(s map[string]any) map[string]any {
+	p, _ := s["properties"].(map[string]any)
+	return p
 }

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/client"
 	"github.com/residentd/residentd/internal/agent"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/testkit"
@@ -262,4 +266,87 @@ func TestAgentRunOnTheFeed(t *testing.T) {
 		t.Fatalf("re-attached feed sent more: %+v", a)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// A feed position beyond the newest announcement (a seq from before a
+// restart; here the largest there is) is not gone: GET /v1/events answers
+// 200 and streams the next announcement, numbered right after the newest.
+func TestFeedBeyondTheNewestStreamsTheNext(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	feed := feedReader(t, e, 0)
+	if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: "run-before", Text: "@agent hi"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var newest int64
+	for newest == 0 {
+		if a := nextFeed(t, feed); a.Event == apitype.FeedRunEnded && a.RunID == "run-before" {
+			newest = a.Seq
+		}
+	}
+	// feedReader returns once the answer's header is out, after the feed
+	// was read: the turn below is announced after that read.
+	beyond := feedReader(t, e, math.MaxInt64)
+	if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", RunID: "run-after", Text: "@agent again"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{apitype.FeedRunStarted, apitype.FeedRunEnded} {
+		if a := nextFeed(t, beyond); a.Event != want || a.RunID != "run-after" || a.Seq != newest+1+int64(i) {
+			t.Fatalf("the feed from beyond the newest (seq %d): %+v, want %s of run-after at seq %d", newest, a, want, newest+1+int64(i))
+		}
+	}
+}
+
+// Error messages that come from a setting name it as the docs do: the
+// binding's turn_timeout, queue_len and queue_timeout, runs.retention and
+// runs.ended (runs.events and runs.bytes: TestEventsGone).
+func TestErrorMessagesNameTheirSettings(t *testing.T) {
+	t.Run("turn_timeout", func(t *testing.T) {
+		e := newEnv(t, func(c *config.Config) { c.Bindings[0].TurnTimeout = config.Duration(300 * time.Millisecond) })
+		_, err := e.c.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[fault:hang-turn]] slow"}, nil)
+		if !client.IsCode(err, apitype.CodeTimeout) || !strings.Contains(err.Error(), `binding "b-builtin"'s turn_timeout (300ms)`) {
+			t.Fatalf("a turn past its timeout: %v, want timeout naming turn_timeout", err)
+		}
+	})
+	t.Run("runs.retention", func(t *testing.T) {
+		e := newEnv(t)
+		if status, apiErr := e.raw(t, http.MethodGet, "/v1/runs/run-never", ""); status != http.StatusNotFound || !strings.Contains(apiErr.Message, "runs.retention") || !strings.Contains(apiErr.Message, "runs.ended") {
+			t.Fatalf("unknown run: %d %+v", status, apiErr)
+		}
+	})
+	// One slot, held by a turn: a turn for another key waits for it.
+	held := func(t *testing.T, e *env, hold string) {
+		t.Helper()
+		s := e.post(t, apitype.TurnRequest{Channel: "ch-hold", Binding: "b-builtin", Text: "@agent [[hold:" + hold + "]]"})
+		t.Cleanup(s.hangUp)
+		s.until(apitype.EventStarted)
+	}
+	t.Run("queue_len", func(t *testing.T) {
+		e := newEnv(t, func(c *config.Config) { c.MaxLive, c.QueueLen, c.QueueTimeout = 1, 1, config.Duration(time.Hour) })
+		hold := filepath.Join(t.TempDir(), "hold")
+		held(t, e, hold)
+		defer os.WriteFile(hold, nil, 0o600)
+		waiting := e.post(t, apitype.TurnRequest{Channel: "ch-wait", Binding: "b-builtin", Text: "@agent next"})
+		defer waiting.hangUp()
+		if ev := waiting.next(); ev.Event != apitype.EventQueued || ev.Reason != apitype.QueueNoSlot {
+			t.Fatalf("the second key's turn: %+v, want it queued for a slot", ev)
+		}
+		status, apiErr := e.raw(t, http.MethodPost, "/v1/turns", `{"channel_id":"ch-full","binding_id":"b-builtin","text":"@agent one too many"}`)
+		if status != http.StatusServiceUnavailable || apiErr.Code != apitype.CodeQueueFull || !strings.Contains(apiErr.Message, "queue_len") {
+			t.Fatalf("a turn over the queue: %d %+v, want queue_full naming queue_len", status, apiErr)
+		}
+	})
+	t.Run("queue_timeout", func(t *testing.T) {
+		e := newEnv(t, func(c *config.Config) { c.MaxLive, c.QueueTimeout = 1, config.Duration(200*time.Millisecond) })
+		hold := filepath.Join(t.TempDir(), "hold")
+		held(t, e, hold)
+		defer os.WriteFile(hold, nil, 0o600)
+		// Its stream starts (queued); the timeout is its last line.
+		waiting := e.post(t, apitype.TurnRequest{Channel: "ch-wait", Binding: "b-builtin", Text: "@agent next"})
+		defer waiting.hangUp()
+		evs := waiting.until(apitype.EventError)
+		if end := evs[len(evs)-1]; end.Code != apitype.CodeQueueTimeout || !strings.Contains(end.Message, "queue_timeout") {
+			t.Fatalf("a turn that waited out the queue: %+v, want queue_timeout naming the setting", end)
+		}
+	})
 }

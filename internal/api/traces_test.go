@@ -33,6 +33,7 @@ import (
 // gotSpan is one span the receiver decoded.
 type gotSpan struct {
 	Name, TraceID, SpanID, Parent string
+	TraceState                    string
 	Service                       string
 	Attrs                         map[string]string
 	Events                        []string // names and attribute values
@@ -92,7 +93,7 @@ func (rc *receiver) add(req ptraceotlp.ExportRequest) {
 			for k := range spans.Len() {
 				s := spans.At(k)
 				g := gotSpan{Name: s.Name(), TraceID: s.TraceID().String(), SpanID: s.SpanID().String(), Parent: s.ParentSpanID().String(),
-					Service: service, Attrs: attrs(s.Attributes()), Start: s.StartTimestamp().AsTime(), End: s.EndTimestamp().AsTime()}
+					TraceState: s.TraceState().AsRaw(), Service: service, Attrs: attrs(s.Attributes()), Start: s.StartTimestamp().AsTime(), End: s.EndTimestamp().AsTime()}
 				for e := range s.Events().Len() {
 					ev := s.Events().At(e)
 					g.Events = append(g.Events, ev.Name())
@@ -272,10 +273,18 @@ func newTracedEnvWith(t *testing.T, mod func(*config.Config), onSpare func(bindi
 func (e *tracedEnv) post(t *testing.T, req apitype.TurnRequest, traceparent string) (next func() apitype.Event) {
 	t.Helper()
 	body, _ := json.Marshal(req)
-	hreq, _ := http.NewRequest(http.MethodPost, "http://residentd/v1/turns", strings.NewReader(string(body)))
+	return e.postBody(t, string(body), "traceparent", traceparent, "tracestate", "app=desktop")
+}
+
+// postBody sends a turn's body as it is, with the headers hdr names (name,
+// value, …), and returns its stream's events as post does.
+func (e *tracedEnv) postBody(t *testing.T, body string, hdr ...string) (next func() apitype.Event) {
+	t.Helper()
+	hreq, _ := http.NewRequest(http.MethodPost, "http://residentd/v1/turns", strings.NewReader(body))
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("traceparent", traceparent)
-	hreq.Header.Set("tracestate", "app=desktop")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		hreq.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := e.hc.Do(hreq)
 	if err != nil {
 		t.Fatal(err)
@@ -412,6 +421,43 @@ func TestTraceWarmTurn(t *testing.T) {
 	lines := e.logs.FilterMessage("turn done").FilterField(zap.String("run", "run-warm")).All()
 	if len(lines) != 1 || lines[0].ContextMap()["trace_id"] != clientTrace || lines[0].ContextMap()["span_id"] != root.SpanID {
 		t.Fatalf("turn done log line of run-warm: %+v; want trace_id %s span_id %s", lines, clientTrace, root.SpanID)
+	}
+}
+
+// The W3C trace context as request fields, which API.md offers beside the
+// headers: a turn over the socket with traceparent and tracestate in its
+// body and no header is a run whose root span is the child of the
+// client's span, in its trace, with its tracestate; the run says so. With
+// a header too, the header wins.
+func TestTraceContextInTheBody(t *testing.T) {
+	e := newTracedEnv(t)
+	const (
+		fieldTrace  = "5bf92f3577b34da6a3ce929d0e0e4736"
+		headerTrace = "6bf92f3577b34da6a3ce929d0e0e4736"
+	)
+	turn := func(run, msg, trace string) string {
+		return fmt.Sprintf(`{"channel_id":"ch","binding_id":"b-builtin","message_id":%q,"run_id":%q,"text":"@agent hello",`+
+			`"traceparent":"00-%s-%s-01","tracestate":"app=body"}`, msg, run, trace, clientSpan)
+	}
+	until(t, e.postBody(t, turn("run-field", "m1", fieldTrace)))
+	root := byName(t, e.rc.trace(t, e.tp, fieldTrace, "run"), "run")["run"]
+	if root.Parent != clientSpan || root.TraceState != "app=body" {
+		t.Fatalf("root span of the traced body: parent %s tracestate %q; want the client's %s and app=body", root.Parent, root.TraceState, clientSpan)
+	}
+	r, err := e.c.Run(context.Background(), "run-field")
+	if err != nil || r.TraceID != fieldTrace || r.SpanID != root.SpanID {
+		t.Fatalf("run-field's trace %q span %q (%v), want %s %s", r.TraceID, r.SpanID, err, fieldTrace, root.SpanID)
+	}
+
+	// The body names one trace and the headers another: the headers win.
+	const headerSpan = "b7ad6b7169203331"
+	until(t, e.postBody(t, turn("run-header", "m2", fieldTrace), "traceparent", "00-"+headerTrace+"-"+headerSpan+"-01", "tracestate", "app=header"))
+	root = byName(t, e.rc.trace(t, e.tp, headerTrace, "run"), "run")["run"]
+	if root.Parent != headerSpan || root.TraceState != "app=header" || root.Attrs["residentd.run"] != "run-header" {
+		t.Fatalf("root span with a header and fields: parent %s tracestate %q run %q; want the header's %s, app=header, run-header", root.Parent, root.TraceState, root.Attrs["residentd.run"], headerSpan)
+	}
+	if r, err := e.c.Run(context.Background(), "run-header"); err != nil || r.TraceID != headerTrace {
+		t.Fatalf("run-header's trace %q (%v), want the header's %s", r.TraceID, err, headerTrace)
 	}
 }
 

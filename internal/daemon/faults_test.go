@@ -179,9 +179,9 @@ func TestAgentFaults(t *testing.T) {
 		{name: "partial JSON line then exit", text: "[[fault:partial-json]]", wantErr: acp.ErrExited,
 			wantMsg: []string{`binding "b-fault"`, "partial-json"}, outcome: "crash", staged: true, dies: true},
 		{name: "hang answers cancel", text: "[[fault:hang-turn]]", wantErr: context.DeadlineExceeded,
-			wantMsg: []string{`binding "b-fault"`, `agent stopped with "cancelled"`}, outcome: "timeout", staged: true},
+			wantMsg: []string{"turn_timeout (1s)", `binding "b-fault"`, `agent stopped with "cancelled"`}, outcome: "timeout", staged: true},
 		{name: "hang ignores cancel", text: "[[fault:hang-ignore-cancel]]", wantErr: context.DeadlineExceeded,
-			wantMsg: []string{`binding "b-fault"`, "did not answer session/cancel", "was killed"}, outcome: "timeout", staged: true, dies: true},
+			wantMsg: []string{"turn_timeout (1s)", `binding "b-fault"`, "did not answer session/cancel", "was killed"}, outcome: "timeout", staged: true, dies: true},
 		{name: "JSON-RPC error", text: "[[fault:fail-turn]]", wantErr: acp.ErrProtocol,
 			wantMsg: []string{`binding "b-fault"`, "induced failure"}, outcome: "agent_error", staged: true},
 	}

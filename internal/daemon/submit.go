@@ -206,7 +206,7 @@ func (d *Daemon) Turn(ctx context.Context, req apitype.TurnRequest, emit func(ap
 func (d *Daemon) Cancel(runID string) error {
 	r, ok := d.runs.Get(runID)
 	if !ok {
-		return fmt.Errorf("%w %q: it never started, or ended longer ago than the run retention", ErrUnknownRun, runID)
+		return fmt.Errorf("%w %q: it never started, or it ended and was let go (the settings runs.retention and runs.ended bound how long and how many ended runs are kept)", ErrUnknownRun, runID)
 	}
 	if _, _, ended := r.Result(); !ended && d.cancelRun(runID, errCancelled) {
 		return nil
@@ -230,7 +230,7 @@ func (d *Daemon) cancelRun(runID string, cause error) bool {
 func (d *Daemon) Run(runID string) (*run.Run, error) {
 	r, ok := d.runs.Get(runID)
 	if !ok {
-		return nil, fmt.Errorf("%w %q: it never started, or ended longer ago than the run retention", ErrUnknownRun, runID)
+		return nil, fmt.Errorf("%w %q: it never started, or it ended and was let go (the settings runs.retention and runs.ended bound how long and how many ended runs are kept)", ErrUnknownRun, runID)
 	}
 	return r, nil
 }

@@ -374,7 +374,8 @@ func (t *turn) report() *apitype.ContextReport {
 // why the agent did not answer the turn.
 func (t *turn) prompt() error {
 	b, l, sess := t.b, t.co.Lease, t.co.Session
-	ctx, cancel := context.WithTimeout(t.ctx, time.Duration(b.TurnTimeout))
+	ctx, cancel := context.WithTimeoutCause(t.ctx, time.Duration(b.TurnTimeout),
+		fmt.Errorf("the turn ran past binding %q's turn_timeout (%s)", b.ID, time.Duration(b.TurnTimeout)))
 	defer cancel()
 	// The prompt's span goes to the agent (_meta traceparent); its tool
 	// calls and permission requests are its children.
@@ -404,6 +405,9 @@ func (t *turn) prompt() error {
 		if t.res.StopReason == string(sdk.StopReasonCancelled) {
 			err = context.Canceled
 		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) && t.ctx.Err() == nil {
+		err = t.d.ctxErr(ctx, err) // the turn's own timeout: its message names the setting
 	}
 	return t.d.ctxErr(t.ctx, err)
 }

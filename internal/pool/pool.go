@@ -673,7 +673,7 @@ func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait), 
 		if me == nil {
 			if len(p.slotQ) >= p.cfg.QueueLen && evicted == nil {
 				p.mu.Unlock()
-				return fmt.Errorf("%w (%d waiting); try again later or raise max_live", ErrQueueFull, p.cfg.QueueLen)
+				return fmt.Errorf("%w (%d waiting, the setting queue_len); try again later or raise max_live or queue_len", ErrQueueFull, p.cfg.QueueLen)
 			}
 			me = p.queueLocked(onWait)
 		}
@@ -688,7 +688,7 @@ func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait), 
 		case <-evicted:
 		case <-timeout:
 			p.leaveSlotQueue(me)
-			return fmt.Errorf("%w (%s) for channel %q; try again later or raise max_live", ErrQueueTimeout, p.cfg.QueueTimeout, e.key.Channel)
+			return fmt.Errorf("%w (%s, the setting queue_timeout) for channel %q; try again later or raise max_live", ErrQueueTimeout, p.cfg.QueueTimeout, e.key.Channel)
 		case <-ctx.Done():
 			p.leaveSlotQueue(me)
 			return ctx.Err()
