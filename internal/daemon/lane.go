@@ -24,9 +24,9 @@ import (
 //	queue     each waiting mention gets a turn of its own
 //	coalesce  the turn that gets the key takes every mention waiting then
 //	          into its one prompt, which lists them
-//	steer     while the key's turn is prompting an agent that takes
-//	          steering, the first waiting mention is steered into it, then
-//	          the next (so they keep their order)
+//	steer     while the key's turn is with an agent that takes steering
+//	          (from its first update on), the first waiting mention is
+//	          steered into it, then the next (so they keep their order)
 //
 // A mention taken into another turn leaves the lane for good: it is never
 // listed or answered again. The mentions still waiting when a turn

@@ -382,13 +382,10 @@ func (t *turn) prompt() error {
 	ctx, span := tracing.Start(ctx, "prompt")
 	tools := newToolSpans(ctx, span)
 	defer t.d.askThrough(l.Native, t.r, ctx, time.Duration(b.PermissionTimeout))()
-	if b.Bursts == config.BurstsSteer && sess.CanSteer() {
-		t.lane.openSteer(t, sess)
-	}
 	// Output the agent sent before this prompt is its own run, ended now.
 	sess.EndAgentRun("prompt")
 	var err error
-	t.res, err = sess.Prompt(ctx, t.out.Text, t.out.Attachments, t.updates(tools))
+	t.res, err = sess.Prompt(ctx, t.out.Text, t.out.Attachments, t.updates(tools, sess))
 	tools.end()
 	t.steered = t.lane.closeSteer(t)
 	if span.IsRecording() {
@@ -413,13 +410,20 @@ func (t *turn) prompt() error {
 }
 
 // updates is the prompt's update callback: each update into the run's
-// log, a tool call into its span, a notice into the log and metrics.
-func (t *turn) updates(tools *toolSpans) func(acp.Update) {
+// log, a tool call into its span, a notice into the log and metrics. The
+// first says the agent works on the prompt: with a steering binding, the
+// mentions waiting behind it may now be steered into it (before, an agent
+// refuses a steer: no turn of its runs yet).
+func (t *turn) updates(tools *toolSpans, s steerer) func(acp.Update) {
 	first, sent := true, t.d.now()
+	steers := t.b.Bursts == config.BurstsSteer && t.co.Session.CanSteer()
 	return func(u acp.Update) {
 		if first {
 			first = false
 			t.d.m.ObserveFirstUpdate(t.shape(), t.d.now().Sub(sent))
+			if steers {
+				t.lane.openSteer(t, s)
+			}
 		}
 		if u.Kind == acp.KindPermission {
 			tools.decided(u.Decision)
