@@ -545,16 +545,26 @@ func TestSessionsListing(t *testing.T) {
 // rawBody sends body as-is and returns the status and the whole body.
 func (e *env) rawBody(t *testing.T, method, path, body string) (int, []byte) {
 	t.Helper()
+	return sendRaw(t, e.hc, method, path, body)
+}
+
+// sendRaw sends body as-is with hc and returns the status and the whole
+// body.
+func sendRaw(t *testing.T, hc *http.Client, method, path, body string) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, "http://residentd"+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := e.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return resp.StatusCode, data
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -85,20 +84,8 @@ func (e *capEnv) steerRecord() string { return filepath.Join(e.dir, "steer.jsonl
 // do sends body as-is and returns the status and the whole body.
 func (e *capEnv) do(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://residentd"+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(data)
+	code, data := sendRaw(t, e.hc, method, path, body)
+	return code, string(data)
 }
 
 // want sends body and fails unless the answer has status.

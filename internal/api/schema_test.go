@@ -479,17 +479,6 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		feed      = "/paths/~1v1~1events/get/responses/200/content/application~1x-ndjson/schema"
 		run       = "/paths/~1v1~1runs~1{run}/get/responses/200/content/application~1json/schema"
 	)
-	validate := func(a *apiSchema, pointer, doc string) error {
-		s, err := a.schema(pointer)
-		if err != nil {
-			t.Fatalf("compile %s: %v", pointer, err)
-		}
-		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
-		if err != nil {
-			t.Fatalf("%s: %v", doc, err)
-		}
-		return s.Validate(inst)
-	}
 	newer := []struct{ pointer, doc string }{
 		{health, `{"ok":true,"version":"9.9.9","pid":1,"uptime_seconds":3,"live":0,"busy":0,"queued":0,"max_live":4,"bindings":1,"binding_commands":[],"gpu_count":2}`},
 		{errorBody, `{"error":{"code":"rate_limited_by_moon","message":"later","retry_hint":"tomorrow"}}`},
@@ -506,10 +495,10 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 		{run, `{"run_id":"r","kind":"scheduled","state":"starting","channel_id":"ch","binding_id":"b","created_at":"2026-12-04T10:00:00Z","last_seq":0}`},
 	}
 	for _, n := range newer {
-		if err := validate(published, n.pointer, n.doc); err != nil {
+		if err := validateAt(t, published, n.pointer, n.doc); err != nil {
 			t.Errorf("published document refuses a newer daemon's %s:\n%v", n.doc, err)
 		}
-		if err := validate(strict, n.pointer, n.doc); err == nil {
+		if err := validateAt(t, strict, n.pointer, n.doc); err == nil {
 			t.Errorf("the strict variant accepts %s, which this daemon never sends", n.doc)
 		}
 	}
@@ -523,7 +512,7 @@ func TestPublishedSchemaToleratesTheNew(t *testing.T) {
 	}
 	for _, c := range current {
 		for name, a := range map[string]*apiSchema{"published": published, "strict": strict} {
-			if err := validate(a, c.pointer, c.doc); err != nil {
+			if err := validateAt(t, a, c.pointer, c.doc); err != nil {
 				t.Errorf("%s document refuses this daemon's %s:\n%v", name, c.doc, err)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/delivery"
+	"github.com/residentd/residentd/internal/testkit"
 )
 
 // TestExactlyOnceProperty drives random channel histories through the real
@@ -58,7 +59,7 @@ func TestExactlyOnceProperty(t *testing.T) {
 		for _, seed := range seeds {
 			t.Run(fmt.Sprintf("restore=%v/seed=%d", restore, seed), func(t *testing.T) {
 				c := runProperty(t, seed, steps, restore)
-				total.add(c)
+				testkit.AddCounts(&total, c)
 				t.Logf("%+v", c)
 			})
 		}
@@ -69,23 +70,6 @@ func TestExactlyOnceProperty(t *testing.T) {
 
 type propCounts struct {
 	Turns, Failed, Versions, Shown, Counted, Known, EditsShown, EditsCounted, Own, Namesakes, DeletedUnseen, Pending, Duplicates, Losses int
-}
-
-func (c *propCounts) add(o propCounts) {
-	c.Turns += o.Turns
-	c.Failed += o.Failed
-	c.Versions += o.Versions
-	c.Shown += o.Shown
-	c.Counted += o.Counted
-	c.Known += o.Known
-	c.EditsShown += o.EditsShown
-	c.EditsCounted += o.EditsCounted
-	c.Own += o.Own
-	c.Namesakes += o.Namesakes
-	c.DeletedUnseen += o.DeletedUnseen
-	c.Pending += o.Pending
-	c.Duplicates += o.Duplicates
-	c.Losses += o.Losses
 }
 
 // pmsg is the model's view of one channel message.

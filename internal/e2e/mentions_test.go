@@ -64,7 +64,7 @@ func TestMentionProperty(t *testing.T) {
 			}
 			c := m.finish()
 			t.Logf("%+v", c)
-			total.add(c)
+			testkit.AddCounts(&total, c)
 		})
 	}
 	t.Logf("%d mentions accepted: %d answered in their own turn, %d in a coalesced turn, %d steered into a running turn; %d failed, %d cancelled; %d successful prompts; %d SIGKILLs, %d clean restarts; %d answered twice, %d out of order, %d listed again, %d shown as a line",
@@ -74,22 +74,6 @@ func TestMentionProperty(t *testing.T) {
 type mentionCounts struct {
 	Accepted, Own, Coalesced, Steered, Failed, Cancelled, Prompts, Kills, Restarts int
 	Twice, Disorder, Relisted, AsLine                                              int
-}
-
-func (c *mentionCounts) add(o mentionCounts) {
-	c.Accepted += o.Accepted
-	c.Own += o.Own
-	c.Coalesced += o.Coalesced
-	c.Steered += o.Steered
-	c.Failed += o.Failed
-	c.Cancelled += o.Cancelled
-	c.Prompts += o.Prompts
-	c.Kills += o.Kills
-	c.Restarts += o.Restarts
-	c.Twice += o.Twice
-	c.Disorder += o.Disorder
-	c.Relisted += o.Relisted
-	c.AsLine += o.AsLine
 }
 
 var (

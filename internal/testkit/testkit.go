@@ -200,3 +200,14 @@ func Records[T any](t testing.TB, path string, methods ...string) []T {
 		out = append(out, rec)
 	}
 }
+
+// AddCounts adds every int field of from to the same field of to: the
+// totals of a test's runs, as each run's counts struct comes in.
+func AddCounts[T any](to *T, from T) {
+	dst, src := reflect.ValueOf(to).Elem(), reflect.ValueOf(from)
+	for i := range dst.NumField() {
+		if f := dst.Field(i); f.Kind() == reflect.Int {
+			f.SetInt(f.Int() + src.Field(i).Int())
+		}
+	}
+}
