@@ -39,6 +39,13 @@ func (s *Store) Full() (Full, bool) {
 // the store was opened.
 func (s *Store) NoSpace() int64 { return s.noSpace.Load() }
 
+// DiskFull reports whether the last write was refused for lack of space
+// (Full, for a gauge).
+func (s *Store) DiskFull() bool {
+	_, ok := s.Full()
+	return ok
+}
+
 // noSpaceCause reports whether err is the filesystem refusing a write for
 // lack of space or quota. bbolt wraps a failed write's error, but formats
 // a failed resize's as text ("file resize error: no space left on

@@ -60,8 +60,10 @@
 //
 // Damage: Open checks every page in use before bbolt maps the file and
 // refuses a damaged one (ErrDamaged); a transaction that panics or faults on
-// a page damaged later is its caller's ErrDamaged; Repair salvages the
-// intact pages into a new file (scan.go, check.go, repair.go).
+// a page damaged later is its caller's ErrDamaged; Repair salvages what it
+// can read into a new file (scan.go, check.go, repair.go). A full disk: a
+// write the filesystem refuses for lack of space is ErrNoSpace, and Full
+// reports it until a write is committed again (space.go).
 package store
 
 import (
