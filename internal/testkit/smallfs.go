@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,6 +95,9 @@ func InSmallFS(t *testing.T, size int64, body func(t *testing.T, dir string)) {
 		}
 		t.Logf("ran in a filesystem of %d bytes (%s):\n%s", size, ns.name, out.String())
 		return
+	}
+	if len(refused) == 0 {
+		refused = append(refused, "no mount namespaces on "+runtime.GOOS)
 	}
 	t.Skipf("skipped: this machine gives a test no filesystem of its own to fill (%s)", strings.Join(refused, "; "))
 }
