@@ -519,6 +519,18 @@ type Health struct {
 	// BindingCommands says for every binding whether its command is found
 	// and executable, checked on each request without starting anything.
 	BindingCommands []BindingCommand `json:"binding_commands"`
+	// StorageFull is set while the filesystem holding the state file
+	// refuses its writes for lack of space or quota: from the first
+	// refused write until a write is stored again.
+	StorageFull *StorageFull `json:"storage_full,omitempty"`
+}
+
+// StorageFull is the state file's full disk, in Health.
+type StorageFull struct {
+	Path          string    `json:"path"`           // the state file
+	Since         time.Time `json:"since"`          // the first refused write
+	RefusedWrites int64     `json:"refused_writes"` // writes refused since then
+	Error         string    `json:"error"`          // the last one's error: the filesystem and its free space
 }
 
 // PolicyAdvisory is a binding whose permission policy is advisory, in
@@ -850,6 +862,7 @@ const (
 	CodeBudgetExceeded    = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
 	CodeInvalidOption     = "invalid_option"   // a session option id or value the binding's agent does not list
 	CodeStoreDamaged      = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it
+	CodeStorageFull       = "storage_full"     // the filesystem holding the state file is full (or over quota): nothing of the request was stored; free space there
 	CodeNestingTooDeep    = "nesting_too_deep" // the request body nests objects and arrays deeper than 64 levels
 	CodeInvalidID         = "invalid_id"       // an id is longer than MaxIDBytes or holds a control character; the message names the field
 	CodeInterrupted       = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried

@@ -373,6 +373,10 @@ func runStatus(ctx context.Context, e *cmdEnv) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "residentd %s (pid %d): %d/%d live, %d busy, %d queued\n", h.Version, h.Pid, h.Live, h.MaxLive, h.Busy, h.Queued)
+	if f := h.StorageFull; f != nil {
+		fmt.Fprintf(stdout, "state file %s: its disk is full since %s, %d writes refused (storage_full); free space there: %s\n",
+			f.Path, f.Since.Local().Format(time.DateTime), f.RefusedWrites, f.Error)
+	}
 	for _, l := range h.Listeners {
 		if l.Error != "" {
 			fmt.Fprintf(stdout, "%s listener %s is not serving: %s\n", l.Name, l.Addr, l.Error)

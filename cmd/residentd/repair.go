@@ -98,7 +98,7 @@ func printFound(w io.Writer, r *store.CheckReport) {
 	for _, b := range r.Buckets {
 		lost := fmt.Sprint(b.LostRecords)
 		if b.LostUnknown > 0 {
-			lost += fmt.Sprintf(" + what %d branch page(s) led to", b.LostUnknown)
+			lost += fmt.Sprintf(" + unknown (%d pages)", b.LostUnknown)
 		}
 		name := b.Name
 		if name == "" {
@@ -108,21 +108,38 @@ func printFound(w io.Writer, r *store.CheckReport) {
 	}
 	tw.Flush()
 	for _, p := range r.Problems {
-		recs := "records unknown"
-		if p.Records >= 0 {
-			recs = fmt.Sprintf("%d records", p.Records)
+		recs := " (records unknown)"
+		switch {
+		case p.Kind == "file":
+			recs = "" // the pages it lacks are listed on their own
+		case p.Records >= 0:
+			recs = fmt.Sprintf(" (%d records)", p.Records)
 		}
-		fmt.Fprintf(w, "lost: %s (%s)\n", p, recs)
+		fmt.Fprintf(w, "lost: %s%s\n", p, recs)
 	}
 	if more := r.NProblems - len(r.Problems); more > 0 {
 		fmt.Fprintf(w, "lost: %d more pages not listed\n", more)
 	}
 	if r.Orphans > 0 {
-		fmt.Fprintf(w, "lost: %d leaf pages with %d records that no intact page points to (their bucket cannot be told)\n", r.Orphans, r.OrphanRecords)
+		why := "their bucket cannot be told"
+		if freelistLost(r) {
+			why += "; the freelist is lost too, so some may be free pages that held nothing current"
+		}
+		fmt.Fprintf(w, "lost: %d leaf pages with %d records that no intact page points to (%s)\n", r.Orphans, r.OrphanRecords, why)
 	}
 	if !r.Damaged() {
 		fmt.Fprintln(w, "no damage found: nothing was lost")
 	}
+}
+
+// freelistLost reports whether the scan could not read the freelist.
+func freelistLost(r *store.CheckReport) bool {
+	for _, p := range r.Problems {
+		if p.Kind == "freelist" {
+			return true
+		}
+	}
+	return false
 }
 
 // storeDamage is residentd_store_damage_total, read from the store at

@@ -206,3 +206,62 @@ func TestRepairCheckOnly(t *testing.T) {
 		t.Errorf("--check left %v", m)
 	}
 }
+
+// TestRepairOfAFileCutShort: a state file that lost its last page (a copy
+// cut short) is refused by repair --check as cut short, repair keeps what
+// the pages still there hold, and the daemon starts on the copy knowing
+// exactly the messages the repair says it kept. (Which records a cut
+// keeps is TestTruncatedFileSalvaged's, in internal/store.)
+func TestRepairOfAFileCutShort(t *testing.T) {
+	state := t.TempDir()
+	path := filepath.Join(state, "residentd.db")
+	pageSize, _ := stateWithChannels(t, path, 300, "ch-a", "ch-a", "ch-b")
+	rep, err := store.Verify(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := int64(rep.Pages-1) * int64(pageSize) // the last page in use is gone
+	if err := os.Truncate(path, cut); err != nil {
+		t.Fatal(err)
+	}
+	var checkOut, checkErr bytes.Buffer
+	if code := run([]string{"repair", "--check", path}, strings.NewReader(""), &checkOut, &checkErr); code != exitError ||
+		!strings.Contains(checkOut.String(), fmt.Sprintf("lost: page %d (file): the file is cut short", rep.Pages-1)) {
+		t.Fatalf("repair --check of the file cut short: exit %d\n%s%s", code, checkOut.String(), checkErr.String())
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"repair", path}, strings.NewReader(""), &out, &errOut); code != exitOK {
+		t.Fatalf("repair: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	t.Logf("repair of a file cut one page short:\n%s", out.String())
+	if !strings.Contains(out.String(), "BUCKET") || !strings.Contains(out.String(), "cut short") {
+		t.Fatalf("repair's report:\n%s", out.String())
+	}
+	after, err := store.Verify(path)
+	if err != nil || after.Damaged() {
+		t.Fatalf("the repaired file: %v, %v", err, after.Summary())
+	}
+	kept := 0
+	for _, b := range after.Buckets {
+		if b.Name == "channels/*/msgs" {
+			kept = b.Records
+		}
+	}
+
+	// The daemon starts on the copy and knows the messages kept: pushed
+	// again, they are duplicates; the others are new.
+	d := startDaemon(t, serveOpts{state: state})
+	c := dial(t, d.sock)
+	var again []apitype.Message
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, ch := range []string{"ch-a", "ch-b"} {
+		for i := range 300 {
+			again = append(again, apitype.Message{ID: fmt.Sprintf("%s-%04d", ch, i), Channel: ch, Author: "ann", AuthorKind: apitype.AuthorUser,
+				CreatedAt: t0.Add(time.Duration(i) * time.Second), Body: strings.Repeat("x", 200)})
+		}
+	}
+	res, err := c.PutMessages(context.Background(), again)
+	if err != nil || res.Duplicates != kept || res.Added != 600-kept {
+		t.Fatalf("the messages pushed again: %+v, %v; want %d duplicates (kept by the repair) and %d new", res, err, kept, 600-kept)
+	}
+}

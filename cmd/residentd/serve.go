@@ -204,11 +204,21 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 	log := deps.log
 	// The store's file lock comes first: a second daemon must fail here,
 	// before it touches the first one's socket.
-	st, err := store.Open(filepath.Join(cfg.StateDir, "residentd.db"), store.Options{
+	path := filepath.Join(cfg.StateDir, "residentd.db")
+	st, err := store.Open(path, store.Options{
 		MaxWatermarkIDs: cfg.Context.MaxIDs,
 		// A read or write that met a damaged page failed alone; say so
 		// once per failure, where an operator looks.
 		OnDamage: func(err error) { log.Error("store reported damage", zap.Error(err)) },
+		// So is each write a full disk refused (its error names the
+		// filesystem and its free space), and the first one stored after.
+		OnNoSpace: func(err error) {
+			log.Error("state file's disk is full: a write was refused, nothing of it stored", zap.String("path", path), zap.Error(err))
+		},
+		OnWritable: func(f store.Full) {
+			log.Info("state file's disk has room again: a write was stored", zap.String("path", path),
+				zap.Int64("refused_writes", f.Refused), zap.Duration("full_for", time.Since(f.Since)))
+		},
 	})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("%w: %v", errLockedState, err)

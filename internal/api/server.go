@@ -372,6 +372,8 @@ func statusOf(code string) int {
 		return http.StatusServiceUnavailable
 	case apitype.CodeTimeout:
 		return http.StatusGatewayTimeout
+	case apitype.CodeStorageFull:
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }

@@ -35,6 +35,7 @@ var errorCodes = []struct {
 	{ErrRunEnded, apitype.CodeRunEnded},
 	{ErrInterrupted, apitype.CodeInterrupted},
 	{store.ErrDamaged, apitype.CodeStoreDamaged},
+	{store.ErrNoSpace, apitype.CodeStorageFull},
 	{store.ErrNotFound, apitype.CodeNotFound},
 	{run.ErrInUse, apitype.CodeRunInUse},
 	{pool.ErrQueueFull, apitype.CodeQueueFull},

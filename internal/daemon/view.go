@@ -3,6 +3,7 @@ package daemon
 import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/session"
+	"github.com/residentd/residentd/internal/store"
 )
 
 // Status reports the pool's counts and the configuration's size: the part
@@ -12,7 +13,18 @@ func (d *Daemon) Status() apitype.Health {
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
 		MaxLive: d.conf().MaxLive, Bindings: len(d.conf().Bindings), RestoreStopped: d.keeper.RestoreStops(),
 		OptionErrors: d.keeper.OptionErrors(), BindingCommands: d.keeper.BindingCommands(), PolicyAdvisories: d.keeper.PolicyAdvisories(),
+		StorageFull: storageFull(d.st),
 	}
+}
+
+// storageFull is the state file's full disk while its writes are refused
+// for lack of space, else nil.
+func storageFull(st *store.Store) *apitype.StorageFull {
+	f, ok := st.Full()
+	if !ok {
+		return nil
+	}
+	return &apitype.StorageFull{Path: st.Path(), Since: f.Since, RefusedWrites: f.Refused, Error: f.Err.Error()}
 }
 
 // Sessions lists the live agent processes, sorted by key, as the pool

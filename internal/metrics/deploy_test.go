@@ -65,7 +65,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s*-\s*alert:\s*(\S+)`).FindAllStringSubmatch(string(b), -1) {
 		alerts = append(alerts, m[1])
 	}
-	for _, want := range []string{"ResidentdCrashLoop", "ResidentdQueueSaturated", "ResidentdWatermarkDiscardsRising", "ResidentdDown", "ResidentdBudgetNearlySpent", "ResidentdBudgetRefusingTurns"} {
+	for _, want := range []string{"ResidentdCrashLoop", "ResidentdQueueSaturated", "ResidentdWatermarkDiscardsRising", "ResidentdDown", "ResidentdBudgetNearlySpent", "ResidentdBudgetRefusingTurns", "ResidentdStateDiskFull"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alerts.yml lacks alert %s (has %q)", want, alerts)
 		}

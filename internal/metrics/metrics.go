@@ -78,6 +78,8 @@ type Budgets interface {
 type StoreStats interface {
 	Commits() int64 // write transactions committed
 	Writes() int64  // writes they carried
+	NoSpace() int64 // writes the state file's filesystem refused for lack of space
+	DiskFull() bool // the last write was refused so: none was stored since
 }
 
 // Metrics holds every residentd series on a registry of its own (never the
@@ -137,7 +139,8 @@ func (m *Metrics) SetBudgets(b Budgets) {
 	m.gauges.mu.Unlock()
 }
 
-// SetStore makes scrapes read the store's commit and write counts from s.
+// SetStore makes scrapes read the store's commit and write counts, and its
+// full disk, from s.
 func (m *Metrics) SetStore(s StoreStats) {
 	m.gauges.mu.Lock()
 	m.gauges.st = s
@@ -534,6 +537,7 @@ func add64(c prometheus.Counter, n int64) {
 type gaugeCollector struct {
 	live, busy, queued *prometheus.Desc
 	commits, writes    *prometheus.Desc
+	noSpace, diskFull  *prometheus.Desc
 	spent, limit       *prometheus.Desc
 
 	mu      sync.Mutex // guards g, st and budgets
@@ -558,6 +562,10 @@ func newGaugeCollector(g Gauges) *gaugeCollector {
 			"bbolt write transactions committed (two fsyncs each): one per warm turn, at most two per cold turn, fewer than turns when concurrent turns share a group commit.", nil, nil),
 		writes: prometheus.NewDesc("residentd_store_writes_total",
 			"Writes the committed transactions carried; writes over commits is how many callers shared each fsync pair.", nil, nil),
+		noSpace: prometheus.NewDesc("residentd_store_no_space_total",
+			"Writes the filesystem holding the state file refused for lack of space or quota (storage_full): nothing of them was stored.", nil, nil),
+		diskFull: prometheus.NewDesc("residentd_store_disk_full",
+			"1 while the filesystem holding the state file refuses its writes for lack of space or quota: from a refused write until a write is stored again.", nil, nil),
 		spent: prometheus.NewDesc("residentd_budget_spent",
 			"What the current budget day has cost so far, per configured daily budget (scope binding or channel), in the budgets' currency.", []string{"scope", "id"}, nil),
 		limit: prometheus.NewDesc("residentd_budget_limit",
@@ -571,13 +579,16 @@ func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.queued
 	ch <- c.commits
 	ch <- c.writes
+	ch <- c.noSpace
+	ch <- c.diskFull
 	ch <- c.spent
 	ch <- c.limit
 }
 
 func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	var live, busy, queued int
-	var commits, writes int64
+	var commits, writes, noSpace int64
+	var full float64
 	c.mu.Lock()
 	g, st, bs := c.g, c.st, c.budgets
 	c.mu.Unlock()
@@ -591,11 +602,16 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 		live, busy, queued = g.Live(), g.Busy(), g.Queued()
 	}
 	if st != nil {
-		commits, writes = st.Commits(), st.Writes()
+		commits, writes, noSpace = st.Commits(), st.Writes(), st.NoSpace()
+		if st.DiskFull() {
+			full = 1
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(live))
 	ch <- prometheus.MustNewConstMetric(c.busy, prometheus.GaugeValue, float64(busy))
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued))
 	ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(commits))
 	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(writes))
+	ch <- prometheus.MustNewConstMetric(c.noSpace, prometheus.CounterValue, float64(noSpace))
+	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, full)
 }

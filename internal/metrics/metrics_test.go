@@ -55,6 +55,8 @@ func TestSeriesExistAtZero(t *testing.T) {
 		"residentd_turns_queued":                  1,
 		"residentd_store_commits_total":           1,
 		"residentd_store_writes_total":            1,
+		"residentd_store_no_space_total":          1,
+		"residentd_store_disk_full":               1,
 		"residentd_agent_spawn_seconds":           1,
 		"residentd_session_ready_seconds":         len(ReadyMethods),
 		"residentd_agent_exits_total":             len(ExitKinds),

@@ -226,7 +226,7 @@ func TestDamagedPageRefusedAndRepaired(t *testing.T) {
 		},
 		bboltPanics: true,
 		check: func(t *testing.T, r *CheckReport, l layout) {
-			b := bucketNamed(r, "channels")
+			b := bucketNamed(r, "channels/*/msgs")
 			if b.LostPages != 1 || b.LostRecords != l.counts[1] || b.LostUnknown != 0 {
 				t.Errorf("channels: %+v, want 1 lost page with %d records", b, l.counts[1])
 			}
@@ -242,7 +242,7 @@ func TestDamagedPageRefusedAndRepaired(t *testing.T) {
 			return id, lost
 		},
 		check: func(t *testing.T, r *CheckReport, l layout) {
-			b := bucketNamed(r, "channels")
+			b := bucketNamed(r, "channels/*/msgs")
 			if b.LostPages != 1 || b.LostRecords != l.counts[2] {
 				t.Errorf("channels: %+v, want 1 lost page with %d records", b, l.counts[2])
 			}
@@ -259,7 +259,7 @@ func TestDamagedPageRefusedAndRepaired(t *testing.T) {
 		},
 		bboltPanics: true,
 		check: func(t *testing.T, r *CheckReport, l layout) {
-			b := bucketNamed(r, "channels")
+			b := bucketNamed(r, "channels/*/msgs")
 			if b.LostPages != 1 || b.LostUnknown != 1 {
 				t.Errorf("channels: %+v, want 1 lost branch page", b)
 			}

@@ -367,7 +367,7 @@ func (s *Store) PutMessagesWith(msgs []channel.Message, blobs map[string][]byte)
 	s.amu.Lock()
 	defer s.amu.Unlock()
 	if err := s.writeBlobs(blobs); err != nil {
-		return PutResult{}, fmt.Errorf("store: put messages: %w", err)
+		return PutResult{}, fmt.Errorf("store: put messages: %w", s.refused(err, 1))
 	}
 	var zeroed []string
 	err := s.update(func(tx *bolt.Tx) error {

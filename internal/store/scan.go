@@ -26,6 +26,13 @@ import (
 // type, its elements lie inside it, its keys ascend within the range its
 // parent gives it, and no other page points at it. bbolt keeps no
 // checksums of data pages, so bytes changed inside a value are not seen.
+//
+// A file cut short (a copy or a disk that stopped part way) still has its
+// meta pages, which say how many pages were in use: the scan reads the
+// pages there are, and of a page the end of the file cuts through, the
+// elements that lie wholly before it (bbolt writes a page's element
+// headers first, then their keys and values in the same order, so those
+// are a prefix). A page wholly past the end is lost like a damaged one.
 
 // On-disk layout of bbolt's format version 2.
 const (
@@ -49,6 +56,10 @@ const (
 // OS page size: 4 KiB, 16 KiB, 64 KiB).
 const maxPageSize = 1 << 20
 
+// maxMapSize is the most bbolt maps on a 64-bit platform (256 TiB): a
+// meta page that claims more pages in use is not bbolt's.
+const maxMapSize = 1 << 48
+
 // maxProblems bounds the problems a report lists; the count goes on.
 const maxProblems = 50
 
@@ -65,10 +76,13 @@ type meta struct {
 
 // Problem is one page a scan could not use.
 type Problem struct {
-	Bucket  string // the bucket the page belongs to, as a path ("channels/ch-1/msgs"); "" for the root or a meta page
-	Page    uint64 // the page id
-	Kind    string // "meta", "branch", "leaf", "freelist" or "page" when its type cannot be told
-	Records int    // records the page held by its header; -1 when unknown (a branch hides a whole subtree)
+	Bucket string // the bucket the page belongs to, as a path ("channels/ch-1/msgs"); "" for the root or a meta page
+	Page   uint64 // the page id
+	// Kind is "meta", "branch", "leaf", "freelist", "page" when its type
+	// cannot be told, or "file" for a file cut short (Page is then the
+	// first page it lacks).
+	Kind    string
+	Records int // records the page held by its header and the scan could not read; -1 when unknown (a branch hides a whole subtree, a page past the end of the file its count)
 	Reason  string
 }
 
@@ -80,14 +94,18 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s (%s): %s", where, p.Kind, p.Reason)
 }
 
-// BucketCount is what a scan read of one top-level bucket.
+// BucketCount is what a scan read of one kind of bucket: a top-level
+// bucket ("watermarks", "runs"), or the same bucket of every channel, key
+// or project, named with a "*" for them ("channels/*/msgs": the channels'
+// messages; "conversations/*/turns"; "channels/*": each channel's own
+// records, its count and sequence). See groupOf.
 type BucketCount struct {
 	Name        string
-	Records     int // key/value records read, in the bucket and the buckets under it
-	Buckets     int // nested buckets read
-	LostPages   int // pages of it that could not be read
-	LostRecords int // records those pages held by their headers (branch pages not counted: see LostUnknown)
-	LostUnknown int // lost branch pages: what their subtrees held is unknown
+	Records     int // key/value records read
+	Buckets     int // buckets of this kind read
+	LostPages   int // pages of it that could not be read, or only in part
+	LostRecords int // records those pages held by their headers and were not read (see LostUnknown)
+	LostUnknown int // lost pages whose records cannot be counted: a branch page (its whole subtree), a page past the end of the file
 }
 
 // CheckReport is what a scan of a state file found.
@@ -111,7 +129,8 @@ type CheckReport struct {
 	Took          time.Duration // how long the scan took (Open's check)
 }
 
-// Damaged reports whether the scan found pages it could not use.
+// Damaged reports whether the scan found pages it could not use, or a
+// file cut short.
 func (r *CheckReport) Damaged() bool { return r.NProblems > 0 }
 
 // Summary is the report's first problems, one per line.
@@ -183,6 +202,11 @@ func scan(r io.ReaderAt, size int64, path string, visit visitor) (*CheckReport, 
 	}
 	s.m = m
 	rep.PageSize, rep.Pages, rep.Meta, rep.TxID = m.pageSize, m.hwm, m.page, m.txid
+	if need := int64(m.hwm) * int64(m.pageSize); size < need {
+		// The meta page's checksum holds, so the file lost its end.
+		s.problem(Problem{Page: uint64(size / int64(m.pageSize)), Kind: "file", Records: -1,
+			Reason: fmt.Sprintf("the file is cut short: %d bytes, %d pages in use need %d; what the pages past its end held is lost", size, m.hwm, need)})
+	}
 	s.readFreelist()
 	if err := s.walkBucket(nil, m.root, m.rootSeq, nil); err != nil {
 		return rep, err
@@ -234,8 +258,10 @@ func (s *scanner) readMeta(id uint64, off int64) (meta, error) {
 	if m.pageSize < 512 || m.pageSize > maxPageSize || m.pageSize&(m.pageSize-1) != 0 || off != int64(id)*int64(m.pageSize) {
 		return meta{}, fmt.Errorf("page size %d", m.pageSize)
 	}
-	if m.hwm < 2 || m.hwm > uint64(s.size)/uint64(m.pageSize) {
-		return meta{}, fmt.Errorf("%d pages in use, the file holds %d", m.hwm, s.size/int64(m.pageSize))
+	// A file shorter than the pages in use is a file cut short (scan
+	// reports it), not a damaged meta page: the checksum holds.
+	if m.hwm < 2 || m.hwm > maxMapSize/uint64(m.pageSize) {
+		return meta{}, fmt.Errorf("%d pages in use", m.hwm)
 	}
 	if m.root < 2 || m.root >= m.hwm {
 		return meta{}, fmt.Errorf("root page %d out of range", m.root)
@@ -278,33 +304,52 @@ func (s *scanner) chooseMeta() (meta, error) {
 	return m0, nil
 }
 
-// readPage reads page id and its overflow pages; header damage is an
-// error, with the page's first bytes when they could be read (so a loss
-// can still be told by the header's type and count).
-func (s *scanner) readPage(id uint64) ([]byte, error) {
+// readPage reads page id and its overflow pages and returns them with
+// how many of their bytes the file holds (fewer than len(p) when its end
+// cuts through them; the rest of p is zero). Header damage is an error,
+// with the page's first bytes when they could be read (so a loss can
+// still be told by the header's type and count); so is a page whose
+// header lies past the end of the file.
+func (s *scanner) readPage(id uint64) (p []byte, avail int, err error) {
 	if id < 2 || id >= s.m.hwm {
-		return nil, fmt.Errorf("page id out of range [2, %d)", s.m.hwm)
+		return nil, 0, fmt.Errorf("page id out of range [2, %d)", s.m.hwm)
 	}
 	h := s.buffer(s.m.pageSize)
 	off := int64(id) * int64(s.m.pageSize)
-	if _, err := s.r.ReadAt(h, off); err != nil {
-		return nil, fmt.Errorf("read: %w", err)
+	n, err := s.readAt(h, off)
+	if err != nil {
+		return nil, 0, err
+	}
+	if n < pageHeaderSize {
+		return nil, 0, fmt.Errorf("past the end of the file (%d bytes)", s.size)
 	}
 	if got := binary.LittleEndian.Uint64(h); got != id {
-		return h, fmt.Errorf("header names page %d", got)
+		return h, n, fmt.Errorf("header names page %d", got)
 	}
 	over := uint64(binary.LittleEndian.Uint32(h[12:]))
 	if id+over >= s.m.hwm {
-		return h, fmt.Errorf("%d overflow pages run past the pages in use", over)
+		return h, n, fmt.Errorf("%d overflow pages run past the pages in use", over)
 	}
 	if over == 0 {
-		return h, nil
+		return h, n, nil
 	}
-	p := s.buffer(int(1+over) * s.m.pageSize)
-	if _, err := s.r.ReadAt(p, off); err != nil {
-		return nil, fmt.Errorf("read: %w", err)
+	p = s.buffer(int(1+over) * s.m.pageSize)
+	if n, err = s.readAt(p, off); err != nil {
+		return nil, 0, err
 	}
-	return p, nil
+	return p, n, nil
+}
+
+// readAt reads b at off and returns how many bytes the file holds there:
+// the end of the file is not an error (the rest of b is zeroed), any
+// other failure to read is.
+func (s *scanner) readAt(b []byte, off int64) (int, error) {
+	n, err := s.r.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("read: %w", err)
+	}
+	clear(b[n:]) // a reused buffer holds an earlier page
+	return n, nil
 }
 
 // buffer returns n bytes to read a page into. A check reuses one buffer
@@ -337,7 +382,7 @@ func (s *scanner) readFreelist() {
 		s.problem(Problem{Page: id, Kind: "freelist", Records: 0, Reason: reason})
 		s.free = map[uint64]bool{}
 	}
-	p, err := s.readPage(id)
+	p, avail, err := s.readPage(id)
 	if err != nil {
 		bad(err.Error())
 		return
@@ -364,6 +409,10 @@ func (s *scanner) readFreelist() {
 		bad(fmt.Sprintf("%d free ids do not fit the page", n))
 		return
 	}
+	if start+8*n > avail {
+		bad("cut short by the end of the file")
+		return
+	}
 	for i := 0; i < n; i++ {
 		fid := binary.LittleEndian.Uint64(p[start+8*i:])
 		if fid < 2 || fid >= s.m.hwm {
@@ -374,12 +423,30 @@ func (s *scanner) readFreelist() {
 	}
 }
 
-// count returns the top-level bucket's tally for path.
-func (s *scanner) count(path [][]byte) *BucketCount {
-	name := ""
-	if len(path) > 0 {
-		name = printable(path[0])
+// perEntity are the top-level buckets that hold a bucket per channel,
+// key or project (see the layout in store.go).
+var perEntity = map[string]bool{"channels": true, "conversations": true, "activity": true}
+
+// groupOf names the kind of bucket at path for a report: the top-level
+// bucket, or for one that holds a bucket per channel, key or project,
+// "<top>/*" and the name under it ("channels/*/msgs"). "" is the root.
+func groupOf(path [][]byte) string {
+	if len(path) == 0 {
+		return ""
 	}
+	top := printable(path[0])
+	if !perEntity[top] || len(path) == 1 {
+		return top
+	}
+	if len(path) == 2 {
+		return top + "/*"
+	}
+	return top + "/*/" + printable(path[2])
+}
+
+// count returns the tally of the kind of bucket at path.
+func (s *scanner) count(path [][]byte) *BucketCount {
+	name := groupOf(path)
 	c := s.top[name]
 	if c == nil {
 		c = &BucketCount{Name: name}
@@ -388,7 +455,8 @@ func (s *scanner) count(path [][]byte) *BucketCount {
 	return c
 }
 
-// lose records a page that could not be used.
+// lose records a page that could not be used, or only in part: records
+// is how many of its records were not read, -1 when unknown.
 func (s *scanner) lose(path [][]byte, id uint64, kind string, records int, reason string) {
 	c := s.count(path)
 	c.LostPages++
@@ -412,7 +480,7 @@ func (s *scanner) walkBucket(path [][]byte, root, seq uint64, inline []byte) err
 		s.count(path).Buckets++
 	}
 	if root == 0 {
-		return s.walkNode(path, 0, inline, nil, nil)
+		return s.walkNode(path, 0, inline, len(inline), nil, nil)
 	}
 	return s.walkPage(path, root, nil, nil)
 }
@@ -426,7 +494,7 @@ func (s *scanner) walkPage(path [][]byte, id uint64, lo, hi []byte) error {
 		s.lose(path, id, "page", -1, "pointed to twice (or is a meta or freelist page)")
 		return nil
 	}
-	p, err := s.readPage(id)
+	p, avail, err := s.readPage(id)
 	if err != nil {
 		s.lose(path, id, kindOf(p), headerCount(p), err.Error())
 		return nil
@@ -440,7 +508,7 @@ func (s *scanner) walkPage(path [][]byte, id uint64, lo, hi []byte) error {
 		s.lose(path, id, kindOf(p), headerCount(p), "reachable but on the freelist: a later write would overwrite it")
 		return nil
 	}
-	return s.walkNode(path, id, p, lo, hi)
+	return s.walkNode(path, id, p, avail, lo, hi)
 }
 
 // elements checks the page's elements and returns their keys, and for a
@@ -451,87 +519,129 @@ type element struct {
 	child      uint64
 }
 
-func parseNode(p []byte, lo, hi []byte) (branch bool, els []element, err error) {
+// parseNode reads the elements of page p, of which the file holds the
+// first avail bytes: the elements that lie wholly in them, short when
+// the end of the file cut off the rest.
+func parseNode(p []byte, avail int, lo, hi []byte) (branch bool, els []element, short bool, err error) {
 	flags := binary.LittleEndian.Uint16(p[8:])
 	switch flags {
 	case flagBranch:
 		branch = true
 	case flagLeaf:
 	default:
-		return false, nil, fmt.Errorf("page type %#x, want branch or leaf", flags)
+		return false, nil, false, fmt.Errorf("page type %#x, want branch or leaf", flags)
 	}
 	n := int(binary.LittleEndian.Uint16(p[10:]))
 	if pageHeaderSize+n*elementSize > len(p) {
-		return branch, nil, fmt.Errorf("%d elements do not fit the page", n)
+		return branch, nil, false, fmt.Errorf("%d elements do not fit the page", n)
 	}
 	if branch && n == 0 {
-		return branch, nil, errors.New("empty branch page")
+		return branch, nil, false, errors.New("empty branch page")
 	}
-	els = make([]element, n)
+	els = make([]element, 0, n)
 	prev := lo
-	for i := range els {
+	for i := range n {
 		at := pageHeaderSize + i*elementSize
-		e := p[at : at+elementSize]
-		var pos, ks, vs uint64
-		if branch {
-			pos, ks = uint64(binary.LittleEndian.Uint32(e[0:])), uint64(binary.LittleEndian.Uint32(e[4:]))
-			els[i].child = binary.LittleEndian.Uint64(e[8:])
-		} else {
-			els[i].flags = binary.LittleEndian.Uint32(e[0:])
-			pos, ks, vs = uint64(binary.LittleEndian.Uint32(e[4:])), uint64(binary.LittleEndian.Uint32(e[8:])), uint64(binary.LittleEndian.Uint32(e[12:]))
-			if els[i].flags&^leafBucket != 0 {
-				return branch, nil, fmt.Errorf("element %d has flags %#x", i, els[i].flags)
-			}
+		if at+elementSize > avail {
+			return branch, els, true, nil
 		}
-		start := uint64(at) + pos
-		if pos < uint64(elementSize) || start+ks+vs > uint64(len(p)) {
-			return branch, nil, fmt.Errorf("element %d lies outside the page", i)
+		var el element
+		start, ks, vs, err := el.decode(p, at, branch)
+		if err != nil {
+			return branch, nil, false, fmt.Errorf("element %d %w", i, err)
 		}
-		els[i].key = p[start : start+ks]
-		els[i].value = p[start+ks : start+ks+vs]
-		k := els[i].key
-		if len(k) == 0 {
-			return branch, nil, fmt.Errorf("element %d has an empty key", i)
+		if start+ks+vs > uint64(avail) {
+			return branch, els, true, nil
 		}
-		if prev != nil && (bytes.Compare(k, prev) < 0 || (i > 0 && bytes.Equal(k, prev))) {
-			return branch, nil, fmt.Errorf("element %d: keys out of order", i)
+		el.key, el.value = p[start:start+ks], p[start+ks:start+ks+vs]
+		if err := el.check(prev, hi, i > 0); err != nil {
+			return branch, nil, false, fmt.Errorf("element %d: %w", i, err)
 		}
-		if hi != nil && bytes.Compare(k, hi) >= 0 {
-			return branch, nil, fmt.Errorf("element %d: key beyond the parent's range", i)
-		}
-		if els[i].flags&leafBucket != 0 && len(els[i].value) < bucketHeaderSize {
-			return branch, nil, fmt.Errorf("element %d: bucket value of %d bytes", i, len(els[i].value))
-		}
-		prev = k
+		els = append(els, el)
+		prev = el.key
 	}
-	return branch, els, nil
+	return branch, els, false, nil
 }
 
-// walkNode reads a branch or leaf page (id 0: an inline bucket's page).
-func (s *scanner) walkNode(path [][]byte, id uint64, p []byte, lo, hi []byte) error {
+// decode reads the element header at offset at of page p: its flags or
+// child page, and where its key (ks bytes from start) and value (vs bytes
+// after it) lie in p.
+func (el *element) decode(p []byte, at int, branch bool) (start, ks, vs uint64, err error) {
+	e := p[at : at+elementSize]
+	var pos uint64
+	if branch {
+		pos, ks = uint64(binary.LittleEndian.Uint32(e[0:])), uint64(binary.LittleEndian.Uint32(e[4:]))
+		el.child = binary.LittleEndian.Uint64(e[8:])
+	} else {
+		el.flags = binary.LittleEndian.Uint32(e[0:])
+		pos, ks, vs = uint64(binary.LittleEndian.Uint32(e[4:])), uint64(binary.LittleEndian.Uint32(e[8:])), uint64(binary.LittleEndian.Uint32(e[12:]))
+		if el.flags&^leafBucket != 0 {
+			return 0, 0, 0, fmt.Errorf("has flags %#x", el.flags)
+		}
+	}
+	start = uint64(at) + pos
+	if pos < uint64(elementSize) || start+ks+vs > uint64(len(p)) {
+		return 0, 0, 0, errors.New("lies outside the page")
+	}
+	return start, ks, vs, nil
+}
+
+// check checks a decoded element: a key, after prev (strictly when the
+// element is not its page's first) and before hi, and a bucket's value
+// long enough for its header.
+func (el *element) check(prev, hi []byte, notFirst bool) error {
+	k := el.key
+	if len(k) == 0 {
+		return errors.New("an empty key")
+	}
+	if prev != nil && (bytes.Compare(k, prev) < 0 || (notFirst && bytes.Equal(k, prev))) {
+		return errors.New("keys out of order")
+	}
+	if hi != nil && bytes.Compare(k, hi) >= 0 {
+		return errors.New("key beyond the parent's range")
+	}
+	if el.flags&leafBucket != 0 && len(el.value) < bucketHeaderSize {
+		return fmt.Errorf("bucket value of %d bytes", len(el.value))
+	}
+	return nil
+}
+
+// walkNode reads a branch or leaf page (id 0: an inline bucket's page)
+// of which the file holds the first avail bytes.
+func (s *scanner) walkNode(path [][]byte, id uint64, p []byte, avail int, lo, hi []byte) error {
 	if len(p) < pageHeaderSize {
 		s.lose(path, id, "leaf", -1, "inline bucket shorter than a page header")
 		return nil
 	}
-	branch, els, err := parseNode(p, lo, hi)
+	branch, els, short, err := parseNode(p, avail, lo, hi)
 	if err != nil {
 		s.lose(path, id, kindOf(p), headerCount(p), err.Error())
 		return nil
 	}
-	if branch {
-		for i, e := range els {
-			var next []byte
-			if i+1 < len(els) {
-				next = els[i+1].key
-			} else {
-				next = hi
-			}
-			if err := s.walkPage(path, e.child, e.key, next); err != nil {
-				return err
-			}
+	if short {
+		n, missing := int(binary.LittleEndian.Uint16(p[10:])), -1
+		if !branch {
+			missing = n - len(els)
 		}
-		return nil
+		s.lose(path, id, kindOf(p), missing, fmt.Sprintf("cut short by the end of the file: %d of its %d elements read", len(els), n))
 	}
+	if !branch {
+		return s.walkLeaf(path, id, els)
+	}
+	for i, e := range els {
+		next := hi
+		if i+1 < len(els) {
+			next = els[i+1].key
+		}
+		if err := s.walkPage(path, e.child, e.key, next); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// walkLeaf reads the elements of leaf page id: records, and buckets.
+func (s *scanner) walkLeaf(path [][]byte, id uint64, els []element) error {
 	for _, e := range els {
 		if e.flags&leafBucket == 0 {
 			if len(path) == 0 {
@@ -568,11 +678,13 @@ func (s *scanner) findOrphans() {
 	if s.rep.NProblems == 0 {
 		return // an intact tree can leave only leaks, not losses
 	}
-	for id := uint64(2); id < s.m.hwm; id++ {
+	// A file cut short holds fewer pages than are in use.
+	end := min(s.m.hwm, uint64((s.size+int64(s.m.pageSize)-1)/int64(s.m.pageSize)))
+	for id := uint64(2); id < end; id++ {
 		if s.seen[id] || s.free[id] {
 			continue
 		}
-		p, err := s.readPage(id)
+		p, _, err := s.readPage(id)
 		if err != nil {
 			continue // an overflow page, or damaged beyond telling
 		}

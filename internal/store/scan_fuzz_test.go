@@ -13,7 +13,8 @@ import (
 // must survive any bytes. Each input overwrites part of a real state file;
 // the scan and a repair's copy of it must end with a report or an error,
 // never a panic, and a scan that reports no damage read every page it
-// counted.
+// counted. The same file cut short where the patch starts must be scanned
+// the same way, and reported damaged.
 func FuzzScanDamaged(f *testing.F) {
 	s := openTest(f, Options{})
 	fill(f, s)
@@ -44,6 +45,12 @@ func FuzzScanDamaged(f *testing.F) {
 			t.Fatalf("an intact scan read %d pages of %d in use", rep.Read, rep.Pages)
 		}
 		_, _ = scan(r, int64(len(file)), "fuzz", countingVisitor{})
+
+		short := file[:int(off)%len(file)]
+		rep, err = scan(bytes.NewReader(short), int64(len(short)), "fuzz", countingVisitor{})
+		if err == nil && !rep.Damaged() && int64(rep.Pages)*int64(rep.PageSize) > int64(len(short)) {
+			t.Fatalf("a file cut to %d bytes, %d pages of %d in use, reported intact", len(short), rep.Pages, rep.PageSize)
+		}
 	})
 }
 

@@ -60,8 +60,10 @@
 //
 // Damage: Open checks every page in use before bbolt maps the file and
 // refuses a damaged one (ErrDamaged); a transaction that panics or faults on
-// a page damaged later is its caller's ErrDamaged; Repair salvages the
-// intact pages into a new file (scan.go, check.go, repair.go).
+// a page damaged later is its caller's ErrDamaged; Repair salvages what it
+// can read into a new file (scan.go, check.go, repair.go). A full disk: a
+// write the filesystem refuses for lack of space is ErrNoSpace, and Full
+// reports it until a write is committed again (space.go).
 package store
 
 import (
@@ -142,6 +144,12 @@ type Options struct {
 	// OnDamage, if set, hears of every transaction that panicked (see
 	// ErrDamaged) with the error its caller gets; it must not block.
 	OnDamage func(error)
+	// OnNoSpace, if set, hears of every transaction (or attachment) the
+	// filesystem refused for lack of space (ErrNoSpace) with the error its
+	// writes get; OnWritable of the first write committed after such
+	// refusals, with the spell it ended. Neither may block.
+	OnNoSpace  func(error)
+	OnWritable func(Full)
 }
 
 func (o Options) withDefaults() Options {
@@ -193,6 +201,10 @@ type Store struct {
 	commits atomic.Int64 // write transactions committed
 	writes  atomic.Int64 // writes committed (several can share a transaction)
 	damage  atomic.Int64 // transactions that panicked (ErrDamaged)
+	noSpace atomic.Int64 // writes refused for lack of space (ErrNoSpace)
+
+	smu  sync.Mutex
+	full *Full // the spell of writes refused for lack of space; nil once one is committed
 
 	check CheckReport // what Open's check of the file found
 
@@ -307,7 +319,9 @@ func (s *Store) commitGroup(group []*write) {
 			s.writes.Add(int64(len(group)))
 			s.agentsWritten(agents)
 			s.seenWritten(seen)
+			s.written()
 		}
+		err = s.refused(err, len(group))
 		for _, w := range group {
 			w.finish(err)
 		}

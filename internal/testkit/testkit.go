@@ -1,7 +1,8 @@
 // Package testkit is what the tests of every package share: a TestMain
 // that lets the test binary double as the built-in ACP agent (and as any
-// other child a package's tests need), the path of that binary, and one
-// bounded poll for conditions outside the process. Only tests import it.
+// other child a package's tests need), the path of that binary, one
+// bounded poll for conditions outside the process, and a filesystem of its
+// own a test can fill. Only tests import it.
 package testkit
 
 import (
@@ -42,8 +43,10 @@ func Main(m *testing.M, roles ...Role) {
 // Dispatch runs the role the environment asks for and exits; it returns
 // when the binary is to run tests. For a TestMain that wraps m.Run.
 // Roles come first: a child of the agent (its MCP server) inherits the
-// agent's environment too.
+// agent's environment too. Before them, a child InSmallFS started mounts
+// its filesystem.
 func Dispatch(roles ...Role) {
+	mountSmallFS()
 	for _, r := range roles {
 		if os.Getenv(r.Env) != "" {
 			os.Exit(r.Main())
