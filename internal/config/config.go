@@ -296,6 +296,17 @@ type Config struct {
 // is not set: 5 MiB, the largest image the agents in use take.
 const DefaultAttachmentMaxBytes = 5 << 20
 
+// The attachments a push may carry when attachments.max_per_message and
+// .max_per_push are not set: a message of a chat app carries a few files
+// (16 is more than a screenshot series), and a batch is a backfill of such
+// messages. Each is read, sniffed and hashed before the push answers, so
+// the bound keeps one push from holding the inbox (20,000 tiny ones took
+// 82 s while other channels' pushes waited).
+const (
+	DefaultAttachmentsPerMessage = 16
+	DefaultAttachmentsPerPush    = 64
+)
+
 // Attachments says where a pushed message's attachments may come from.
 type Attachments struct {
 	// Dir is the folder a push may name files in (attachments[].path,
@@ -303,6 +314,10 @@ type Attachments struct {
 	Dir string `json:"dir,omitempty"`
 	// MaxBytes bounds one attachment's content, by path or inline.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// MaxPerMessage and MaxPerPush bound how many attachments one message
+	// and one push (every message of the batch) carry.
+	MaxPerMessage int `json:"max_per_message,omitempty"`
+	MaxPerPush    int `json:"max_per_push,omitempty"`
 }
 
 // Budgets are optional daily spending limits. A day starts at Reset in
@@ -559,6 +574,12 @@ func (c *Config) SetDefaults() {
 	if c.Attachments.MaxBytes == 0 {
 		c.Attachments.MaxBytes = DefaultAttachmentMaxBytes
 	}
+	if c.Attachments.MaxPerMessage == 0 {
+		c.Attachments.MaxPerMessage = DefaultAttachmentsPerMessage
+	}
+	if c.Attachments.MaxPerPush == 0 {
+		c.Attachments.MaxPerPush = DefaultAttachmentsPerPush
+	}
 	if c.AgentGrace == 0 {
 		c.AgentGrace = Duration(5 * time.Second)
 	}
@@ -759,7 +780,7 @@ func (c *Config) numbers() []number {
 		i("context.fetch", c.Context.Fetch), i("context.limit", c.Context.Limit), i("context.max_chars", c.Context.MaxChars), i("context.max_ids", c.Context.MaxIDs),
 		i("runs.events", c.Runs.Events), i("runs.bytes", c.Runs.Bytes), d("runs.retention", c.Runs.Retention), i("runs.ended", c.Runs.Ended),
 		d("runs.keepalive", c.Runs.Keepalive), i("runs.pending_permissions", c.Runs.PendingPermissions),
-		{"attachments.max_bytes", c.Attachments.MaxBytes, false},
+		{"attachments.max_bytes", c.Attachments.MaxBytes, false}, i("attachments.max_per_message", c.Attachments.MaxPerMessage), i("attachments.max_per_push", c.Attachments.MaxPerPush),
 	}
 }
 

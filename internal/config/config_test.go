@@ -264,6 +264,8 @@ func TestNumbersOutOfRangeRefused(t *testing.T) {
 		{`"runs":{"keepalive":"-15s"}`, `runs.keepalive "-15s" must not be negative`},
 		{`"runs":{"pending_permissions":-16}`, "runs.pending_permissions -16 must not be negative"},
 		{`"attachments":{"max_bytes":-1}`, "attachments.max_bytes -1 must not be negative"},
+		{`"attachments":{"max_per_message":-16}`, "attachments.max_per_message -16 must not be negative"},
+		{`"attachments":{"max_per_push":-64}`, "attachments.max_per_push -64 must not be negative"},
 		{`"budgets":{"warn_at":-0.5}`, "warn_at -0.5 must be a share between 0 and 1"},
 		{`"budgets":{"warn_at":1}`, "warn_at 1 must be a share between 0 and 1"},
 		{`"budgets":{"warn_at":1.5}`, "warn_at 1.5 must be a share between 0 and 1"},
@@ -306,7 +308,7 @@ func TestZeroMeansTheDefault(t *testing.T) {
 		"restore_failures":0,"restore_timeout":"0s","background_limit":"0s","agent_cancel_grace":"0s","max_processes":0,
 		"context":{"fetch":0,"limit":0,"max_chars":0,"max_ids":0},
 		"runs":{"events":0,"bytes":0,"retention":"0s","ended":0,"keepalive":"0s","pending_permissions":0},
-		"attachments":{"max_bytes":0},"budgets":{"warn_at":0},
+		"attachments":{"max_bytes":0,"max_per_message":0,"max_per_push":0},"budgets":{"warn_at":0},
 		"bindings":[{"id":"b","handle":"@b","command":"x","brief_every":0,"turn_timeout":"0s","permission_timeout":"0s"}]}`
 	got, err := load(t, zeros)
 	if err != nil {
@@ -318,6 +320,9 @@ func TestZeroMeansTheDefault(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("zeros load as\n%+v\nnone as\n%+v", got, want)
+	}
+	if a := got.Attachments; a.MaxBytes != DefaultAttachmentMaxBytes || a.MaxPerMessage != 16 || a.MaxPerPush != 64 {
+		t.Fatalf("attachment defaults %+v", a)
 	}
 }
 
