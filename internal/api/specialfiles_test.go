@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -281,6 +282,195 @@ func TestAttachmentCountsBounded(t *testing.T) {
 						t.Errorf("%s: message %s stored (%v, %v)", c.name, m.ID, has, err)
 					}
 				}
+			}
+		})
+	}
+}
+
+// reloadRefused reloads over e's socket and fails the test unless the
+// reload answers at once with 422 invalid_config naming e's file and every
+// one of want.
+func (e *reloadEnv) reloadRefused(t *testing.T, want ...string) {
+	t.Helper()
+	_, err := e.c.ReloadConfig(quickly(t))
+	wantAPIError(t, err, http.StatusUnprocessableEntity, apitype.CodeInvalidConfig, append(want, e.file, "the config in force stays")...)
+}
+
+// TestReloadRefusesSpecialFiles: a config file, or a binding's system_file,
+// that is a FIFO, a socket, a device or a directory refuses the reload at
+// once with invalid_config saying what it is; the next reload of a good
+// file is applied (a FIFO used to hold the reload, and every one after it).
+func TestReloadRefusesSpecialFiles(t *testing.T) {
+	e := newReloadEnv(t, "b-keep")
+	good := testkit.ReadFile(t, e.file)
+	dir, names := specialFolder(t)
+	unblock(t, filepath.Join(dir, "pipe"))
+	unblock(t, e.file)
+	names["/dev/zero"] = "a character device"
+	at := func(name string) string {
+		if filepath.IsAbs(name) {
+			return name
+		}
+		return filepath.Join(dir, name)
+	}
+	for name, what := range names {
+		t.Run("config "+name, func(t *testing.T) {
+			if err := os.Remove(e.file); err != nil {
+				t.Fatal(err)
+			}
+			// The FIFO and the directory at the file's own path; the socket
+			// and the device by a link to them, as a file a person's
+			// dotfiles link in would be.
+			var err error
+			switch name {
+			case "pipe":
+				err = syscall.Mkfifo(e.file, 0o600)
+			case "sub":
+				err = os.Mkdir(e.file, 0o700)
+			default:
+				err = os.Symlink(at(name), e.file)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.reloadRefused(t, "is "+what+", not a regular file")
+			if err := os.Remove(e.file); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(e.file, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if a := action(t, e.reload(t), "b-keep"); a.Action != apitype.ReloadUnchanged {
+				t.Fatalf("the good file after it: %+v", a)
+			}
+		})
+		t.Run("system_file "+name, func(t *testing.T) {
+			e.write(t, func(c *config.Config) {
+				b := e.binding(c, "b-keep")
+				b.System, b.SystemFile = "", at(name)
+			})
+			e.reloadRefused(t, `binding "b-keep": system_file: `+at(name)+" is "+what+", not a regular file")
+			if err := os.WriteFile(e.file, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestReloadRefusesWhatTheFileShouldNotHold: data after the object, a
+// second object, a key twice and numbers out of range each refuse the
+// reload with 422 invalid_config naming the file and the problem; the
+// config in force stays (max_live 4 in health), and a good file reloads.
+func TestReloadRefusesWhatTheFileShouldNotHold(t *testing.T) {
+	e := newReloadEnv(t, "b-keep")
+	good := testkit.ReadFile(t, e.file)
+	obj := strings.TrimSpace(string(good))
+	// with is the good file with setting (a dotted path) set to the JSON v.
+	with := func(setting, v string) string {
+		var m map[string]any
+		if err := json.Unmarshal(good, &m); err != nil {
+			t.Fatal(err)
+		}
+		obj := m
+		path := strings.Split(setting, ".")
+		for _, k := range path[:len(path)-1] {
+			if obj[k] == nil {
+				obj[k] = map[string]any{}
+			}
+			obj = obj[k].(map[string]any)
+		}
+		obj[path[len(path)-1]] = json.RawMessage(v)
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, tc := range []struct{ name, body, want string }{
+		{"trailing data", obj + "\nx", "data after the config object"},
+		{"two objects", obj + `{"max_live":8}`, `data after the config object, at byte ` + strconv.Itoa(len(obj)) + ` ("{\"max_live\":8}")`},
+		{"null", "null", "the file must hold one JSON object"},
+		{"a key twice", `{"max_live":2,"max_live":8,` + strings.TrimPrefix(obj, "{"), `key "max_live" is given twice`},
+		{"negative max_live", with("max_live", "-5"), "max_live -5 must not be negative"},
+		{"negative queue_len", with("queue_len", "-1"), "queue_len -1 must not be negative"},
+		{"negative idle_timeout", with("idle_timeout", `"-1m"`), `idle_timeout "-1m0s" must not be negative`},
+		{"negative runs.events", with("runs.events", "-1"), "runs.events -1 must not be negative"},
+		{"negative context.limit", with("context.limit", "-1"), "context.limit -1 must not be negative"},
+		{"negative attachments", with("attachments.max_per_push", "-1"), "attachments.max_per_push -1 must not be negative"},
+		{"warn_at over 1", with("budgets.warn_at", "1.5"), "warn_at 1.5 must be a share between 0 and 1"},
+	} {
+		if err := os.WriteFile(e.file, []byte(tc.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(tc.name, func(t *testing.T) { e.reloadRefused(t, tc.want) })
+	}
+	if h, err := e.c.Health(quickly(t)); err != nil || h.MaxLive != 4 {
+		t.Fatalf("health after refused reloads: %+v, %v; want max_live 4 in force", h, err)
+	}
+	if err := os.WriteFile(e.file, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if a := action(t, e.reload(t), "b-keep"); a.Action != apitype.ReloadUnchanged {
+		t.Fatalf("the good file again: %+v", a)
+	}
+}
+
+// TestTurnWithSpecialSystemFile: a system_file that becomes a FIFO (or a
+// device, a socket, a directory) after the daemon read it fails the next
+// cold turn at once, the error saying what it is, and the key's next turn
+// runs again once the file is back.
+func TestTurnWithSpecialSystemFile(t *testing.T) {
+	e := newReloadEnv(t, "b-frame")
+	framing := filepath.Join(e.dir, "framing.txt")
+	if err := os.WriteFile(framing, []byte("You are @agent, framed by a file."), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.write(t, func(c *config.Config) {
+		b := e.binding(c, "b-frame")
+		b.System, b.SystemFile = "", framing
+	})
+	if a := action(t, e.reload(t), "b-frame"); a.Action != apitype.ReloadNewSession {
+		t.Fatalf("b-frame: %+v", a)
+	}
+	unblock(t, framing)
+	dir, names := specialFolder(t)
+	names["/dev/zero"] = "a character device"
+	i := 0
+	for name, what := range names {
+		t.Run(name, func(t *testing.T) {
+			i++
+			if err := os.Remove(framing); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			switch {
+			case name == "pipe":
+				err = syscall.Mkfifo(framing, 0o600)
+			case filepath.IsAbs(name):
+				err = os.Symlink(name, framing)
+			default:
+				err = os.Symlink(filepath.Join(dir, name), framing)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := "ch-" + strconv.Itoa(i) // a new key: a cold turn reads the framing
+			_, err = e.c.Turn(quickly(t), apitype.TurnRequest{Channel: ch, Binding: "b-frame", MessageID: "m1", Text: "@agent m1"}, nil)
+			if err == nil || !strings.Contains(err.Error(), "system_file") || !strings.Contains(err.Error(), "is "+what+", not a regular file") {
+				t.Fatalf("cold turn with the framing %s: %v; want it refused at once saying so", what, err)
+			}
+			if err := os.Remove(framing); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(framing, []byte("You are @agent, framed by a file."), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if r := e.mustTurn(t, ch, "b-frame", "m2"); r.done.Shape != "cold" {
+				t.Fatalf("the turn after the file is back: %s", r.done.Shape)
+			}
+			recs := records(t, e.rec("b-frame"))
+			if last := recs[len(recs)-1]; !strings.HasPrefix(last["prompt"].(string), "You are @agent, framed by a file.") {
+				t.Fatalf("the turn after the file is back was not sent the framing: %.80q", last["prompt"])
 			}
 		})
 	}
