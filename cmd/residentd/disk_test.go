@@ -72,7 +72,7 @@ func TestFullDiskThroughTheSocket(t *testing.T) {
 		metric(t, c, "residentd_store_disk_full", func(v float64) bool { return v == 1 })
 		metric(t, c, "residentd_store_no_space_total", func(v float64) bool { return v >= 2 })
 		d.waitOutput(t, 10*time.Second, "state file's disk is full")
-		if line := logged(d, "error", "state file's disk is full", path); line == nil {
+		if line := loggedAt(d, "error", "state file's disk is full", path); line == nil {
 			t.Errorf("no error-level log line naming %s:\n%s", path, d.out.String())
 		} else {
 			t.Logf("the log line: %v", line)
@@ -165,9 +165,9 @@ func metric(t *testing.T, c *client.Client, name string, ok func(float64) bool) 
 	t.Fatalf("no %s in the metrics", name)
 }
 
-// logged is the daemon's first log line at level whose message starts
+// loggedAt is the daemon's first log line at level whose message starts
 // with msg and whose path is path, or nil.
-func logged(d *daemonProc, level, msg, path string) map[string]any {
+func loggedAt(d *daemonProc, level, msg, path string) map[string]any {
 	for _, l := range d.logLines() {
 		if l["level"] == level && strings.HasPrefix(fmt.Sprint(l["msg"]), msg) && l["path"] == path {
 			return l

@@ -77,11 +77,16 @@ func sockDir(t *testing.T) string {
 	return d
 }
 
+// noConfigHome is a config home that holds nothing.
+const noConfigHome = "/nonexistent/residentd-test-config-home"
+
 // childEnv is the test's environment without anything a service manager
 // may have addressed to the test process itself.
 func childEnv(extra ...string) []string {
 	env := child.CleanEnv(os.Environ())
-	return append(append(env, "RESIDENTD_TEST_MAIN=1", "RESIDENTD_SOCKET=", "RESIDENTD_CONFIG="), extra...)
+	// No config of the person running the tests: serve reads the default
+	// config file when given none.
+	return append(append(env, "RESIDENTD_TEST_MAIN=1", "RESIDENTD_SOCKET=", "RESIDENTD_CONFIG=", "XDG_CONFIG_HOME="+noConfigHome), extra...)
 }
 
 // startProc starts residentd with args; the test's end stops it.

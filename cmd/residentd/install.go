@@ -243,7 +243,7 @@ func absInstallPaths(o *service.InstallOptions) error {
 // command is found on the service's PATH.
 func checkConfig(o *service.InstallOptions, stdout io.Writer) error {
 	if o.Config == "" {
-		def := filepath.Join(o.ConfigHome, "residentd", "config.json")
+		def := configFileIn(o.ConfigHome)
 		if _, err := os.Stat(def); err != nil {
 			fmt.Fprintf(stdout, "no config file (%s does not exist): the service runs the built-in agent only\n", def)
 			return nil

@@ -71,10 +71,17 @@ func runRepair(_ context.Context, e *cmdEnv, f *repairFlags) error {
 }
 
 // stateDirFor resolves the state directory as serve does: --state, else
-// the config's state_dir, else the default.
+// the config's state_dir (--config, else the default config file), else
+// the default.
 func stateDirFor(configPath, state string) (string, error) {
 	if state != "" {
 		return state, nil
+	}
+	if configPath == "" {
+		var err error
+		if configPath, err = existingDefaultConfig(); err != nil {
+			return "", err
+		}
 	}
 	if configPath != "" {
 		cfg, err := loadConfig(configPath, "residentd", defaultStateDir(), false)

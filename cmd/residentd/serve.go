@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -48,7 +50,7 @@ type serveFlags struct {
 }
 
 func (f *serveFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", os.Getenv("RESIDENTD_CONFIG"), "JSON config file (default: none, the built-in agent binding only)")
+	fs.StringVar(&f.config, "config", os.Getenv("RESIDENTD_CONFIG"), "JSON config file (default: $XDG_CONFIG_HOME/residentd/config.json when it exists, as install uses; else none, the built-in agent binding only)")
 	fs.StringVar(&f.socket, "socket", "", "Unix socket path (default $XDG_RUNTIME_DIR/residentd/residentd.sock)")
 	fs.StringVar(&f.state, "state", "", "state directory for the bbolt file (default $XDG_STATE_HOME/residentd)")
 	fs.StringVar(&f.logLevel, "log-level", envOr("RESIDENTD_LOG_LEVEL", "info"), "debug, info, warn or error (env RESIDENTD_LOG_LEVEL)")
@@ -101,10 +103,49 @@ func newLogger(level, format string, w zapcore.WriteSyncer, isTerm bool) (*zap.L
 	return zap.New(zapcore.NewCore(enc, w, lvl)), lvl, nil
 }
 
+// defaultConfigFile is the config file serve reads when given none, the
+// one install passes to the service when it exists:
+// $XDG_CONFIG_HOME/residentd/config.json, or ~/.config/residentd/… when
+// that is not set (or not absolute); "" with neither.
+func defaultConfigFile() string {
+	home, _ := os.UserHomeDir()
+	ch := configHome(home)
+	if !filepath.IsAbs(ch) {
+		return ""
+	}
+	return configFileIn(ch)
+}
+
+// configFileIn is the config file under the config home ch.
+func configFileIn(ch string) string { return filepath.Join(ch, "residentd", "config.json") }
+
+// existingDefaultConfig is defaultConfigFile when something is at that
+// path, "" when nothing is. What is there is not judged here: a FIFO or a
+// dangling link is the load's to refuse, not a reason to pass over it.
+func existingDefaultConfig() (string, error) {
+	p := defaultConfigFile()
+	if p == "" {
+		return "", nil
+	}
+	// ENOTDIR: a file where a folder of the path should be; nothing there.
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return "", nil
+	} else if err != nil {
+		return "", fmt.Errorf("config %s: %w", p, err)
+	}
+	return p, nil
+}
+
 // loadConfig reads the config file, or builds the built-in default, and
 // always makes the built-in binding available; withClaude adds the ready
 // claude-agent-acp binding as b-claude unless the file defines one.
 func loadConfig(path, self, stateDir string, withClaude bool) (*config.Config, error) {
+	return loadConfigOver(path, self, stateDir, withClaude, nil)
+}
+
+// loadConfigOver is loadConfig with over (if not nil) setting what the
+// command line says over the file, before the defaults and the checks.
+func loadConfigOver(path, self, stateDir string, withClaude bool, over func(*config.Config)) (*config.Config, error) {
 	cfg := &config.Config{}
 	if path != "" {
 		c, err := config.Load(path)
@@ -121,6 +162,9 @@ func loadConfig(path, self, stateDir string, withClaude bool) (*config.Config, e
 	}
 	if _, ok := cfg.Binding("b-builtin"); !ok {
 		cfg.Bindings = append(cfg.Bindings, config.Builtin(self, cfg.StateDir))
+	}
+	if over != nil {
+		over(cfg)
 	}
 	cfg.SetDefaults()
 	return cfg, cfg.Validate()
@@ -145,6 +189,20 @@ func runServe(ctx context.Context, e *cmdEnv, f *serveFlags) error {
 	if state == "" {
 		state = defaultStateDir()
 	}
+	if f.maxLive < 0 {
+		return fmt.Errorf("%w: --max-live %d must not be negative (0 keeps the config's)", errUsage, f.maxLive)
+	}
+	if f.idle < 0 {
+		return fmt.Errorf("%w: --idle-timeout %s must not be negative (0 keeps the config's)", errUsage, f.idle)
+	}
+	if f.config == "" {
+		if f.config, err = existingDefaultConfig(); err != nil {
+			return err
+		}
+		if f.config != "" {
+			log.Info("reading the default config file (no --config given)", zap.String("config", f.config))
+		}
+	}
 	if f.config != "" {
 		if abs, err := filepath.Abs(f.config); err == nil {
 			f.config = abs
@@ -152,6 +210,9 @@ func runServe(ctx context.Context, e *cmdEnv, f *serveFlags) error {
 	}
 	load := func() (*config.Config, error) { return f.load(self, state) }
 	cfg, err := load()
+	if errors.Is(err, config.ErrInvalid) && f.config != "" {
+		return fmt.Errorf("config %s: %w", f.config, err) // the load's own errors name it already
+	}
 	if err != nil {
 		return err
 	}
@@ -165,23 +226,25 @@ func runServe(ctx context.Context, e *cmdEnv, f *serveFlags) error {
 }
 
 // load reads the config as serve runs it: the file (or the built-in
-// default), then the command line's settings over it.
+// default), then the command line's settings over it, checked together
+// (--max-live against the file's max_processes).
 func (f *serveFlags) load(self, state string) (*config.Config, error) {
-	cfg, err := loadConfig(f.config, self, state, f.withClaude)
+	cfg, err := loadConfigOver(f.config, self, state, f.withClaude, func(c *config.Config) {
+		if f.socket != "" {
+			c.Socket = f.socket
+		}
+		if f.maxLive > 0 {
+			c.MaxLive = f.maxLive
+		}
+		if f.idle > 0 {
+			c.IdleTimeout = config.Duration(f.idle)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	if f.socket != "" {
-		cfg.Socket = f.socket
-	}
 	if cfg.Socket == "" {
 		cfg.Socket = client.DefaultSocketPath()
-	}
-	if f.maxLive > 0 {
-		cfg.MaxLive = f.maxLive
-	}
-	if f.idle > 0 {
-		cfg.IdleTimeout = config.Duration(f.idle)
 	}
 	return cfg, nil
 }
@@ -303,7 +366,11 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		// Agents' trees may use only their tools (OPERATIONS.md).
 		Agents: &child.Lineage{Self: os.Getpid(), Cgroups: d.Keeper().AgentCgroups(), Adopts: adopts}})
 	run.API = srv
-	log.Info("serving", zap.String("socket", ln.Addr().String()), zap.String("state", st.Path()),
+	cfgFile := deps.configFile
+	if cfgFile == "" {
+		cfgFile = "none (the built-in binding only)"
+	}
+	log.Info("serving", zap.String("socket", ln.Addr().String()), zap.String("state", st.Path()), zap.String("config", cfgFile),
 		zap.Int("max_live", cfg.MaxLive), zap.Int("bindings", len(cfg.Bindings)), zap.String("version", version))
 	if deps.ready != nil {
 		run.Ready = func() { deps.ready(srv, d) }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/permission"
+	"github.com/residentd/residentd/internal/regfile"
 )
 
 // errNoTerminal answers every terminal method: residentd does not advertise
@@ -379,7 +380,9 @@ func (c *client) ReadTextFile(ctx context.Context, p sdk.ReadTextFileRequest) (s
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, fmt.Errorf("acp: read %q: %w", p.Path, err)
 	}
-	data, err := os.ReadFile(path)
+	// Only a regular file: a FIFO would hold this request (and its thread)
+	// until a writer came, a device might never end.
+	data, err := regfile.Read(path, MaxReadBytes)
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, fmt.Errorf("acp: read %q: %w", p.Path, err)
 	}

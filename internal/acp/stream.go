@@ -38,6 +38,10 @@ const (
 	// MaxReplyBytes bounds the reply text a prompt collects for its
 	// result; past it the text is cut and the turn fails.
 	MaxReplyBytes = 64 << 20
+	// MaxReadBytes bounds a file an agent reads through fs/read_text_file:
+	// the answer is one JSON-RPC line, and the SDK's peers take none longer
+	// than MaxLineBytes.
+	MaxReadBytes = MaxLineBytes
 )
 
 // ErrLimit: the agent sent more than a bound allows; the message names it.

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -21,6 +20,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/permission"
+	"github.com/residentd/residentd/internal/regfile"
 	"github.com/residentd/residentd/internal/run"
 )
 
@@ -224,12 +224,17 @@ func (b Binding) Framing() (string, error) {
 	if b.SystemFile == "" {
 		return b.System, nil
 	}
-	data, err := os.ReadFile(b.SystemFile)
+	data, err := regfile.Read(b.SystemFile, MaxFileBytes)
 	if err != nil {
 		return "", fmt.Errorf("config: binding %q: read system_file: %w", b.ID, err)
 	}
 	return string(data), nil
 }
+
+// MaxFileBytes bounds the config file and a binding's system_file: both
+// are read whole, a framing goes into every cold turn, and a larger one is
+// a wrong path rather than a config.
+const MaxFileBytes = 1 << 20
 
 // Config is the daemon's whole configuration.
 type Config struct {
@@ -291,6 +296,17 @@ type Config struct {
 // is not set: 5 MiB, the largest image the agents in use take.
 const DefaultAttachmentMaxBytes = 5 << 20
 
+// The attachments a push may carry when attachments.max_per_message and
+// .max_per_push are not set: a message of a chat app carries a few files
+// (16 is more than a screenshot series), and a batch is a backfill of such
+// messages. Each is read, sniffed and hashed before the push answers, so
+// the bound keeps one push from holding the inbox (20,000 tiny ones took
+// 82 s while other channels' pushes waited).
+const (
+	DefaultAttachmentsPerMessage = 16
+	DefaultAttachmentsPerPush    = 64
+)
+
 // Attachments says where a pushed message's attachments may come from.
 type Attachments struct {
 	// Dir is the folder a push may name files in (attachments[].path,
@@ -298,6 +314,10 @@ type Attachments struct {
 	Dir string `json:"dir,omitempty"`
 	// MaxBytes bounds one attachment's content, by path or inline.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// MaxPerMessage and MaxPerPush bound how many attachments one message
+	// and one push (every message of the batch) carry.
+	MaxPerMessage int `json:"max_per_message,omitempty"`
+	MaxPerPush    int `json:"max_per_push,omitempty"`
 }
 
 // Budgets are optional daily spending limits. A day starts at Reset in
@@ -423,19 +443,86 @@ var ErrInvalid = errors.New("invalid configuration")
 // otherwise pay at start.
 var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
-// Load reads a JSON config file; unknown fields are errors.
+// Load reads a JSON config file: one object, nothing after it, no unknown
+// field and no key twice in an object. Only a regular file of at most
+// MaxFileBytes is read (a FIFO would block the read, and every reload
+// after it).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := regfile.Read(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	var c Config
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := decodeStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("config: parse %s: %w", path, err)
 	}
 	return &c, nil
+}
+
+// decodeStrict decodes data, which must hold exactly one JSON object, into
+// c. encoding/json alone takes the first of two concatenated objects, the
+// last of a key given twice, and null as an empty config.
+func decodeStrict(data []byte, c *Config) error {
+	const space = " \t\r\n"
+	if body := bytes.TrimLeft(data, space); len(body) == 0 || body[0] != '{' {
+		return fmt.Errorf("the file must hold one JSON object {…}; it starts with %.20q", body)
+	}
+	if err := duplicateKey(json.NewDecoder(bytes.NewReader(data)), "", 0); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return err
+	}
+	off := dec.InputOffset()
+	if rest := bytes.TrimLeft(data[off:], space); len(rest) > 0 {
+		return fmt.Errorf("data after the config object, at byte %d (%.20q): the file must hold one JSON object", len(data)-len(rest), rest)
+	}
+	return nil
+}
+
+// duplicateKey reports the first key given twice in one object of the
+// value dec reads next, with its path ("bindings[1].env.PATH"). A syntax
+// error, or nesting past depth 64, ends the walk: the decoder reports the
+// one, and no setting takes a value nested that deep.
+func duplicateKey(dec *json.Decoder, path string, depth int) error {
+	tok, err := dec.Token()
+	if err != nil || depth > 64 {
+		return nil
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return nil
+			}
+			key, _ := k.(string)
+			at := key
+			if path != "" {
+				at = path + "." + key
+			}
+			if seen[key] {
+				return fmt.Errorf("key %q is given twice (at %s); keep one", key, at)
+			}
+			seen[key] = true
+			if err := duplicateKey(dec, at, depth+1); err != nil {
+				return err
+			}
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if err := duplicateKey(dec, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+				return err
+			}
+		}
+	default:
+		return nil
+	}
+	_, _ = dec.Token() // the closing delimiter
+	return nil
 }
 
 // ProcessCap is max_processes in force: max_live + 2 when it is not set.
@@ -446,18 +533,19 @@ func (c *Config) ProcessCap() int {
 	return c.MaxLive + 2
 }
 
-// SetDefaults fills every zero value with the spec's numbers.
+// SetDefaults fills every zero value with the spec's numbers. A negative
+// one stays for Validate to refuse.
 func (c *Config) SetDefaults() {
-	if c.MaxLive <= 0 {
+	if c.MaxLive == 0 {
 		c.MaxLive = 4
 	}
-	if c.IdleTimeout <= 0 {
+	if c.IdleTimeout == 0 {
 		c.IdleTimeout = Duration(30 * time.Minute)
 	}
-	if c.QueueLen <= 0 {
+	if c.QueueLen == 0 {
 		c.QueueLen = 64
 	}
-	if c.QueueTimeout <= 0 {
+	if c.QueueTimeout == 0 {
 		c.QueueTimeout = Duration(2 * time.Minute)
 	}
 	for i := range c.Bindings {
@@ -465,63 +553,69 @@ func (c *Config) SetDefaults() {
 			p.Currency = "USD"
 		}
 	}
-	if c.BackgroundLimit <= 0 {
+	if c.BackgroundLimit == 0 {
 		c.BackgroundLimit = Duration(2 * time.Hour)
 	}
-	if c.RestoreTimeout <= 0 {
+	if c.RestoreTimeout == 0 {
 		c.RestoreTimeout = Duration(60 * time.Second)
 	}
-	if c.RestoreFailures <= 0 {
+	if c.RestoreFailures == 0 {
 		c.RestoreFailures = 3
 	}
 	if c.Budgets.Currency == "" {
 		c.Budgets.Currency = "USD"
 	}
-	if c.Budgets.WarnAt <= 0 {
+	if c.Budgets.WarnAt == 0 {
 		c.Budgets.WarnAt = 0.8
 	}
-	if c.YieldAfter <= 0 {
+	if c.YieldAfter == 0 {
 		c.YieldAfter = 4
 	}
-	if c.Attachments.MaxBytes <= 0 {
+	if c.Attachments.MaxBytes == 0 {
 		c.Attachments.MaxBytes = DefaultAttachmentMaxBytes
 	}
-	if c.AgentGrace <= 0 {
+	if c.Attachments.MaxPerMessage == 0 {
+		c.Attachments.MaxPerMessage = DefaultAttachmentsPerMessage
+	}
+	if c.Attachments.MaxPerPush == 0 {
+		c.Attachments.MaxPerPush = DefaultAttachmentsPerPush
+	}
+	if c.AgentGrace == 0 {
 		c.AgentGrace = Duration(5 * time.Second)
 	}
-	if c.AgentCancelGrace <= 0 {
+	if c.AgentCancelGrace == 0 {
 		c.AgentCancelGrace = Duration(5 * time.Second)
 	}
-	if c.Context.Limit <= 0 {
+	if c.Context.Limit == 0 {
 		c.Context.Limit = delivery.DefaultLimit
 	}
-	if c.Context.MaxChars <= 0 {
+	if c.Context.MaxChars == 0 {
 		c.Context.MaxChars = delivery.DefaultMaxChars
 	}
-	if c.Context.MaxIDs <= 0 {
+	if c.Context.MaxIDs == 0 {
 		c.Context.MaxIDs = channel.MaxWatermarkIDs
 	}
-	if c.Runs.Events <= 0 {
+	if c.Runs.Events == 0 {
 		c.Runs.Events = run.DefaultEvents
 	}
-	if c.Runs.Bytes <= 0 {
+	if c.Runs.Bytes == 0 {
 		c.Runs.Bytes = run.DefaultBytes
 	}
-	if c.Runs.Retention <= 0 {
+	if c.Runs.Retention == 0 {
 		c.Runs.Retention = Duration(run.DefaultRetention)
 	}
-	if c.Runs.Ended <= 0 {
+	if c.Runs.Ended == 0 {
 		c.Runs.Ended = run.DefaultEnded
 	}
-	if c.Runs.Keepalive <= 0 {
+	if c.Runs.Keepalive == 0 {
 		c.Runs.Keepalive = Duration(15 * time.Second)
 	}
-	if c.Runs.PendingPermissions <= 0 {
+	if c.Runs.PendingPermissions == 0 {
 		c.Runs.PendingPermissions = run.DefaultPending
 	}
 	for i := range c.Bindings {
 		b := &c.Bindings[i]
-		if b.PermissionTimeout <= 0 {
+		if b.PermissionTimeout == 0 {
 			b.PermissionTimeout = Duration(5 * time.Minute)
 		}
 		if b.Permission == "" {
@@ -545,10 +639,10 @@ func (c *Config) SetDefaults() {
 		if b.Scope == "" {
 			b.Scope = ScopeChannel
 		}
-		if b.BriefEvery <= 0 {
+		if b.BriefEvery == 0 {
 			b.BriefEvery = 10
 		}
-		if b.TurnTimeout <= 0 {
+		if b.TurnTimeout == 0 {
 			b.TurnTimeout = Duration(10 * time.Minute)
 		}
 		if b.Runtime == "" {
@@ -561,6 +655,9 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	if len(c.Bindings) == 0 {
 		return fmt.Errorf("%w: no bindings; add one under \"bindings\"", ErrInvalid)
+	}
+	if err := checkNumbers("", c.numbers()); err != nil {
+		return err
 	}
 	if d := c.Attachments.Dir; d != "" && !filepath.IsAbs(d) {
 		return fmt.Errorf("%w: attachments.dir %q must be an absolute path", ErrInvalid, d)
@@ -581,8 +678,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: binding %q: handle %q must start with '@'", ErrInvalid, b.ID, b.Handle)
 		case b.System != "" && b.SystemFile != "":
 			return fmt.Errorf("%w: binding %q sets both system and system_file; keep one", ErrInvalid, b.ID)
-		case b.SystemFile != "" && !readableFile(b.SystemFile):
-			return fmt.Errorf("%w: binding %q: system_file %q is not a readable file; fix the path or use system", ErrInvalid, b.ID, b.SystemFile)
+		}
+		if err := checkNumbers(fmt.Sprintf("binding %q: ", b.ID), b.numbers()); err != nil {
+			return err
+		}
+		if b.SystemFile != "" {
+			if _, err := regfile.Read(b.SystemFile, MaxFileBytes); err != nil {
+				return fmt.Errorf("%w: binding %q: system_file: %w; fix the path or use system", ErrInvalid, b.ID, err)
+			}
 		}
 		if p := b.Prices; p != nil && (p.Input < 0 || p.Output < 0 || p.CacheRead < 0 || p.CacheWrite < 0) {
 			return fmt.Errorf("%w: binding %q: prices must be 0 or more per million tokens, got %+v", ErrInvalid, b.ID, *p)
@@ -658,14 +761,48 @@ func (b Budgets) validate(bindings map[string]bool) error {
 	return nil
 }
 
-func readableFile(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
+// number is a setting that counts, sizes or times something: 0 (or
+// leaving it out) means its default, and below 0 means nothing.
+type number struct {
+	name string
+	n    int64
+	dur  bool // a Duration, shown as one
+}
+
+func (c *Config) numbers() []number {
+	d := func(name string, v Duration) number { return number{name, int64(v), true} }
+	i := func(name string, v int) number { return number{name, int64(v), false} }
+	return []number{
+		i("max_live", c.MaxLive), d("idle_timeout", c.IdleTimeout), i("queue_len", c.QueueLen), d("queue_timeout", c.QueueTimeout),
+		d("agent_grace", c.AgentGrace), i("yield_after", c.YieldAfter), i("restore_failures", c.RestoreFailures),
+		d("restore_timeout", c.RestoreTimeout), d("background_limit", c.BackgroundLimit), d("agent_cancel_grace", c.AgentCancelGrace),
+		i("max_processes", c.MaxProcesses),
+		i("context.fetch", c.Context.Fetch), i("context.limit", c.Context.Limit), i("context.max_chars", c.Context.MaxChars), i("context.max_ids", c.Context.MaxIDs),
+		i("runs.events", c.Runs.Events), i("runs.bytes", c.Runs.Bytes), d("runs.retention", c.Runs.Retention), i("runs.ended", c.Runs.Ended),
+		d("runs.keepalive", c.Runs.Keepalive), i("runs.pending_permissions", c.Runs.PendingPermissions),
+		{"attachments.max_bytes", c.Attachments.MaxBytes, false}, i("attachments.max_per_message", c.Attachments.MaxPerMessage), i("attachments.max_per_push", c.Attachments.MaxPerPush),
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	return err == nil && fi.Mode().IsRegular()
+}
+
+func (b *Binding) numbers() []number {
+	return []number{
+		{"brief_every", int64(b.BriefEvery), false}, {"turn_timeout", int64(b.TurnTimeout), true}, {"permission_timeout", int64(b.PermissionTimeout), true},
+	}
+}
+
+// checkNumbers refuses the first negative of nums, its name after prefix.
+func checkNumbers(prefix string, nums []number) error {
+	for _, n := range nums {
+		if n.n >= 0 {
+			continue
+		}
+		v := fmt.Sprint(n.n)
+		if n.dur {
+			v = fmt.Sprintf("%q", time.Duration(n.n))
+		}
+		return fmt.Errorf("%w: %s%s %s must not be negative (0, or leaving it out, gives the default)", ErrInvalid, prefix, n.name, v)
+	}
+	return nil
 }
 
 // BindingIDs lists the configured bindings' ids, sorted.

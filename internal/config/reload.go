@@ -66,7 +66,7 @@ var SettingClasses = map[string]Class{
 	"runs.events": Restart, "runs.bytes": Restart, "runs.retention": Restart, "runs.ended": Restart,
 	"runs.keepalive": Restart, "runs.pending_permissions": Restart,
 	"cgroups": Restart, "budgets": AtOnce,
-	"attachments.dir": Restart, "attachments.max_bytes": Restart,
+	"attachments.dir": Restart, "attachments.max_bytes": Restart, "attachments.max_per_message": Restart, "attachments.max_per_push": Restart,
 }
 
 // Change is one setting that differs between two configs.

@@ -252,6 +252,14 @@ func (t *turn) answer() (apitype.Event, error) {
 		err = t.recordStart()
 	}
 	if err != nil {
+		// Not prompted: a new process has not seen its framing (a
+		// system_file that could not be read). As after a refused gate it
+		// stops, and its new session is not kept to restore: the key's
+		// next turn starts cold and sends the framing.
+		if t.co.Lease.Shape != lease.Warm {
+			t.keep = false
+			t.co.Session.TakeUnsaved()
+		}
 		t.d.m.ObserveTurn(shape, lease.OutcomeAgentError, t.d.now().Sub(t.start))
 		return apitype.Event{}, err
 	}

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "residentd")
+	// serve given no --config reads the default config file: not the one
+	// of the person running the tests (this folder holds none).
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
 	// With the crash points the restart tests kill the daemon at (crash.go
 	// in internal/daemon); the shipped binary has none.
 	if out, err := exec.Command("go", "build", "-tags", "crashpoints", "-o", bin, "github.com/residentd/residentd/cmd/residentd").CombinedOutput(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
@@ -17,6 +16,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/regfile"
 )
 
 // Push is one pushed message and the attachments it carries as pushed.
@@ -33,6 +33,9 @@ func resolve(cfg config.Attachments, batch []Push) ([]channel.Message, map[strin
 	max := cfg.MaxBytes
 	if max <= 0 {
 		max = config.DefaultAttachmentMaxBytes
+	}
+	if err := count(cfg, batch); err != nil {
+		return nil, nil, err
 	}
 	msgs := make([]channel.Message, len(batch))
 	var blobs map[string][]byte
@@ -65,6 +68,32 @@ func resolve(cfg config.Attachments, batch []Push) ([]channel.Message, map[strin
 	return msgs, blobs, nil
 }
 
+// count refuses a batch that carries more attachments than
+// attachments.max_per_message allows on one message or .max_per_push on
+// the whole batch, before any is read: each is read, sniffed and hashed
+// while the push waits.
+func count(cfg config.Attachments, batch []Push) error {
+	perMessage, perPush := cfg.MaxPerMessage, cfg.MaxPerPush
+	if perMessage <= 0 {
+		perMessage = config.DefaultAttachmentsPerMessage
+	}
+	if perPush <= 0 {
+		perPush = config.DefaultAttachmentsPerPush
+	}
+	total := 0
+	for i, p := range batch {
+		n := len(p.Attachments)
+		if n > perMessage {
+			return fmt.Errorf("%w: messages[%d] (id %q) carries %d attachments, the limit is %d per message (attachments.max_per_message); nothing of the batch was written", channel.ErrInvalidAttachment, i, p.Message.ID, n, perMessage)
+		}
+		total += n
+	}
+	if total > perPush {
+		return fmt.Errorf("%w: the push carries %d attachments over %d messages, the limit is %d per push (attachments.max_per_push): push them in smaller batches; nothing of the batch was written", channel.ErrInvalidAttachment, total, len(batch), perPush)
+	}
+	return nil
+}
+
 // read returns an attachment's content: a file inside dir, or inline data.
 func read(dir string, max int64, a apitype.Attachment) ([]byte, error) {
 	switch {
@@ -91,18 +120,16 @@ func read(dir string, max int64, a apitype.Attachment) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	// inside resolved every link: one swapped in since is refused, and so
+	// is anything but a regular file (a FIFO would block the open).
+	f, fi, err := regfile.OpenNoFollow(path)
+	if errors.Is(err, regfile.ErrNotRegular) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("unreadable: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("unreadable: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("path %q is not a regular file", a.Path)
-	}
 	if fi.Size() > max {
 		return nil, fmt.Errorf("%d bytes, the limit is %d (attachments.max_bytes)", fi.Size(), max)
 	}
