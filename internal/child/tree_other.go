@@ -19,10 +19,13 @@ type Cgroups struct {
 }
 
 // OpenCgroups is Linux-only.
-func OpenCgroups(want []string) (*Cgroups, error) { return nil, errNoCgroups }
+func OpenCgroups(prefix string, want []string) (*Cgroups, error) { return nil, errNoCgroups }
 
 // Close does nothing.
 func (c *Cgroups) Close() error { return nil }
+
+// Procs finds nothing.
+func (c *Cgroups) Procs() []int { return nil }
 
 // Subreaper is Linux-only.
 func Subreaper(log *zap.Logger) (stop func(), err error) { return func() {}, errNoCgroups }

@@ -204,7 +204,7 @@ func New(o Options) (*Keeper, error) {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.reportPolicies()
 	sweepLeftovers(d.st, d.log)
-	d.cgroups = openCgroups(o.Config, d.log)
+	d.cgroups = openCgroups(o.Config, d.st.MarkPrefix(), d.log)
 	// Said at startup, before anyone mentions an agent that cannot start.
 	for _, c := range d.BindingCommands() {
 		if !c.Startable {
@@ -225,6 +225,11 @@ func (d *Keeper) Close() {
 		d.bgMu.Unlock()
 		d.wg.Wait()
 		if d.cgroups != nil {
+			// The agents have stopped: what is left in their subtree had
+			// moved out of its agent's cgroup, and dies with the subtree.
+			if n := len(d.cgroups.Procs()); n > 0 {
+				d.log.Warn("stopping processes that left their agent's cgroup for another in the agents' subtree", zap.Int("processes", n), zap.String("cgroup", d.cgroups.Dir))
+			}
 			if err := d.cgroups.Close(); err != nil {
 				d.log.Warn("remove the agents' cgroup", zap.Error(err))
 			}
