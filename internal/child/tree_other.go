@@ -27,6 +27,9 @@ func (c *Cgroups) Close() error { return nil }
 // Procs finds nothing.
 func (c *Cgroups) Procs() []int { return nil }
 
+// LimitMarkable: another process's limits cannot be set here.
+func LimitMarkable(prefix string) bool { return false }
+
 // Subreaper is Linux-only.
 func Subreaper(log *zap.Logger) (stop func(), err error) { return func() {}, errNoCgroups }
 
@@ -51,7 +54,8 @@ func liveMarked(string) int                        { return 0 }
 func markedTrees(string, []string) []Leftover      { return nil }
 
 // setRlimits: another process's limits cannot be set here.
-func setRlimits(int, Limits) error { return nil }
+func setRlimits(int, Limits) error   { return nil }
+func setLimitMark(int, string) error { return nil }
 
 func unixClose(int) error { return nil }
 
