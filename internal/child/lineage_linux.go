@@ -174,6 +174,21 @@ func (l *Lineage) inCgroup(pid int) Verdict {
 	return Verdict{}
 }
 
+// inOpenSubtree reports whether pid is in a subtree this process has open.
+func inOpenSubtree(pid int) bool {
+	mount, err := cgroup2Mount()
+	path := cgroupPath(pid)
+	if err != nil || path == "" {
+		return false
+	}
+	dir, in := filepath.Join(mount, path), false
+	openSubtrees.Range(func(k, _ any) bool {
+		in = dir == k.(string) || strings.HasPrefix(dir, k.(string)+"/")
+		return !in
+	})
+	return in
+}
+
 // hasLimitMark reports whether pid carries an agent's rlimit mark
 // (LimitMark): one a process cannot raise back, so it survives a cleared
 // environment and a move out of every agent cgroup.

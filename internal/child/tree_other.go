@@ -27,6 +27,9 @@ func (c *Cgroups) Close() error { return nil }
 // Procs finds nothing.
 func (c *Cgroups) Procs() []int { return nil }
 
+// SweepStrays needs cgroups and other processes' limits: Linux only.
+func SweepStrays(prefix string, grace time.Duration) Strays { return Strays{} }
+
 // LimitMarkable: another process's limits cannot be set here.
 func LimitMarkable(prefix string) bool { return false }
 
