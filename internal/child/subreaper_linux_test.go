@@ -102,6 +102,7 @@ func subreaperEscapeMain() int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	defer esc.Kill() // however far a failure left it
 	exe, _ := os.Executable()
 	prefix := newMark("")[:MarkPrefixLen]
 	env := []string{"ESCAPE_EXE=" + exe}

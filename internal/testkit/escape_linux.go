@@ -4,6 +4,7 @@ package testkit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -183,14 +184,36 @@ type Escape struct {
 	Dir string
 }
 
-// NewEscape makes an escapee's directory and fifos, removed at the test's end.
+// NewEscape makes an escapee's directory and fifos, removed at the test's
+// end, when whatever still runs of the escapee is killed.
 func NewEscape(t testing.TB) *Escape {
 	t.Helper()
 	e, err := MakeEscape(ShortDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { e.Kill() })
 	return e
+}
+
+// Kill SIGKILLs every process whose environment names the escapee's
+// directory (its stages, and the agent that started it), however far it
+// got, and returns how many.
+func (e *Escape) Kill() int {
+	want := []byte("\x00ESCAPE_DIR=" + e.Dir + "\x00")
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + ent.Name() + "/environ")
+		if err == nil && bytes.Contains(append([]byte{0}, env...), want) && unix.Kill(pid, unix.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // MakeEscape makes an escapee's fifos in dir, for a child role of a test
