@@ -13,7 +13,9 @@ import (
 // drive a real `residentd serve` child (whose built-in agent is this binary
 // again, as `residentd agent`) without a separate build.
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Role{Env: "RESIDENTD_TEST_MAIN", Main: func() int {
+	// The escapee first: it is started from an agent, whose environment
+	// holds RESIDENTD_TEST_MAIN too.
+	testkit.Main(m, testkit.EscapeRole, testkit.Role{Env: "RESIDENTD_TEST_MAIN", Main: func() int {
 		// Socket activation needs LISTEN_PID to be the daemon's own pid,
 		// which the test cannot know before the fork.
 		if os.Getenv("RESIDENTD_TEST_LISTEN_PID") == "1" {

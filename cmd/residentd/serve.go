@@ -366,6 +366,9 @@ func serve(ctx context.Context, cfg *config.Config, deps serveDeps) error {
 		// Agents' trees may use only their tools (OPERATIONS.md).
 		Agents: &child.Lineage{Self: os.Getpid(), Cgroups: d.Keeper().AgentCgroups(), Adopts: adopts}})
 	run.API = srv
+	in, gaps := child.ThisFence(d.Keeper().AgentCgroups(), adopts, st.MarkPrefix()).Describe()
+	log.Warn("agent fence: in_force tells agents' processes from clients and finds them after a restart; not_covered is what it cannot",
+		zap.Strings("in_force", in), zap.Strings("not_covered", gaps))
 	cfgFile := deps.configFile
 	if cfgFile == "" {
 		cfgFile = "none (the built-in binding only)"

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,28 +23,50 @@ import (
 
 // Cgroups is the cgroup v2 subtree a daemon puts its agents in: one cgroup
 // per agent under Dir, so stopping an agent can end everything it started,
-// however it detached, and limits bound the whole tree.
+// however it detached, and limits bound the whole tree. Everything in the
+// subtree is an agent's: the daemon itself never runs in it.
 type Cgroups struct {
-	Dir         string   // residentd-<pid>-<n> under the daemon's own cgroup
+	Dir         string   // residentd-<mark prefix>-<pid>-<n> under the daemon's own cgroup
 	Controllers []string // enabled for the agents' cgroups (memory, pids, cpu)
 	seq         atomic.Int64
 	closeOnce   sync.Once
+	closeErr    error
 }
 
 var cgroupSeq atomic.Int64
 
+// openSubtrees are the subtrees this process has open: SweepStrays
+// leaves them alone.
+var openSubtrees sync.Map // dir -> true
+
 // OpenCgroups creates the daemon's agent subtree under its own cgroup v2
-// cgroup. want names the controllers limits need; those that cannot be
-// enabled are left out of Controllers (the caller says so). An error means
-// no cgroup can be created here: agents then run without one.
-func OpenCgroups(want []string) (*Cgroups, error) {
+// cgroup, named residentd-<prefix>-<pid>-<n>: prefix is the state file's
+// mark prefix (Spec.MarkPrefix), so the next daemon on that file finds
+// the subtree and what is left in it wherever it is (SweepStrays). An
+// invalid prefix gives residentd-<pid>-<n>, which no later daemon claims.
+// want names the controllers limits need; those that cannot be enabled
+// are left out of Controllers (the caller says so). An error means no
+// cgroup can be created here: agents then run without one.
+func OpenCgroups(prefix string, want []string) (*Cgroups, error) {
 	own, err := ownCgroup()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(own, fmt.Sprintf("residentd-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("child: create cgroup %s: %w", dir, err)
+	var dir string
+	for tries := 0; ; tries++ {
+		name := fmt.Sprintf("residentd-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+		if ValidMarkPrefix(prefix) {
+			name = "residentd-" + prefix + strings.TrimPrefix(name, "residentd")
+		}
+		dir = filepath.Join(own, name)
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			break
+		}
+		// A crashed process that had this pid may have left one behind.
+		if !errors.Is(err, os.ErrExist) || tries == 100 {
+			return nil, fmt.Errorf("child: create cgroup %s: %w", dir, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
 		_ = os.Remove(dir)
@@ -53,8 +76,26 @@ func OpenCgroups(want []string) (*Cgroups, error) {
 	if len(want) > 0 {
 		c.Controllers = enableControllers(own, dir, want)
 	}
+	openSubtrees.Store(dir, true)
 	return c, nil
 }
+
+// subtreeName reports whether a cgroup's base name is that of an agents'
+// subtree (OpenCgroups), and the mark prefix it carries ("" for one made
+// without a prefix).
+func subtreeName(base string) (prefix string, ok bool) {
+	rest, ok := strings.CutPrefix(base, "residentd-")
+	if !ok {
+		return "", false
+	}
+	if len(rest) > MarkPrefixLen && rest[MarkPrefixLen] == '-' && ValidMarkPrefix(rest[:MarkPrefixLen]) {
+		prefix, rest = rest[:MarkPrefixLen], rest[MarkPrefixLen+1:]
+	}
+	pid, n, ok := strings.Cut(rest, "-")
+	return prefix, ok && digits(pid) && digits(n)
+}
+
+func digits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 
 // ownCgroup is the directory of this process's cgroup v2 cgroup.
 func ownCgroup() (string, error) {
@@ -72,6 +113,21 @@ func ownCgroup() (string, error) {
 		}
 	}
 	return "", errors.New("child: this process is in no cgroup v2 cgroup")
+}
+
+// cgroupPath is pid's cgroup v2 path below the mount ("/a/b"), "" when
+// it cannot be read.
+func cgroupPath(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			return path
+		}
+	}
+	return ""
 }
 
 // cgroup2Mount finds where the cgroup v2 hierarchy is mounted
@@ -125,13 +181,62 @@ func enableControllers(own, dir string, want []string) []string {
 	return ok
 }
 
-// Close removes the subtree once its agents' cgroups are gone. Idempotent.
+// Close ends the subtree: call it once every agent has stopped. What is
+// still in the subtree then left its agent's cgroup but not the subtree
+// (a cgroup it made, or the subtree's own): it is killed (cgroup.kill),
+// and every cgroup of the subtree is removed. Idempotent.
 func (c *Cgroups) Close() error {
-	var err error
 	c.closeOnce.Do(func() {
-		err = removeCgroup(c.Dir)
+		c.closeErr = endSubtree(c.Dir, drainLimit)
+		openSubtrees.Delete(c.Dir)
 	})
-	return err
+	return c.closeErr
+}
+
+// Procs lists the processes anywhere in the subtree.
+func (c *Cgroups) Procs() []int { return subtreeProcs(c.Dir) }
+
+// subtreeProcs lists the processes in dir and every cgroup below it.
+func subtreeProcs(dir string) []int {
+	var out []int
+	for _, d := range cgroupDirs(dir) {
+		out = append(out, (&cgroup{dir: d}).pids()...)
+	}
+	return out
+}
+
+// cgroupDirs is dir and every cgroup below it, deepest first, so they can
+// be removed in order.
+func cgroupDirs(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			out = append(out, path)
+		}
+		return nil
+	})
+	slices.Reverse(out)
+	return out
+}
+
+// endSubtree kills whatever is in dir's subtree, waits up to d for it to
+// empty, and removes every cgroup in it.
+func endSubtree(dir string, d time.Duration) error {
+	if !cgroupEmpty(dir) {
+		if err := writeFile(filepath.Join(dir, "cgroup.kill"), "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("child: kill cgroup %s: %w", dir, err)
+		}
+		if !waitEmpty(dir, d) {
+			return fmt.Errorf("child: cgroup %s still populated after cgroup.kill", dir)
+		}
+	}
+	var first error
+	for _, sub := range cgroupDirs(dir) {
+		if err := removeCgroup(sub); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // cgroup is one agent's cgroup.

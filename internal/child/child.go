@@ -52,7 +52,9 @@ type Spec struct {
 	// MarkPrefix, 16 hex digits (MarkPrefixLen), begins the process's mark;
 	// the rest is random. A daemon gives every agent its state file's
 	// prefix, so the next daemon on that file finds a crashed one's agents
-	// by it (SweepMarked). Empty or malformed: the whole mark is random.
+	// by it (SweepMarked). The process also gets the prefix's rlimit mark
+	// (LimitMark, Linux), which SweepStrays finds. Empty or malformed: the
+	// whole mark is random, and there is no rlimit mark.
 	MarkPrefix string
 }
 
@@ -152,6 +154,9 @@ func Start(spec Spec) (*Process, error) {
 		closeAll(inR, inW, outR, outW, errR, errW)
 		return nil, fmt.Errorf("child: start %q: %w; check that the path is an executable file", spec.Path, err)
 	}
+	// The rlimit mark first: whatever the agent starts from now on
+	// inherits it.
+	markErr := setLimitMark(cmd.Process.Pid, spec.MarkPrefix)
 	if cg != nil {
 		_ = unixClose(cgfd)
 	}
@@ -175,6 +180,9 @@ func Start(spec Spec) (*Process, error) {
 	own.Unlock()
 	if err := setRlimits(p.pid, spec.Limits); err != nil {
 		p.log.Warn("agent runs without its rlimits", zap.Error(err))
+	}
+	if err := markErr; err != nil {
+		p.log.Warn("agent runs without its rlimit mark; a descendant that leaves its cgroup and clears its environment is not found after a crash of the daemon", zap.Error(err))
 	}
 	stderrDone := make(chan struct{})
 	go func() {

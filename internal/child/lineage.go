@@ -13,14 +13,20 @@ import "sync"
 //   - its parent chain reaches this process through a child that is not an
 //     agent, and this process is a child subreaper (Adopts): only orphans
 //     from an agent's tree are adopted, since the daemon starts nothing else;
-//   - it is in the agents' cgroup subtree (Cgroups);
+//   - it is in the agents' cgroup subtree (Cgroups), or in any agents'
+//     subtree (an earlier daemon's the startup sweep could not empty);
 //   - its environment carries a valid MarkEnv, which every agent is given
-//     and every descendant inherits unless it clears its environment.
+//     and every descendant inherits unless it clears its environment;
+//   - its hard RLIMIT_RTTIME is an rlimit mark (LimitMark), which every
+//     descendant inherits and only root can raise back.
 //
-// The first two are kernel facts a process cannot shed; the cgroup holds
-// unless the process moves itself out; the mark is the fallback where
-// neither cgroups nor the subreaper are available. A process that cannot be
-// examined, or whose pid may have been reused, is refused as unknown.
+// The first two are kernel facts a process cannot shed while this daemon
+// lives; the cgroup holds unless the process moves itself out of the
+// subtree; the marks are what is left where neither cgroups nor the
+// subreaper are available, and what the next daemon goes by: a process
+// can clear its environment, and lower its limit on purpose. A process
+// that cannot be examined, or whose pid may have been reused, is refused
+// as unknown.
 type Lineage struct {
 	Self    int      // this daemon's pid; a peer that is this process is not an agent
 	Cgroups *Cgroups // the agents' cgroup subtree; nil without one

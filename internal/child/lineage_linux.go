@@ -52,6 +52,9 @@ func (l *Lineage) Agent(pid int, notAfter uint64) Verdict {
 	if !v.Agent {
 		v = hasMark(pid)
 	}
+	if !v.Agent {
+		v = hasLimitMark(pid)
+	}
 	// What was read must be of the process asked about, not of a newcomer
 	// that took its pid meanwhile.
 	if again, err := readLink(pid); err != nil || again.Start != first.Start {
@@ -140,7 +143,11 @@ func (l *Lineage) ancestry(st link) Verdict {
 	return Verdict{Agent: true, Why: fmt.Sprintf("the parent chain of pid %d is deeper than %d", st.Pid, maxAncestors)}
 }
 
-// inCgroup reports whether pid is in the agents' cgroup subtree.
+// inCgroup reports whether pid is in an agents' cgroup subtree: this
+// daemon's, or any named as OpenCgroups names them — an earlier daemon's
+// on the same state file that the startup sweep could not empty, or
+// another daemon's. The daemon itself never runs in one, so whatever is in
+// one is an agent's, wherever in the subtree it moved.
 func (l *Lineage) inCgroup(pid int) Verdict {
 	l.once.Do(func() {
 		if l.Cgroups == nil {
@@ -152,17 +159,42 @@ func (l *Lineage) inCgroup(pid int) Verdict {
 			}
 		}
 	})
-	if l.cgRel == "" {
+	path := cgroupPath(pid)
+	if path == "" {
 		return Verdict{}
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		return Verdict{}
+	if l.cgRel != "" && (path == l.cgRel || strings.HasPrefix(path, l.cgRel+"/")) {
+		return Verdict{Agent: true, Why: fmt.Sprintf("pid %d is in the agents' cgroup %s", pid, path)}
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if path, ok := strings.CutPrefix(line, "0::"); ok && (path == l.cgRel || strings.HasPrefix(path, l.cgRel+"/")) {
-			return Verdict{Agent: true, Why: fmt.Sprintf("pid %d is in the agents' cgroup %s", pid, path)}
+	for _, part := range strings.Split(path, "/") {
+		if _, ok := subtreeName(part); ok {
+			return Verdict{Agent: true, Why: fmt.Sprintf("pid %d is in cgroup %s, in an agents' subtree not this daemon's own", pid, path)}
 		}
+	}
+	return Verdict{}
+}
+
+// inOpenSubtree reports whether pid is in a subtree this process has open.
+func inOpenSubtree(pid int) bool {
+	mount, err := cgroup2Mount()
+	path := cgroupPath(pid)
+	if err != nil || path == "" {
+		return false
+	}
+	dir, in := filepath.Join(mount, path), false
+	openSubtrees.Range(func(k, _ any) bool {
+		in = dir == k.(string) || strings.HasPrefix(dir, k.(string)+"/")
+		return !in
+	})
+	return in
+}
+
+// hasLimitMark reports whether pid carries an agent's rlimit mark
+// (LimitMark): one a process cannot raise back, so it survives a cleared
+// environment and a move out of every agent cgroup.
+func hasLimitMark(pid int) Verdict {
+	if v := hardRTTime(pid); isLimitMark(v) {
+		return Verdict{Agent: true, Why: fmt.Sprintf("pid %d carries an agent's rlimit mark (hard RLIMIT_RTTIME %d)", pid, v)}
 	}
 	return Verdict{}
 }

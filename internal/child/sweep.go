@@ -44,6 +44,15 @@ type SweepResult struct {
 	Err     error
 }
 
+// Strays is what SweepStrays did.
+type Strays struct {
+	Subtrees  []string // earlier daemons' agents' subtrees found; each is removed unless Err says otherwise
+	Processes int      // processes stopped: those in the subtrees and those carrying the rlimit mark
+	ByLimit   int      // of Processes, those outside the subtrees, found by the rlimit mark
+	Forced    bool     // some needed SIGKILL
+	Err       error
+}
+
 // StartTicks returns an identity stamp for pid that survives as long as the
 // process does and differs for a later process reusing the pid: on Linux the
 // start time in clock ticks since boot (/proc/<pid>/stat field 22), elsewhere

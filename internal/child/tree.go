@@ -74,6 +74,36 @@ func NewMarkPrefix() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
+// The rlimit mark: every agent of a state file gets as its hard
+// RLIMIT_RTTIME (real-time CPU time, which bounds only processes under a
+// real-time scheduling policy) a value made from the file's mark prefix,
+// limitMarkBase and above, a duration of over 100,000 years. Its whole
+// tree inherits it through every fork and exec, setsid, a cleared
+// environment and a move to another cgroup, and a process not running as
+// root cannot raise a hard limit: it can shed the mark only by lowering the
+// limit on purpose.
+const (
+	limitMarkBase = uint64(1) << 62
+	limitMarkSpan = uint64(1) << 60
+)
+
+// LimitMark is the hard RLIMIT_RTTIME of the agents of the state file
+// whose mark prefix is prefix, 0 for an invalid prefix.
+func LimitMark(prefix string) uint64 {
+	if !ValidMarkPrefix(prefix) {
+		return 0
+	}
+	v, err := strconv.ParseUint(prefix, 16, 64)
+	if err != nil {
+		return 0
+	}
+	return limitMarkBase | v>>4
+}
+
+// isLimitMark reports whether a hard RLIMIT_RTTIME is some state file's
+// rlimit mark.
+func isLimitMark(v uint64) bool { return v >= limitMarkBase && v-limitMarkBase < limitMarkSpan }
+
 // newMark is prefix followed by 16 random hex digits, or 32 random ones
 // when prefix is not a valid one: 32 hex digits either way (validMark).
 func newMark(prefix string) string {

@@ -21,8 +21,13 @@ import (
 // Subreaper makes this process a child subreaper: whatever an agent starts
 // and then abandons (a double fork, a setsid child whose parent exited)
 // re-parents here instead of to PID 1, so the daemon can find and reap it.
-// It starts the goroutine that reaps such adopted orphans; stop ends it.
-// Call it once, from the daemon's main: it changes the whole process.
+// It starts the goroutine that reaps such adopted orphans. stop ends it,
+// then kills everything below this process that no live agent of its
+// leads to — what stopped agents left behind, however it detached, left
+// its cgroup or cleared its environment — and reaps it: call stop once the
+// agents have stopped, as the daemon exits. Call Subreaper once, from the
+// daemon's main, which starts nothing but agents: it changes the whole
+// process.
 func Subreaper(log *zap.Logger) (stop func(), err error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return func() {}, fmt.Errorf("child: become child subreaper: %w", err)
@@ -55,9 +60,66 @@ func Subreaper(log *zap.Logger) (stop func(), err error) {
 		once.Do(func() {
 			signal.Stop(sig)
 			close(quit)
+			<-done
+			if n := endAdopted(5 * time.Second); n > 0 {
+				log.Info("stopped processes adopted from agents' trees", zap.Int("count", n))
+			}
 		})
 		<-done
 	}, nil
+}
+
+// endAdopted SIGKILLs every live process below this one that is not in the
+// tree of a live agent of this process, reaps the zombies among this
+// process's children that are no agent's, and repeats until none is left
+// or d has passed. It returns how many processes it killed.
+func endAdopted(d time.Duration) int {
+	self := os.Getpid()
+	killed := map[int]bool{}
+	for deadline := time.Now().Add(d); ; {
+		all, err := All()
+		if err != nil {
+			return len(killed)
+		}
+		parent := make(map[int]int, len(all))
+		for _, st := range all {
+			parent[st.Pid] = st.Ppid
+		}
+		left := false
+		for _, st := range all {
+			if !adopted(st.Pid, self, parent) {
+				continue
+			}
+			left = true
+			if !st.Zombie() && syscall.Kill(st.Pid, syscall.SIGKILL) == nil {
+				killed[st.Pid] = true
+			}
+		}
+		reapOrphans()
+		if !left || time.Now().After(deadline) {
+			return len(killed)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// adopted reports whether pid is below self (parent maps each pid to its
+// parent) without a live agent of this process on the way.
+func adopted(pid, self int, parent map[int]int) bool {
+	for range maxAncestors {
+		if pid == self || lookup(pid) != nil {
+			return false
+		}
+		pp, ok := parent[pid]
+		if !ok || pp <= 1 {
+			return false
+		}
+		if pp == self {
+			return true
+		}
+		pid = pp
+	}
+	return false
 }
 
 // reapOrphans reaps the zombie children of this process that it did not

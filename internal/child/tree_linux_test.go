@@ -98,7 +98,14 @@ func startTreeMarked(t *testing.T, cg *Cgroups, clearEnv bool, prefix string) (p
 // must be gone after the test.
 func openCgroupsOrSkip(t *testing.T, want ...string) *Cgroups {
 	t.Helper()
-	cg, err := OpenCgroups(want)
+	return openMarkedCgroupsOrSkip(t, "", want...)
+}
+
+// openMarkedCgroupsOrSkip is openCgroupsOrSkip with the subtree named with
+// a state file's mark prefix.
+func openMarkedCgroupsOrSkip(t *testing.T, prefix string, want ...string) *Cgroups {
+	t.Helper()
+	cg, err := OpenCgroups(prefix, want)
 	if err == nil {
 		for _, c := range want {
 			if !slices.Contains(cg.Controllers, c) {

@@ -19,10 +19,19 @@ type Cgroups struct {
 }
 
 // OpenCgroups is Linux-only.
-func OpenCgroups(want []string) (*Cgroups, error) { return nil, errNoCgroups }
+func OpenCgroups(prefix string, want []string) (*Cgroups, error) { return nil, errNoCgroups }
 
 // Close does nothing.
 func (c *Cgroups) Close() error { return nil }
+
+// Procs finds nothing.
+func (c *Cgroups) Procs() []int { return nil }
+
+// SweepStrays needs cgroups and other processes' limits: Linux only.
+func SweepStrays(prefix string, grace time.Duration) Strays { return Strays{} }
+
+// LimitMarkable: another process's limits cannot be set here.
+func LimitMarkable(prefix string) bool { return false }
 
 // Subreaper is Linux-only.
 func Subreaper(log *zap.Logger) (stop func(), err error) { return func() {}, errNoCgroups }
@@ -48,7 +57,8 @@ func liveMarked(string) int                        { return 0 }
 func markedTrees(string, []string) []Leftover      { return nil }
 
 // setRlimits: another process's limits cannot be set here.
-func setRlimits(int, Limits) error { return nil }
+func setRlimits(int, Limits) error   { return nil }
+func setLimitMark(int, string) error { return nil }
 
 func unixClose(int) error { return nil }
 

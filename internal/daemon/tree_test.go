@@ -53,7 +53,7 @@ func TestNothingOutlivesItsAgent(t *testing.T) {
 	stops := []string{"fresh", "idle", "capacity", "crash", "shutdown"}
 	for _, cgroups := range []bool{false, true} {
 		if cgroups {
-			if cg, err := child.OpenCgroups(nil); err != nil {
+			if cg, err := child.OpenCgroups("", nil); err != nil {
 				fmt.Fprintf(os.Stderr, "NOTICE: %s: cannot create a cgroup here, cgroup cases skipped: %v\n", t.Name(), err)
 				continue
 			} else {

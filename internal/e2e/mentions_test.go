@@ -492,6 +492,14 @@ func (m *mentionRun) finish() mentionCounts {
 		prompts[b] = readAgentPrompts(t, filepath.Join(m.state, b+".jsonl"))
 	}
 	m.check(prompts)
+	if dir := os.Getenv("RESIDENTD_MENTION_KEEP"); dir != "" && t.Failed() {
+		// The state, the agents' records and the daemon's log, to read.
+		keep := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
+		if err := os.CopyFS(keep, os.DirFS(m.state)); err != nil {
+			t.Logf("keep %s: %v", keep, err)
+		}
+		t.Logf("the run's files are in %s", keep)
+	}
 	return m.counts
 }
 

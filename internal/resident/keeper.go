@@ -204,7 +204,7 @@ func New(o Options) (*Keeper, error) {
 	kp.ctx, kp.cancel = context.WithCancel(context.Background())
 	kp.reportPolicies()
 	sweepLeftovers(kp.st, kp.log)
-	kp.cgroups = openCgroups(o.Config, kp.log)
+	kp.cgroups = openCgroups(o.Config, kp.st.MarkPrefix(), kp.log)
 	// Said at startup, before anyone mentions an agent that cannot start.
 	for _, c := range kp.BindingCommands() {
 		if !c.Startable {
@@ -225,6 +225,11 @@ func (kp *Keeper) Close() {
 		kp.bgMu.Unlock()
 		kp.wg.Wait()
 		if kp.cgroups != nil {
+			// The agents have stopped: what is left in their subtree had
+			// moved out of its agent's cgroup, and dies with the subtree.
+			if n := len(kp.cgroups.Procs()); n > 0 {
+				kp.log.Warn("stopping processes that left their agent's cgroup for another in the agents' subtree", zap.Int("processes", n), zap.String("cgroup", kp.cgroups.Dir))
+			}
 			if err := kp.cgroups.Close(); err != nil {
 				kp.log.Warn("remove the agents' cgroup", zap.Error(err))
 			}

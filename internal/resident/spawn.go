@@ -618,10 +618,11 @@ func (kp *Keeper) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, releas
 	})
 }
 
-// openCgroups makes the cgroup subtree the agents run in and says once how
-// agents are contained: in cgroups (with which limit controllers), or by
-// process group and the mark their descendants inherit.
-func openCgroups(cfg *config.Config, log *zap.Logger) *child.Cgroups {
+// openCgroups makes the cgroup subtree the agents run in, named with the
+// store's mark prefix so the next daemon on the store finds it, and says
+// once how agents are contained: in cgroups (with which limit
+// controllers), or by process group and the mark their descendants inherit.
+func openCgroups(cfg *config.Config, prefix string, log *zap.Logger) *child.Cgroups {
 	if !cfg.CgroupsOn() {
 		log.Info("agent cgroups off (cgroups: false); agents are stopped by process group and by the mark their descendants inherit")
 		return nil
@@ -634,7 +635,7 @@ func openCgroups(cfg *config.Config, log *zap.Logger) *child.Cgroups {
 			}
 		}
 	}
-	cg, err := child.OpenCgroups(want)
+	cg, err := child.OpenCgroups(prefix, want)
 	if err != nil {
 		log.Warn("agents run without cgroups of their own; they are stopped by process group and by the mark their descendants inherit, and memory, pids and cpu limits are not applied", zap.Error(err))
 		return nil

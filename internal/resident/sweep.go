@@ -20,8 +20,11 @@ const sweepGrace = 3 * time.Second
 // signalled. Then, on Linux, it stops every process still carrying a mark
 // with the store's prefix: the agents whose records the crash left
 // unwritten (RecordAgent waits for the next write), and their descendants.
-// Elsewhere other processes' environments cannot be read and only recorded
-// agents are swept. New runs it, before anything can spawn.
+// Last, what escaped both: whatever is in an earlier daemon's agents'
+// cgroup subtree (named with the prefix), and whatever carries the
+// store's rlimit mark, however it detached and whatever it cleared.
+// Elsewhere other processes cannot be examined and only recorded agents
+// are swept. New runs it, before anything can spawn.
 func sweepLeftovers(st *store.Store, log *zap.Logger) {
 	recs, err := st.Agents()
 	if err != nil {
@@ -84,8 +87,18 @@ func sweepLeftovers(st *store.Store, log *zap.Logger) {
 			log.Warn("startup sweep: unrecorded leftover agent's cgroup not removed", append(fields, zap.Error(res.Err))...)
 		}
 	}
-	if len(recs) == 0 && unrecorded == 0 {
+	// The subtrees and the rlimit mark are the store's alone too.
+	strays := child.SweepStrays(st.MarkPrefix(), sweepGrace)
+	if strays.Processes > 0 {
+		killed++
+		log.Info("startup sweep: stopped processes that had left their agents (found in an earlier daemon's agents' cgroup subtree or by their rlimit mark)",
+			zap.Strings("cgroups", strays.Subtrees), zap.Int("processes", strays.Processes), zap.Int("by_rlimit_mark", strays.ByLimit), zap.Bool("sigkill", strays.Forced))
+	}
+	if strays.Err != nil {
+		log.Warn("startup sweep: an earlier daemon's agents' cgroup subtree not removed", zap.Strings("cgroups", strays.Subtrees), zap.Error(strays.Err))
+	}
+	if len(recs) == 0 && unrecorded == 0 && strays.Processes == 0 {
 		return
 	}
-	log.Info("startup sweep done", zap.Int("records", len(recs)), zap.Int("unrecorded", unrecorded), zap.Int("stopped", killed), zap.Int("spared", spared))
+	log.Info("startup sweep done", zap.Int("records", len(recs)), zap.Int("unrecorded", unrecorded), zap.Int("strays", strays.Processes), zap.Int("stopped", killed), zap.Int("spared", spared))
 }
