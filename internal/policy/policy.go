@@ -64,6 +64,7 @@ const (
 	KindUnknown Kind = ""
 	KindClaude  Kind = "claude-agent-acp"
 	KindBuiltin Kind = "residentd-builtin"
+	KindCodex   Kind = "codex-acp"
 )
 
 // KindOf recognises an agent by its agentInfo name.
@@ -73,6 +74,8 @@ func KindOf(a Agent) Kind {
 		return KindClaude
 	case "residentd-builtin":
 		return KindBuiltin
+	case "@agentclientprotocol/codex-acp":
+		return KindCodex
 	}
 	return KindUnknown
 }
@@ -94,6 +97,13 @@ var ClaudeExecWrite = []string{"Bash", "PowerShell", "Monitor", "Edit", "MultiEd
 // runs them unasked.
 const BuiltinMode = "manual"
 
+// CodexMode is the codex-acp mode that runs the Codex CLI's commands in a
+// read-only sandbox and asks (session/request_permission) before anything
+// leaves it: a command the model wants run outside the sandbox, an edit.
+// Its default mode, "agent", lets commands write in the working directory
+// unasked and has a model, not a person, review the rest.
+const CodexMode = "read-only"
+
 // For returns the controls that carry policy p to agent a.
 func For(a Agent, p permission.Policy) Controls {
 	if p == "" {
@@ -108,6 +118,12 @@ func For(a Agent, p permission.Policy) Controls {
 		return claude(p)
 	case KindBuiltin:
 		return Controls{Mode: BuiltinMode, Enforced: true, By: fmt.Sprintf("session mode %q (asks before every tool call); the requests are answered by the policy", BuiltinMode)}
+	case KindCodex:
+		// Advisory: the sandbox fails writes and what leaves it is asked,
+		// but its commands run unasked and read any file
+		// (TestCodexPolicy, internal/interop).
+		return Controls{Mode: CodexMode, By: fmt.Sprintf("session mode %q (Codex's read-only sandbox; a command run outside it and every edit are asked, and answered by the policy)", CodexMode),
+			Unasked: "shell commands in Codex's read-only sandbox: their writes fail, but they read any file, outside the binding's dir too"}
 	}
 	return Controls{Unasked: "unknown: residentd knows no control of this agent, which may run tools without asking"}
 }

@@ -31,6 +31,15 @@ func TestFor(t *testing.T) {
 	if c := For(Agent{Name: "residentd-builtin", Version: "1"}, permission.Deny); !c.Enforced || c.Mode != BuiltinMode || c.Meta != nil {
 		t.Errorf("built-in agent under deny: %+v", c)
 	}
+	codex := Agent{Name: "@agentclientprotocol/codex-acp", Version: "2.6.0"}
+	for _, p := range []permission.Policy{permission.Deny, permission.ReadOnly, permission.Ask, permission.ReadOnlyAsk} {
+		if c := For(codex, p); c.Enforced || c.Mode != CodexMode || c.Meta != nil || c.Unasked == "" {
+			t.Errorf("codex-acp under %q: %+v, want mode %q, advisory with what it runs unasked", p, c, CodexMode)
+		}
+	}
+	if c := For(codex, permission.Allow); !c.Enforced || c.Mode != "" {
+		t.Errorf("codex-acp under allow: %+v, want nothing set", c)
+	}
 	for _, a := range []Agent{{}, {Name: "gemini-cli", Version: "0.61"}} {
 		if c := For(a, permission.Deny); c.Enforced || c.Mode != "" || c.Meta != nil || c.Unasked == "" {
 			t.Errorf("%s under deny: %+v, want advisory with nothing set", a, c)
