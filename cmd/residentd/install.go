@@ -258,7 +258,7 @@ func checkConfig(o *service.InstallOptions, stdout io.Writer) error {
 	if state == "" {
 		state = defaultStateDir()
 	}
-	cfg, err := loadConfig(o.Config, o.Binary, state, false)
+	cfg, err := loadConfig(o.Config, o.Binary, state)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w; fix it and run install again", errInstallCheck, o.Config, err)
 	}

@@ -84,7 +84,7 @@ func stateDirFor(configPath, state string) (string, error) {
 		}
 	}
 	if configPath != "" {
-		cfg, err := loadConfig(configPath, "residentd", defaultStateDir(), false)
+		cfg, err := loadConfig(configPath, "residentd", defaultStateDir())
 		if err != nil {
 			return "", err
 		}

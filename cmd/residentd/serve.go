@@ -47,6 +47,7 @@ type serveFlags struct {
 	idle        time.Duration
 	grace       time.Duration
 	withClaude  bool
+	withCodex   bool
 }
 
 func (f *serveFlags) bind(fs *flag.FlagSet) {
@@ -59,6 +60,7 @@ func (f *serveFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxLive, "max-live", 0, "live agent processes at once (default 4)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop an agent idle this long (default 30m)")
 	fs.BoolVar(&f.withClaude, "with-claude", false, "also bind claude-agent-acp (on PATH) as b-claude, with a one-hour provider cache")
+	fs.BoolVar(&f.withCodex, "with-codex", false, "also bind codex-acp (on PATH) as b-codex; it uses the Codex CLI's own login")
 	fs.DurationVar(&f.grace, "shutdown-grace", 10*time.Second, "on SIGTERM, how long runs in flight may finish with their normal result; the rest are cancelled (shutting_down)")
 }
 
@@ -137,15 +139,16 @@ func existingDefaultConfig() (string, error) {
 }
 
 // loadConfig reads the config file, or builds the built-in default, and
-// always makes the built-in binding available; withClaude adds the ready
-// claude-agent-acp binding as b-claude unless the file defines one.
-func loadConfig(path, self, stateDir string, withClaude bool) (*config.Config, error) {
-	return loadConfigOver(path, self, stateDir, withClaude, nil)
+// always makes the built-in binding available; each ready binding (the
+// claude-agent-acp one of --with-claude, say) is added unless the file
+// defines one of its id.
+func loadConfig(path, self, stateDir string, ready ...config.Binding) (*config.Config, error) {
+	return loadConfigOver(path, self, stateDir, nil, ready...)
 }
 
 // loadConfigOver is loadConfig with over (if not nil) setting what the
 // command line says over the file, before the defaults and the checks.
-func loadConfigOver(path, self, stateDir string, withClaude bool, over func(*config.Config)) (*config.Config, error) {
+func loadConfigOver(path, self, stateDir string, over func(*config.Config), ready ...config.Binding) (*config.Config, error) {
 	cfg := &config.Config{}
 	if path != "" {
 		c, err := config.Load(path)
@@ -157,8 +160,10 @@ func loadConfigOver(path, self, stateDir string, withClaude bool, over func(*con
 	if cfg.StateDir == "" {
 		cfg.StateDir = stateDir
 	}
-	if _, ok := cfg.Binding("b-claude"); withClaude && !ok {
-		cfg.Bindings = append(cfg.Bindings, config.ClaudeAgentACP())
+	for _, b := range ready {
+		if _, ok := cfg.Binding(b.ID); !ok {
+			cfg.Bindings = append(cfg.Bindings, b)
+		}
 	}
 	if _, ok := cfg.Binding("b-builtin"); !ok {
 		cfg.Bindings = append(cfg.Bindings, config.Builtin(self, cfg.StateDir))
@@ -229,7 +234,7 @@ func runServe(ctx context.Context, e *cmdEnv, f *serveFlags) error {
 // default), then the command line's settings over it, checked together
 // (--max-live against the file's max_processes).
 func (f *serveFlags) load(self, state string) (*config.Config, error) {
-	cfg, err := loadConfigOver(f.config, self, state, f.withClaude, func(c *config.Config) {
+	cfg, err := loadConfigOver(f.config, self, state, func(c *config.Config) {
 		if f.socket != "" {
 			c.Socket = f.socket
 		}
@@ -239,7 +244,7 @@ func (f *serveFlags) load(self, state string) (*config.Config, error) {
 		if f.idle > 0 {
 			c.IdleTimeout = config.Duration(f.idle)
 		}
-	})
+	}, f.ready()...)
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +252,18 @@ func (f *serveFlags) load(self, state string) (*config.Config, error) {
 		cfg.Socket = client.DefaultSocketPath()
 	}
 	return cfg, nil
+}
+
+// ready is the ready bindings the command line asks for.
+func (f *serveFlags) ready() []config.Binding {
+	var out []config.Binding
+	if f.withClaude {
+		out = append(out, config.ClaudeAgentACP())
+	}
+	if f.withCodex {
+		out = append(out, config.CodexACP())
+	}
+	return out
 }
 
 type serveDeps struct {

@@ -855,3 +855,20 @@ func ClaudeAgentACP() Binding {
 		Supervised: true, Resident: true, Bursts: BurstsCoalesce,
 	}
 }
+
+// CodexACP is the ready binding for codex-acp (`serve --with-codex`):
+// codex-acp on PATH, which runs the Codex CLI it installs with and uses
+// that CLI's own login (~/.codex), supervised and resident. Bursts
+// coalesce, as for claude: codex-acp 2.6 takes steering, but a steered
+// mention drops the model call in flight and calls the model again with the
+// whole context (TestCodexSteer). No prices: codex-acp reports tokens and no
+// cost, and the right prices are those of the model the login uses; a
+// config file's b-codex can give them.
+func CodexACP() Binding {
+	return Binding{
+		ID: "b-codex", Handle: "@codex", Runtime: "cli:codex:agent",
+		Command:    "codex-acp",
+		System:     `You are @codex, a resident coding agent in a team chat. People mention you in channels; each mention arrives as a user turn with the mention payload, a brief, and the channel lines you have not seen yet.`,
+		Supervised: true, Resident: true, Bursts: BurstsCoalesce,
+	}
+}

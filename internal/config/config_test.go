@@ -39,8 +39,22 @@ func TestExampleConfigLoadsAndValidates(t *testing.T) {
 	if g, ok := c.Binding("b-gemini"); !ok || g.RestoreOn() || !strings.Contains(g.Comment, "session/load") {
 		t.Fatalf("b-gemini = %+v: want restore off, with the reason in its comment", g)
 	}
-	if x, ok := c.Binding("b-codex"); !ok || x.Command != "codex-acp" || !x.KeepsSession() {
-		t.Fatalf("b-codex = %+v", x)
+	if x, ok := c.Binding("b-codex"); !ok || x.Command != "codex-acp" || !x.KeepsSession() || x.Prices == nil || x.Prices.Output == 0 {
+		t.Fatalf("b-codex = %+v: want codex-acp, resident, with prices (it reports tokens and no cost)", x)
+	}
+}
+
+func TestReadyCodexBindingMatchesExample(t *testing.T) {
+	b := CodexACP()
+	if b.ID != "b-codex" || b.Command != "codex-acp" || !b.KeepsSession() || b.Bursts != BurstsCoalesce || b.Prices != nil {
+		t.Fatalf("CodexACP = %+v", b)
+	}
+	c, err := Load(filepath.Join("..", "..", "deploy", "config.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, _ := c.Binding("b-codex"); x.Bursts != b.Bursts || x.Command != b.Command {
+		t.Fatalf("the example's b-codex has bursts %q, the ready binding %q", x.Bursts, b.Bursts)
 	}
 }
 
