@@ -12,6 +12,7 @@ import (
 
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
 	"github.com/residentd/residentd/internal/testkit"
 )
 
@@ -308,4 +309,25 @@ func TestCodexStopLeavesNoChildren(t *testing.T) {
 			t.Errorf("pid %d still running after stop: %s", p, cmdline(p))
 		}
 	}
+}
+
+// TestCodexWithoutCredentials: with no login and no provider of its own
+// (the Codex CLI's default, OpenAI's, which needs one), codex-acp refuses
+// session/new with "Authentication required": the turn fails before it
+// starts, as the agent's error.
+func TestCodexWithoutCredentials(t *testing.T) {
+	t.Parallel()
+	b := codexBinding(t, newFakeResponses(t, "nobody should ask for this"))
+	if err := os.Remove(filepath.Join(b.Env["CODEX_HOME"], "config.toml")); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, b)
+	r := h.mention(testCtx(t), "ch", "b-codex", "q1", "@codex why is the refund spec flaky?")
+	if r.err == nil || daemon.Outcome(r.err) != "agent_error" || !strings.Contains(r.err.Error(), "Authentication required") {
+		t.Fatalf("turn without credentials: err %v (outcome %s), want the agent's Authentication required", r.err, daemon.Outcome(r.err))
+	}
+	if r.start.Event != "" || r.done.Event != "" {
+		t.Fatalf("a turn that could not open a session started (%+v) or ended done (%+v)", r.start, r.done)
+	}
+	t.Logf("without credentials: %v", r.err)
 }
