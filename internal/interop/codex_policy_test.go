@@ -102,7 +102,7 @@ func codexPolicyTurns(t *testing.T, pol permission.Policy) [6]string {
 		}},
 	}
 	b := codexBinding(t, api)
-	b.Permission, b.Dir = pol, workdir
+	b.Permission, b.Dir, b.Prices = pol, workdir, codexPrices
 	h := newHarness(t, b)
 	tools := codexPolicyTurn(t, h, api, "TOOLS-PLEASE")
 	edit := codexPolicyTurn(t, h, api, "EDIT-PLEASE")
@@ -193,6 +193,10 @@ func codexPolicyTurn(t *testing.T, h *harness, api *fakeResponses, marker string
 	calls := api.turnCalls(t, marker)
 	if len(calls) == 0 {
 		t.Fatalf("the model was never called in the %s turn", marker)
+	}
+	if err == nil {
+		// The turn's usage is the sum of its model calls'.
+		codexUsage(t, result{done: done}, int64(len(calls)))
 	}
 	pt.outputs = calls[len(calls)-1].outputs()
 	t.Logf("%s turn: ended %s; tool outputs the model saw: %q", marker, pt.end, pt.outputs)

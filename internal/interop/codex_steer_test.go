@@ -24,14 +24,16 @@ import (
 // advertises _meta.steering.supported and answers each _session/steering
 // with injected; no other turn runs, each mention's run ends answered_by
 // the running one, whose done lists all three, and the model gets each
-// steered mention, as its line, in a later call of that turn.
+// steered mention, as its line, in a later call of that turn. The call in
+// flight when they came is not used: the turn makes two model calls and
+// its usage counts one.
 func TestCodexSteer(t *testing.T) {
 	t.Parallel()
 	const reply = "Looked at all of it."
 	api := newFakeResponses(t, reply)
 	taps := t.TempDir()
 	b := codexBinding(t, api)
-	b.Bursts = config.BurstsSteer
+	b.Bursts, b.Prices = config.BurstsSteer, codexPrices
 	h := newHarness(t, tapped(t, b, taps))
 	ctx := testCtx(t)
 	if r := h.mention(ctx, "ch", "b-codex", "w0", "@codex warm up"); r.err != nil {
@@ -94,8 +96,13 @@ func TestCodexSteer(t *testing.T) {
 			t.Fatalf("no model call of the running turn carries the steered line %q (%d calls since it began)", line, len(calls))
 		}
 	}
-	per := codexCallUsage.input - codexCallUsage.cached
-	t.Logf("codex-acp, bursts steer: 2 mentions steered into the running turn: %d model calls in that turn, its done counts the tokens of %d (usage %+v)", len(calls), ev.Usage.InputTokens/per, *ev.Usage)
+	// The call in flight when the steers came is dropped, and the model
+	// called again: the turn's usage counts the one call it used.
+	if len(calls) != 2 {
+		t.Fatalf("the running turn made %d model calls, want 2 (the one the steers came into, and one with them)", len(calls))
+	}
+	codexUsage(t, result{done: ev}, 1)
+	t.Logf("codex-acp, bursts steer: 2 mentions steered into the running turn: %d model calls in that turn, its done counts 1", len(calls))
 }
 
 // steerOutcomes reads, from every tap record in dir, the outcomes of the

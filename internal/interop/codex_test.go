@@ -153,7 +153,10 @@ func TestCodexColdWarm(t *testing.T) {
 	if n := strings.Count(strings.Join(users, "\n"), "MARK-ONE"); n != 1 {
 		t.Fatalf("the first user turn appears %d times in the warm call, want once (the CLI's own history)", n)
 	}
+	// The session's title, asked for after the first turn, is in neither
+	// turn's usage.
 	codexUsage(t, r2, 1)
+	t.Logf("side calls (a title for the session) so far: %d", api.sideCalls())
 }
 
 // codexUsage asserts r's done reports calls model calls' usage as the fake

@@ -212,6 +212,18 @@ func (f *fakeResponses) calls(t testing.TB, from int) []responsesRequest {
 	return out
 }
 
+// sideCalls counts the side calls (a new thread's title) the fake has had.
+func (f *fakeResponses) sideCalls() int {
+	n := 0
+	for _, r := range f.requests() {
+		var q responsesRequest
+		if json.Unmarshal(r.Body, &q) == nil && q.side() {
+			n++
+		}
+	}
+	return n
+}
+
 // turnCalls returns the turn calls whose newest user message holds marker:
 // the model calls of the turn that marker's mention started.
 func (f *fakeResponses) turnCalls(t testing.TB, marker string) []responsesRequest {
