@@ -292,8 +292,14 @@ func (t *turn) compose() error {
 	}
 	_, span := tracing.Start(t.ctx, "compose")
 	defer span.End()
-	in := t.input(req, listed, t.lane.held())
+	in := t.input(req, listed)
 	err := t.d.st.Read(func(src *store.Reading) (err error) {
+		// The mentions waiting now, read once the store's snapshot is
+		// taken: a message in the snapshot was pushed before it, so its
+		// mention, if it waits, was accepted before it too and is here.
+		// (Read before the snapshot, a mention accepted and pushed in
+		// between would be shown as a line.)
+		in.Held = t.lane.held()
 		t.out, err = l.Compose(src, t.co.Key, thread(req), in)
 		return err
 	})
@@ -322,9 +328,9 @@ func thread(req apitype.TurnRequest) string {
 }
 
 // input is what the lease composes the prompt of req from: the binding,
-// the mention, what the keeper knows of the process, the mentions the
-// prompt lists besides req's, and those held for later turns.
-func (t *turn) input(req apitype.TurnRequest, listed, held []string) lease.Input {
+// the mention, what the keeper knows of the process, and the mentions the
+// prompt lists besides req's.
+func (t *turn) input(req apitype.TurnRequest, listed []string) lease.Input {
 	b, cfg := t.b, t.d.conf()
 	agents := []delivery.Agent{{Handle: b.Handle, Reachable: true}}
 	if req.ChannelAgents != nil {
@@ -345,7 +351,7 @@ func (t *turn) input(req apitype.TurnRequest, listed, held []string) lease.Input
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
 			ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
 		},
-		Listed: listed, Held: held,
+		Listed:       listed,
 		KeepsSession: b.KeepsSession(),
 		Self:         channel.Self{Handle: b.Handle, Binding: b.ID}, OmitOwn: b.OmitOwn(),
 		Render: delivery.RenderOptions{Limit: cfg.Context.Limit, MaxChars: cfg.Context.MaxChars},
