@@ -130,6 +130,10 @@ type options struct {
 	image     bool // advertise promptCapabilities.image
 	embedded  bool // advertise promptCapabilities.embeddedContext
 	noModes   bool
+	askMode   string // the id of the mode that asks before each tool call ("" for manual)
+	// agentInfo is the name@version the agent gives at initialize: its
+	// own, another agent's (--agent-info), or none ("-").
+	agentInfo string
 	usage     string  // turn (per-turn tokens), total (running totals) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
@@ -162,6 +166,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.image, "image", false, "advertise promptCapabilities.image: take image blocks in a prompt")
 	fs.BoolVar(&o.embedded, "embedded-context", false, "advertise promptCapabilities.embeddedContext: take embedded resource blocks in a prompt")
 	fs.BoolVar(&o.noModes, "no-modes", false, "list no session modes (auto, manual)")
+	fs.StringVar(&o.askMode, "ask-mode", modeManual, "the id of the session mode in which the agent asks before each tool call")
+	fs.StringVar(&o.agentInfo, "agent-info", "residentd-builtin@1", "the agentInfo the agent gives at initialize, NAME@VERSION (the last @ splits them); - for none")
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
@@ -185,6 +191,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if o.usage != "turn" && o.usage != "total" && o.usage != "none" {
 		fmt.Fprintf(stderr, "builtin: --usage %q: use turn, total or none\n", o.usage)
+		return 2
+	}
+	if o.askMode == "" || o.askMode == modeAuto {
+		fmt.Fprintf(stderr, "builtin: --ask-mode %q: name a mode other than %s\n", o.askMode, modeAuto)
 		return 2
 	}
 	if o.fault != "" && !knownFaults[o.fault] {
@@ -402,12 +412,25 @@ func (b *builtin) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.
 	return acp.InitializeResponse{
 		ProtocolVersion:   acp.ProtocolVersionNumber,
 		AgentCapabilities: b.capabilities(),
-		AgentInfo:         &acp.Implementation{Name: "residentd-builtin", Version: "1"},
+		AgentInfo:         b.agentInfo(),
 		AuthMethods:       []acp.AuthMethod{},
 		// As claude-agent-acp: text sent with _session/steering joins the
 		// running turn.
 		Meta: map[string]any{"steering": map[string]any{"supported": true}},
 	}, nil
+}
+
+// agentInfo is who the agent says it is at initialize (--agent-info),
+// nil for "-".
+func (b *builtin) agentInfo() *acp.Implementation {
+	if b.opts.agentInfo == "-" {
+		return nil
+	}
+	name, version := b.opts.agentInfo, ""
+	if i := strings.LastIndexByte(name, '@'); i > 0 {
+		name, version = name[:i], name[i+1:]
+	}
+	return &acp.Implementation{Name: name, Version: version}
 }
 
 func (b *builtin) Authenticate(ctx context.Context, p acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {

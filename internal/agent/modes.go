@@ -19,6 +19,16 @@ const (
 	modeManual = "manual"
 )
 
+// manual is the id of the mode in which the agent asks before each tool
+// call: "manual", or --ask-mode's name (an agent it announces itself as
+// names it so: claude-agent-acp's is "default").
+func (b *builtin) manual() string {
+	if b.opts.askMode != "" {
+		return b.opts.askMode
+	}
+	return modeManual
+}
+
 // modes lists s's modes; none with --no-modes.
 func (b *builtin) modes(s *session) *acp.SessionModeState {
 	if b.opts.noModes {
@@ -30,7 +40,7 @@ func (b *builtin) modes(s *session) *acp.SessionModeState {
 	autoDesc, manualDesc := "runs its tools without asking", "asks before every tool call"
 	return &acp.SessionModeState{CurrentModeId: acp.SessionModeId(cur), AvailableModes: []acp.SessionMode{
 		{Id: modeAuto, Name: "Auto", Description: &autoDesc},
-		{Id: modeManual, Name: "Manual", Description: &manualDesc},
+		{Id: acp.SessionModeId(b.manual()), Name: "Manual", Description: &manualDesc},
 	}}
 }
 
@@ -39,8 +49,8 @@ func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeReques
 		return acp.SetSessionModeResponse{}, &acp.RequestError{Code: -32602, Message: "builtin: this agent lists no session modes (--no-modes)"}
 	}
 	m := string(p.ModeId)
-	if m != modeAuto && m != modeManual {
-		return acp.SetSessionModeResponse{}, &acp.RequestError{Code: -32602, Message: fmt.Sprintf("builtin: unknown mode %q: auto or manual", m)}
+	if m != modeAuto && m != b.manual() {
+		return acp.SetSessionModeResponse{}, &acp.RequestError{Code: -32602, Message: fmt.Sprintf("builtin: unknown mode %q: %s or %s", m, modeAuto, b.manual())}
 	}
 	b.mu.Lock()
 	s, ok := b.sessions[string(p.SessionId)]
@@ -78,7 +88,7 @@ func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path stri
 			SessionUpdate: "tool_call_update", ToolCallId: callID, Status: &status}})
 		b.thought(ctx, id, thought, result, err)
 	}
-	if mode == modeManual {
+	if mode == b.manual() {
 		k := acp.ToolKind(kind)
 		resp, err := b.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
 			SessionId: acp.SessionId(id),
@@ -105,8 +115,8 @@ func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path stri
 // switchMode moves session id to mode by the agent's own choice and tells
 // the client (current_mode_update).
 func (b *builtin) switchMode(ctx context.Context, id, mode string) {
-	if mode != modeAuto && mode != modeManual {
-		b.thought(ctx, id, "switch-mode "+mode, "", fmt.Errorf("unknown mode: auto or manual"))
+	if mode != modeAuto && mode != b.manual() {
+		b.thought(ctx, id, "switch-mode "+mode, "", fmt.Errorf("unknown mode: %s or %s", modeAuto, b.manual()))
 		return
 	}
 	b.mu.Lock()

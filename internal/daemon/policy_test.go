@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
@@ -142,5 +144,71 @@ func TestPolicyReportedAtStartup(t *testing.T) {
 	h.restart()
 	if p := advisory(); p != nil {
 		t.Fatalf("advisory for a changed command line: %+v", p)
+	}
+}
+
+// TestPolicyEnforcedOnlyWhereProven: the built-in agent announces itself
+// (--agent-info) as agents whose controls a test proves and as others.
+// Only a proven name and version is reported as enforced, in the log;
+// every other one is an advisory in health and the log, its kind's
+// controls set all the same (the execution is still asked and refused),
+// and an agent of no known kind runs the execution unasked.
+func TestPolicyEnforcedOnlyWhereProven(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		binding string
+		args    []string
+		agent   string // as health names it
+		unasked string // in the advisory; "" for none
+		thought string
+	}{
+		{"b-self", nil, "residentd-builtin 1", "", "tool execute refused"},
+		{"b-self2", []string{"--agent-info", "residentd-builtin@2"}, "residentd-builtin 2", "not proven for residentd-builtin 2", "tool execute refused"},
+		{"b-claude049", []string{"--agent-info", "@agentclientprotocol/claude-agent-acp@0.49.0", "--ask-mode", "default"}, "@agentclientprotocol/claude-agent-acp 0.49.0", "", "tool execute refused"},
+		{"b-claude0101", []string{"--agent-info", "@agentclientprotocol/claude-agent-acp@0.101.2", "--ask-mode", "default"}, "@agentclientprotocol/claude-agent-acp 0.101.2", "", "tool execute refused"},
+		{"b-claude0102", []string{"--agent-info", "@agentclientprotocol/claude-agent-acp@0.102.0", "--ask-mode", "default"}, "@agentclientprotocol/claude-agent-acp 0.102.0", "proven: 0.49.x, 0.101.x", "tool execute refused"},
+		{"b-claudecode", []string{"--agent-info", "@zed-industries/claude-code-acp@0.16.2", "--ask-mode", "default"}, "@zed-industries/claude-code-acp 0.16.2", "claude-code-acp 0.16.2 ran one unasked under deny", "tool execute refused"},
+		{"b-gemini", []string{"--agent-info", "gemini-cli@0.61.0"}, "gemini-cli 0.61.0", "residentd knows no control", "tool execute ran"},
+		{"b-nobody", []string{"--agent-info", "-"}, "(an agent that gave no agentInfo)", "residentd knows no control", "tool execute ran"},
+	}
+	h := newHarness(t, func(c *config.Config) {
+		c.Bindings = nil
+		for _, tt := range cases {
+			c.Bindings = append(c.Bindings, testBinding(t, tt.binding, c.StateDir, tt.args...))
+		}
+	})
+	core, logs := observer.New(zap.InfoLevel)
+	h.log = zap.New(core)
+	h.restart()
+	for _, tt := range cases {
+		r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: tt.binding, Text: "@agent [[tool:execute]]"})
+		if r.err != nil {
+			t.Fatalf("%s: turn: %v", tt.binding, r.err)
+		}
+		if got := strings.Join(toolThoughts(r), ","); got != tt.thought {
+			t.Errorf("%s (%s): tools %q, want %q", tt.binding, tt.agent, got, tt.thought)
+		}
+	}
+	advisories := map[string]apitype.PolicyAdvisory{}
+	for _, p := range h.d.Status().PolicyAdvisories {
+		advisories[p.Binding] = p
+	}
+	for _, tt := range cases {
+		p, listed := advisories[tt.binding]
+		var enforced, warned bool
+		for _, e := range logs.FilterField(zap.String("binding", tt.binding)).All() {
+			enforced = enforced || strings.HasPrefix(e.Message, "permission policy enforced by the agent's own controls")
+			warned = warned || e.Message == "policy advisory for this agent: it runs some tools without asking"
+		}
+		if tt.unasked == "" {
+			if listed || !enforced || warned {
+				t.Errorf("%s (%s): advisory %+v, logged enforced %v, advisory %v; want enforced and no advisory", tt.binding, tt.agent, p, enforced, warned)
+			}
+			continue
+		}
+		if !listed || p.Agent != tt.agent || p.Policy != "deny" || !strings.Contains(p.Unasked, tt.unasked) || enforced || !warned {
+			t.Errorf("%s (%s): advisory %+v (listed %v), logged enforced %v, advisory %v; want an advisory for %q saying %q, logged as one",
+				tt.binding, tt.agent, p, listed, enforced, warned, tt.agent, tt.unasked)
+		}
 	}
 }

@@ -144,6 +144,12 @@ func claudePolicyTurn(t *testing.T, version string, pol permission.Policy) [4]st
 	if err != nil {
 		t.Fatalf("turn: %v", err)
 	}
+	// The versions this test proves are reported as enforced: no advisory.
+	for _, p := range h.d.Status().PolicyAdvisories {
+		if p.Binding == "b-claude" {
+			t.Errorf("claude-agent-acp %s under %s reported advisory: %+v", version, pol, p)
+		}
+	}
 	calls := api.modelCalls(t, marker)
 	if len(calls) == 0 {
 		t.Fatal("the model was never called")
