@@ -131,12 +131,78 @@ type Result struct {
 }
 
 // ToolCallSeen is one tool call the agent reported (session/update
-// tool_call), and whether it asked for it (a session/request_permission
-// for its toolCallId came during the prompt).
+// tool_call), or asked about: whether it asked for it (a
+// session/request_permission for its toolCallId came during the prompt),
+// how that was answered, and the last status the agent reported.
 type ToolCallSeen struct {
 	ID    string
 	Kind  string // its ACP kind; "other" when it named none
 	Asked bool
+	// Decision is how its permission request was answered during the
+	// prompt: DecisionAllowed or DecisionRejected ("" when it asked
+	// nothing, or the prompt ended before the answer), by DecidedBy:
+	// apitype.DecidedByPolicy, or DecidedByAsk (put to Spec.Ask: a
+	// person, the timeout, the pending limit or a cancel answered).
+	Decision  string
+	DecidedBy string
+	// Status is the last status the agent reported for it (pending,
+	// in_progress, completed, failed), "" when it reported none.
+	Status string
+	// Unavailable: it failed because the agent would not run the tool at
+	// all (its own rules took it away: claude-agent-acp's "No such tool
+	// available"), not because the tool ran and failed.
+	Unavailable bool
+}
+
+// How a permission request of a tool call was answered (ToolCallSeen).
+const (
+	DecisionAllowed  = "allowed"
+	DecisionRejected = "rejected"
+	DecidedByAsk     = "ask" // Spec.Ask answered: a person, or what stood in for one
+)
+
+// What became of a tool call (ToolCallSeen.Outcome): the outcome label of
+// residentd_agent_tool_calls_total.
+const (
+	ToolRan             = "ran"               // not asked about; the agent reported it completed
+	ToolFailed          = "failed"            // not asked about; the agent reported it failed
+	ToolRefusedByAgent  = "refused_by_agent"  // not asked about; the agent would not run it (the tool is not available to it: its own rules)
+	ToolAllowedByPolicy = "allowed_by_policy" // asked; the binding's policy allowed it
+	ToolRefusedByPolicy = "refused_by_policy" // asked; the binding's policy rejected it
+	ToolAskedAllowed    = "asked_allowed"     // asked a person, who allowed it
+	ToolAskedRejected   = "asked_rejected"    // asked a person; rejected by the person, the timeout, the pending limit or a cancel
+	ToolUnfinished      = "unfinished"        // no final status and no answer by the prompt's end (a cancelled turn, an agent that reports none)
+)
+
+// ToolOutcomes are the outcomes a tool call can have, in the order above.
+var ToolOutcomes = []string{ToolRan, ToolFailed, ToolRefusedByAgent, ToolAllowedByPolicy, ToolRefusedByPolicy, ToolAskedAllowed, ToolAskedRejected, ToolUnfinished}
+
+// Outcome is what became of the call: the answer to its permission
+// request when it asked (whatever it then reported), else the last status
+// it reported.
+func (c ToolCallSeen) Outcome() string {
+	allowed := c.Decision == DecisionAllowed
+	switch {
+	case c.Decision != "" && c.DecidedBy == apitype.DecidedByPolicy:
+		if allowed {
+			return ToolAllowedByPolicy
+		}
+		return ToolRefusedByPolicy
+	case c.Decision != "":
+		if allowed {
+			return ToolAskedAllowed
+		}
+		return ToolAskedRejected
+	case c.Asked:
+		return ToolUnfinished // the prompt ended while its request waited
+	case c.Status == string(sdk.ToolCallStatusCompleted):
+		return ToolRan
+	case c.Status == string(sdk.ToolCallStatusFailed) && c.Unavailable:
+		return ToolRefusedByAgent
+	case c.Status == string(sdk.ToolCallStatusFailed):
+		return ToolFailed
+	}
+	return ToolUnfinished
 }
 
 // Agent is one supervised agent process with an initialized ACP connection.

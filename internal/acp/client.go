@@ -77,7 +77,11 @@ func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate, sub string) {
 	u.Subagent = sub
 	inPrompt := r.on != nil && !r.answered
 	if tc := u.ToolCall; tc != nil && inPrompt {
-		r.noteCall(tc.ID, tc.Kind, false)
+		c := r.noteCall(tc.ID, tc.Kind, false)
+		if tc.Status != "" {
+			c.Status = tc.Status
+			c.Unavailable = tc.Status == string(sdk.ToolCallStatusFailed) && unavailable(su.raw)
+		}
 	}
 	if !inPrompt {
 		if a.spec.Between != nil {
@@ -345,11 +349,18 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	decision := a.Permission().DecideAt(tc.Kind, inside)
 	if decision == permission.AskPerson {
 		a.noteAsked(native, tc.ID, tc.Kind)
+		chosen := ""
 		if a.spec.Ask != nil {
 			if id := a.spec.Ask(ctx, native, *tc, offered); id != "" {
 				resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(id))
+				for _, o := range opts {
+					if o.ID == id {
+						chosen = o.Kind
+					}
+				}
 			}
 		}
+		a.noteDecision(native, tc.ID, allows(chosen), DecidedByAsk)
 		a.log.Debug("permission asked", zap.String("session", native), zap.String("tool", tc.Title), zap.Bool("answered", resp.Outcome.Selected != nil))
 		return resp, nil
 	}
@@ -361,6 +372,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	a.log.Debug("permission decided", zap.String("session", native), zap.String("policy", string(a.Permission())), zap.String("decision", d.Kind), zap.String("tool", tc.Title))
 
 	a.noteAsked(native, tc.ID, tc.Kind)
+	a.noteDecision(native, tc.ID, allows(d.Kind), apitype.DecidedByPolicy)
 	a.mu.Lock()
 	r := a.routes[native]
 	a.mu.Unlock()
@@ -463,9 +475,10 @@ func (c *client) WaitForTerminalExit(ctx context.Context, p sdk.WaitForTerminalE
 }
 
 // noteCall notes a tool call reported (or asked about, asked) during the
-// running prompt; r.mu is held. A kind given later (a tool_call_update)
-// fills one not given at first.
-func (r *route) noteCall(id, kind string, asked bool) {
+// running prompt and returns its record, valid until the next call; r.mu
+// is held. A kind given later (a tool_call_update) fills one not given at
+// first.
+func (r *route) noteCall(id, kind string, asked bool) *ToolCallSeen {
 	i := slices.IndexFunc(r.tools, func(c ToolCallSeen) bool { return c.ID == id })
 	if i < 0 {
 		r.tools = append(r.tools, ToolCallSeen{ID: id})
@@ -476,6 +489,49 @@ func (r *route) noteCall(id, kind string, asked bool) {
 		c.Kind = kind
 	}
 	c.Asked = c.Asked || asked
+	return c
+}
+
+// allows reports whether a permission option kind (allow_once,
+// allow_always, reject_once, …) allows the call; "" (the cancelled
+// outcome) does not.
+func allows(kind string) bool { return strings.HasPrefix(kind, "allow") }
+
+// unavailableWords are what an agent's failed tool call says when the
+// agent would not run the tool at all, its own rules having taken it away
+// (claude-agent-acp's deny rules: the model is told the tool does not
+// exist).
+var unavailableWords = [][]byte{[]byte("No such tool available")}
+
+// unavailable reports whether a failed tool call update says the tool was
+// not available to the agent.
+func unavailable(raw []byte) bool {
+	for _, w := range unavailableWords {
+		if bytes.Contains(raw, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// noteDecision notes how the permission request for tool call id of
+// session native was answered, while its prompt runs.
+func (a *Agent) noteDecision(native, id string, allowed bool, by string) {
+	a.mu.Lock()
+	r := a.routes[native]
+	a.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.on != nil {
+		c := r.noteCall(id, "", true)
+		c.Decision, c.DecidedBy = DecisionRejected, by
+		if allowed {
+			c.Decision = DecisionAllowed
+		}
+	}
+	r.mu.Unlock()
 }
 
 // noteAsked notes a permission request for tool call id (of ACP kind

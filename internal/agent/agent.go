@@ -131,6 +131,7 @@ type options struct {
 	embedded  bool // advertise promptCapabilities.embeddedContext
 	noModes   bool
 	askMode   string // the id of the mode that asks before each tool call ("" for manual)
+	denyTools string // comma-separated tool kinds its own rules take away ([[tool:KIND]] fails unasked)
 	// agentInfo is the name@version the agent gives at initialize: its
 	// own, another agent's (--agent-info), or none ("-").
 	agentInfo string
@@ -166,6 +167,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.image, "image", false, "advertise promptCapabilities.image: take image blocks in a prompt")
 	fs.BoolVar(&o.embedded, "embedded-context", false, "advertise promptCapabilities.embeddedContext: take embedded resource blocks in a prompt")
 	fs.BoolVar(&o.noModes, "no-modes", false, "list no session modes (auto, manual)")
+	fs.StringVar(&o.denyTools, "deny-tool", "", "comma-separated tool kinds the agent's own rules take away: a [[tool:KIND]] of one fails unasked, \"No such tool available\"")
 	fs.StringVar(&o.askMode, "ask-mode", modeManual, "the id of the session mode in which the agent asks before each tool call")
 	fs.StringVar(&o.agentInfo, "agent-info", "residentd-builtin@1", "the agentInfo the agent gives at initialize, NAME@VERSION (the last @ splits them); - for none")
 	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	acp "github.com/coder/acp-go-sdk"
 )
@@ -84,9 +86,23 @@ func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path stri
 	_ = b.send(ctx, id, acp.SessionUpdate{ToolCall: &acp.SessionUpdateToolCall{
 		SessionUpdate: "tool_call", ToolCallId: callID, Title: title, Kind: acp.ToolKind(kind), Status: acp.ToolCallStatusPending, Locations: locs}})
 	done := func(status acp.ToolCallStatus, thought, result string, err error) {
+		if err != nil {
+			status = acp.ToolCallStatusFailed
+		}
 		_ = b.send(ctx, id, acp.SessionUpdate{ToolCallUpdate: &acp.SessionToolCallUpdate{
 			SessionUpdate: "tool_call_update", ToolCallId: callID, Status: &status}})
 		b.thought(ctx, id, thought, result, err)
+	}
+	if slices.Contains(strings.Split(b.opts.denyTools, ","), kind) {
+		// Taken away by its own rules, as claude-agent-acp's deny rules
+		// take a tool away: nothing is asked, and the call fails saying
+		// the tool does not exist.
+		failed := acp.ToolCallStatusFailed
+		_ = b.send(ctx, id, acp.SessionUpdate{ToolCallUpdate: &acp.SessionToolCallUpdate{
+			SessionUpdate: "tool_call_update", ToolCallId: callID, Status: &failed,
+			Content: []acp.ToolCallContent{acp.ToolContent(acp.TextBlock("<tool_use_error>Error: No such tool available: " + title + "</tool_use_error>"))}}})
+		b.thought(ctx, id, "tool "+kind+" unavailable", "", nil)
+		return
 	}
 	if mode == b.manual() {
 		k := acp.ToolKind(kind)

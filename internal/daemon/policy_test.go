@@ -61,8 +61,8 @@ func TestPolicyModeAfterRestore(t *testing.T) {
 				if n := testutil.ToFloat64(h.m.PolicyModesSet.WithLabelValues("b-builtin")); n != 1 {
 					t.Fatalf("turn %d: %v policy modes set, want 1 on the daemon's one session", i+1, n)
 				}
-				if n := testutil.ToFloat64(h.m.ToolCalls.WithLabelValues("b-builtin", "execute", "true")); n != 1 {
-					t.Fatalf("turn %d: %v asked executions counted, want 1", i+1, n)
+				if n := testutil.ToFloat64(h.m.ToolCalls.WithLabelValues("b-builtin", "execute", "refused_by_policy")); n != 1 {
+					t.Fatalf("turn %d: %v executions counted refused by the policy, want 1", i+1, n)
 				}
 			}
 			if n := testutil.ToFloat64(h.m.SessionRestores.WithLabelValues(tt.method, "ok")); n != 1 {

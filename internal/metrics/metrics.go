@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
@@ -112,7 +112,7 @@ type Metrics struct {
 	MessagesIngested  *prometheus.CounterVec // result
 	BuildInfo         *prometheus.GaugeVec   // version, goversion
 	OptionsSet        *prometheus.CounterVec // binding
-	ToolCalls         *prometheus.CounterVec // binding, kind, asked
+	ToolCalls         *prometheus.CounterVec // binding, kind, outcome
 	PolicyModesSet    *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
 	Notices           *prometheus.CounterVec // binding, severity
@@ -188,7 +188,7 @@ func New(version string, g Gauges) *Metrics {
 	m.FramingChanges = reg.counterVec("residentd_framing_changes_total", "Times a binding's system framing changed, which forfeits the provider's prompt cache.", "binding")
 	m.MessagesIngested = reg.counterVec("residentd_messages_ingested_total", "Channel messages posted to the daemon, by result.", "result")
 	m.OptionsSet = reg.counterVec("residentd_session_options_set_total", "Session config options set on agents (session/set_config_option) when a session starts or the key's options change, by binding.", "binding")
-	m.ToolCalls = reg.counterVec("residentd_agent_tool_calls_total", "Tool calls agents reported (session/update tool_call), by binding, ACP kind and whether the agent asked for them (asked=true: a permission request for the call came).", "binding", "kind", "asked")
+	m.ToolCalls = reg.counterVec("residentd_agent_tool_calls_total", "Tool calls agents reported (session/update tool_call) or asked about, by binding, ACP kind and outcome: ran, failed or refused_by_agent (no permission request: by the last status the agent reported; refused_by_agent when the tool was not available to it), allowed_by_policy or refused_by_policy (asked; the binding's policy answered), asked_allowed or asked_rejected (asked a person; rejected also by the timeout, the pending limit or a cancel), unfinished (no final status nor answer by the turn's end).", "binding", "kind", "outcome")
 	m.PolicyModesSet = reg.counterVec("residentd_policy_modes_set_total", "Session modes set on agents (session/set_mode) to carry a binding's permission policy, by binding.", "binding")
 	m.Compactions = reg.counterVec("residentd_agent_compactions_total", "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.", "binding")
 	m.Notices = reg.counterVec("residentd_agent_notices_total", "Notices agents sent (ACP notice session updates), by binding and severity.", "binding", "severity")
@@ -292,8 +292,9 @@ func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.PolicyModesSet, ids)
 	for _, id := range ids {
 		for _, k := range ToolKinds {
-			m.ToolCalls.WithLabelValues(id, k, "true")
-			m.ToolCalls.WithLabelValues(id, k, "false")
+			for _, o := range ToolOutcomes {
+				m.ToolCalls.WithLabelValues(id, k, o)
+			}
 		}
 	}
 	initVec(m.Compactions, ids)
@@ -459,13 +460,20 @@ func (m *Metrics) Ingested(added, edited, dup, rejected int) {
 // residentd_agent_tool_calls_total (an agent's own kind counts as other).
 var ToolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"}
 
+// ToolOutcomes are what became of a tool call (acp.ToolCallSeen.Outcome),
+// the outcome label of residentd_agent_tool_calls_total.
+var ToolOutcomes = acp.ToolOutcomes
+
 // ToolCall counts one tool call an agent of binding reported, of ACP kind
-// kind, asked for or not.
-func (m *Metrics) ToolCall(binding, kind string, asked bool) {
+// kind, by its outcome.
+func (m *Metrics) ToolCall(binding, kind, outcome string) {
 	if !slices.Contains(ToolKinds, kind) {
 		kind = "other"
 	}
-	m.ToolCalls.WithLabelValues(binding, kind, strconv.FormatBool(asked)).Inc()
+	if !slices.Contains(ToolOutcomes, outcome) {
+		outcome = acp.ToolUnfinished
+	}
+	m.ToolCalls.WithLabelValues(binding, kind, outcome).Inc()
 }
 
 // PolicyModeSet counts one session mode set to carry binding's policy.
