@@ -868,6 +868,7 @@ const (
 	CodeInterrupted       = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
 	CodeInvalidConfig     = "invalid_config"   // the reloaded config file does not load or validate; the config in force stays
 	CodeNoConfigFile      = "no_config_file"   // the daemon runs on the built-in default config: there is no file to reload
+	CodePolicyRefused     = "policy_refused"   // the agent ended the turn itself (stop reason cancelled, nobody cancelled it) after a permission request was refused
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

@@ -53,6 +53,10 @@ const (
 	FaultResumeHang           = "resume-hang"  // never answer session/resume
 	FaultBurst                = "burst"        // stream --burst tiny chunks (100,000) before the reply
 	FaultLongReplay           = "long-replay"  // session/load replays --replay messages (5,000) before the kept turns
+	// FaultCancelOnReject: a turn in which a permission was rejected ends
+	// with stop reason cancelled, as codex-acp ends one, though nobody
+	// cancelled it.
+	FaultCancelOnReject = "cancel-on-reject"
 )
 
 var knownFaults = map[string]bool{
@@ -62,7 +66,7 @@ var knownFaults = map[string]bool{
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
-	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true,
+	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true, FaultCancelOnReject: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -657,7 +661,10 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		return acp.PromptResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced failure"}
 	}
 
-	b.directives(ctx, id, text)
+	if refused := b.directives(ctx, id, text); refused > 0 && fault == FaultCancelOnReject {
+		// As codex-acp: a rejected permission ends the turn, cancelled.
+		return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+	}
 	if m := holdDirective().FindStringSubmatch(text); m != nil {
 		if err := b.send(ctx, id, acp.UpdateAgentThoughtText("holding until "+m[1]+" exists")); err != nil {
 			return acp.PromptResponse{}, err
@@ -874,8 +881,9 @@ func waitFile(ctx context.Context, path string) bool {
 	}
 }
 
-// directives runs the test-only client calls found in the prompt.
-func (b *builtin) directives(ctx context.Context, id, text string) {
+// directives runs the test-only client calls found in the prompt and
+// returns how many of its permission requests were not allowed.
+func (b *builtin) directives(ctx context.Context, id, text string) (refused int) {
 	for _, m := range readDirective().FindAllStringSubmatch(text, -1) {
 		resp, err := b.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: acp.SessionId(id), Path: m[1]})
 		b.thought(ctx, id, "read "+m[1], resp.Content, err)
@@ -899,6 +907,9 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		outcome := "cancelled"
 		if resp.Outcome.Selected != nil {
 			outcome = "selected " + string(resp.Outcome.Selected.OptionId)
+		}
+		if !strings.HasPrefix(outcome, "selected allow") {
+			refused++
 		}
 		b.thought(ctx, id, "permission "+m[1], outcome, err)
 	}
@@ -935,11 +946,14 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		b.thought(ctx, id, "permission-flood "+strconv.Itoa(n), strings.Join(outcomes, " "), nil)
 	}
 	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
-		b.runTool(ctx, id, i+1, m[1], m[2])
+		if !b.runTool(ctx, id, i+1, m[1], m[2]) {
+			refused++
+		}
 	}
 	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
 		b.switchMode(ctx, id, m[1])
 	}
+	return refused
 }
 
 // maxFlood bounds [[permission-flood:N]].

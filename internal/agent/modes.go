@@ -71,8 +71,9 @@ func (b *builtin) SetSessionMode(ctx context.Context, p acp.SetSessionModeReques
 // refused. Running a read (with PATH) reads the file itself, not through
 // the client, as real agents' own tools do; running any other kind leaves
 // the file builtin-tool-KIND-N in the session's cwd, so a test sees the
-// effect. The thought says "tool KIND ran" or "tool KIND refused".
-func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path string) {
+// effect. The thought says "tool KIND ran" or "tool KIND refused". It
+// reports false when a permission request for the call was not allowed.
+func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path string) bool {
 	b.mu.Lock()
 	s := b.sessions[id]
 	mode, cwd := s.mode, s.Cwd
@@ -102,7 +103,7 @@ func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path stri
 			SessionUpdate: "tool_call_update", ToolCallId: callID, Status: &failed,
 			Content: []acp.ToolCallContent{acp.ToolContent(acp.TextBlock("<tool_use_error>Error: No such tool available: " + title + "</tool_use_error>"))}}})
 		b.thought(ctx, id, "tool "+kind+" unavailable", "", nil)
-		return
+		return true
 	}
 	if mode == b.manual() {
 		k := acp.ToolKind(kind)
@@ -116,16 +117,17 @@ func (b *builtin) runTool(ctx context.Context, id string, n int, kind, path stri
 		})
 		if err != nil || resp.Outcome.Selected == nil || resp.Outcome.Selected.OptionId != "allow" {
 			done(acp.ToolCallStatusFailed, "tool "+kind+" refused", "", err)
-			return
+			return false
 		}
 	}
 	if kind == string(acp.ToolKindRead) && path != "" {
 		data, err := os.ReadFile(path)
 		done(acp.ToolCallStatusCompleted, "tool "+kind+" ran", string(data), err)
-		return
+		return true
 	}
 	err := os.WriteFile(filepath.Join(cwd, fmt.Sprintf("builtin-tool-%s-%d", kind, n)), []byte(mode+"\n"), 0o644)
 	done(acp.ToolCallStatusCompleted, "tool "+kind+" ran", "", err)
+	return true
 }
 
 // switchMode moves session id to mode by the agent's own choice and tells

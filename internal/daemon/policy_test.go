@@ -12,6 +12,8 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemon"
+	"github.com/residentd/residentd/internal/permission"
 )
 
 // toolThoughts are the built-in agent's "tool KIND ran/refused" thoughts of
@@ -210,5 +212,54 @@ func TestPolicyEnforcedOnlyWhereProven(t *testing.T) {
 			t.Errorf("%s (%s): advisory %+v (listed %v), logged enforced %v, advisory %v; want an advisory for %q saying %q, logged as one",
 				tt.binding, tt.agent, p, listed, enforced, warned, tt.agent, tt.unasked)
 		}
+	}
+}
+
+// TestPolicyRefusedIsNotCancelled: an agent that ends its turn with stop
+// reason cancelled after a permission request was refused, as codex-acp
+// does, ends the run with policy_refused naming the call, not cancelled:
+// nobody cancelled it. The built-in agent's cancel-on-reject fault does
+// so; refused by the deny policy, and by a person under ask. The same
+// fault with nothing refused ends the turn as usual.
+func TestPolicyRefusedIsNotCancelled(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) {
+		ask := testBinding(t, "b-ask", c.StateDir)
+		ask.Permission = permission.Ask
+		c.Bindings = append(c.Bindings, ask)
+	})
+	r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[fault:cancel-on-reject]] [[tool:execute]]"})
+	if code := daemon.Code(r.err); code != apitype.CodePolicyRefused || !strings.Contains(r.err.Error(), `policy "deny" refused its execute tool call "tool-1"`) ||
+		!strings.Contains(r.err.Error(), "nobody cancelled the run") {
+		t.Fatalf("refused by the policy: %v (code %q), want policy_refused naming the policy and the call", r.err, code)
+	}
+	if n := testutil.ToFloat64(h.m.Turns.WithLabelValues("cold", "cancelled")); n != 0 {
+		t.Fatalf("%v turns counted cancelled, want 0", n)
+	}
+	if n := testutil.ToFloat64(h.m.ToolCalls.WithLabelValues("b-builtin", "execute", "refused_by_policy")); n != 1 {
+		t.Fatalf("%v executions counted refused by the policy, want 1", n)
+	}
+
+	// Put to a person, who rejects it.
+	rr, err := h.d.Submit(apitype.TurnRequest{Channel: "ch", Binding: "b-ask", Text: "@agent [[fault:cancel-on-reject]] [[tool:execute]]"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.Answer(rr.ID, waitPending(t, rr), "reject"); err != nil {
+		t.Fatal(err)
+	}
+	end, _ := waitEnded(t, rr)
+	if end.Event != apitype.EventError || end.Code != apitype.CodePolicyRefused || !strings.Contains(end.Message, "rejected when put to a person") {
+		t.Fatalf("rejected by a person: %+v; want error policy_refused saying a person rejected it", end)
+	}
+
+	// Nothing refused: the fault does nothing.
+	r = h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent [[fault:cancel-on-reject]] [[tool:read]]"})
+	if r.err == nil {
+		t.Fatal("a deny policy allowed the read")
+	}
+	r = h.turn(apitype.TurnRequest{Channel: "ch2", Binding: "b-builtin", Text: "@agent [[fault:cancel-on-reject]] no tools"})
+	if r.err != nil || r.done.StopReason != "end_turn" {
+		t.Fatalf("with nothing refused: %v, stop %q; want a normal done", r.err, r.done.StopReason)
 	}
 }
