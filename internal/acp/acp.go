@@ -98,7 +98,19 @@ type Usage struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// ThoughtTokens are the model's reasoning tokens, where the agent
+	// counts them apart (ACP's thoughtTokens; codex's reasoning output
+	// tokens, which its output tokens include).
+	ThoughtTokens int64 `json:"thought_tokens"`
 }
+
+// Where a turn's tokens came from (Result.UsageFrom).
+const (
+	UsageFromResponse = "prompt_response"      // the prompt response's usage (ACP's Usage)
+	UsageFromMeta     = "prompt_response_meta" // the prompt response's _meta.quota.token_count (codex-acp's and claude-agent-acp's shape)
+	UsageFromUpdates  = "usage_update"         // each model call's tokens in a usage_update's _meta.usage, summed
+	UsageFromNone     = "none"                 // the agent reported no tokens
+)
 
 // Cost is what an agent says its session has cost so far (ACP's
 // usage_update cost is cumulative).
@@ -116,6 +128,9 @@ type Result struct {
 	// updates (PerCall), their sum.
 	Usage   *Usage
 	PerCall bool
+	// UsageFrom says where Usage came from (UsageFrom*): UsageFromNone
+	// when the agent reported no tokens.
+	UsageFrom string
 	// Cost is what the turn cost: every increase of the session cost the
 	// agent reported during it (ACP's usage_update cost is the session's
 	// running total), summed, with what it reported between prompts.
@@ -931,14 +946,10 @@ func (a *Agent) partial(r *route) Result {
 func (a *Agent) result(r *route, resp sdk.PromptResponse) (Result, error) {
 	r.mu.Lock()
 	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), ToolCalls: r.seenCalls()}
-	if u := resp.Usage; u != nil {
-		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}
-		if u.CachedReadTokens != nil {
-			res.Usage.CacheReadTokens = int64(*u.CachedReadTokens)
-		}
-		if u.CachedWriteTokens != nil {
-			res.Usage.CacheWriteTokens = int64(*u.CachedWriteTokens)
-		}
+	if resp.Usage != nil {
+		res.Usage, res.UsageFrom = fromSDKUsage(resp.Usage), UsageFromResponse
+	} else if q := quotaUsage(resp.Meta); q != nil {
+		res.Usage, res.UsageFrom = q, UsageFromMeta
 	}
 	res = r.takeLocked(res)
 	cut := r.cut
@@ -954,7 +965,10 @@ func (a *Agent) result(r *route, resp sdk.PromptResponse) (Result, error) {
 func (r *route) takeLocked(res Result) Result {
 	res.Cost, res.Compacted = r.cost, r.compacted
 	if r.calls != nil {
-		res.Usage, res.PerCall = r.calls, true
+		res.Usage, res.PerCall, res.UsageFrom = r.calls, true, UsageFromUpdates
+	}
+	if res.Usage == nil {
+		res.UsageFrom = UsageFromNone
 	}
 	r.cost, r.calls, r.compacted = nil, nil, false
 	return res

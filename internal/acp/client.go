@@ -127,6 +127,7 @@ func (r *route) usage(su *wireUpdate) {
 		r.calls.OutputTokens += calls.OutputTokens
 		r.calls.CacheReadTokens += calls.CacheReadTokens
 		r.calls.CacheWriteTokens += calls.CacheWriteTokens
+		r.calls.ThoughtTokens += calls.ThoughtTokens
 	}
 	// Without compaction_update, context in use shrinking by half or more
 	// is how an agent shows it compacted its history (summarised and
@@ -152,13 +153,53 @@ func callUsage(meta json.RawMessage) *Usage {
 	if json.Unmarshal(meta, &m) != nil || m.Usage == nil {
 		return nil
 	}
-	u := &Usage{InputTokens: int64(m.Usage.InputTokens), OutputTokens: int64(m.Usage.OutputTokens)}
-	if v := m.Usage.CachedReadTokens; v != nil {
+	return fromSDKUsage(m.Usage)
+}
+
+// fromSDKUsage is ACP's Usage as residentd counts it.
+func fromSDKUsage(su *sdk.Usage) *Usage {
+	u := &Usage{InputTokens: int64(su.InputTokens), OutputTokens: int64(su.OutputTokens)}
+	if v := su.CachedReadTokens; v != nil {
 		u.CacheReadTokens = int64(*v)
 	}
-	if v := m.Usage.CachedWriteTokens; v != nil {
+	if v := su.CachedWriteTokens; v != nil {
 		u.CacheWriteTokens = int64(*v)
 	}
+	if v := su.ThoughtTokens; v != nil {
+		u.ThoughtTokens = int64(*v)
+	}
+	return u
+}
+
+// quotaUsage reads a prompt response's _meta.quota.token_count, the shape
+// codex-acp reports a turn's tokens in (and claude-agent-acp 0.101 beside
+// its usage): inputTokens (not cached), cachedInputTokens (cache reads),
+// cachedWriteTokens, outputTokens (reasoning included) and
+// reasoningOutputTokens, camelCase or snake_case. Nil when it has none.
+func quotaUsage(meta map[string]any) *Usage {
+	quota, _ := meta["quota"].(map[string]any)
+	tc, _ := quota["token_count"].(map[string]any)
+	if tc == nil {
+		return nil
+	}
+	n := func(keys ...string) (int64, bool) {
+		for _, k := range keys {
+			if v, ok := tc[k].(float64); ok && v >= 0 {
+				return int64(v), true
+			}
+		}
+		return 0, false
+	}
+	u := &Usage{}
+	var in, out bool
+	u.InputTokens, in = n("inputTokens", "input_tokens")
+	u.OutputTokens, out = n("outputTokens", "output_tokens")
+	if !in && !out {
+		return nil
+	}
+	u.CacheReadTokens, _ = n("cachedInputTokens", "cached_input_tokens", "cachedReadTokens")
+	u.CacheWriteTokens, _ = n("cachedWriteTokens", "cached_write_tokens")
+	u.ThoughtTokens, _ = n("reasoningOutputTokens", "reasoning_output_tokens", "thoughtTokens")
 	return u
 }
 

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,7 +140,7 @@ type options struct {
 	// agentInfo is the name@version the agent gives at initialize: its
 	// own, another agent's (--agent-info), or none ("-").
 	agentInfo string
-	usage     string  // turn (per-turn tokens), total (running totals) or none
+	usage     string  // turn (per-turn tokens), total (running totals), detail (with cache and thought tokens), meta (in _meta.quota) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
 	burst     int // chunks of the burst fault
@@ -174,7 +175,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.denyTools, "deny-tool", "", "comma-separated tool kinds the agent's own rules take away: a [[tool:KIND]] of one fails unasked, \"No such tool available\"")
 	fs.StringVar(&o.askMode, "ask-mode", modeManual, "the id of the session mode in which the agent asks before each tool call")
 	fs.StringVar(&o.agentInfo, "agent-info", "residentd-builtin@1", "the agentInfo the agent gives at initialize, NAME@VERSION (the last @ splits them); - for none")
-	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
+	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process), detail (each turn's with cache and thought tokens), meta (in _meta.quota.token_count, not usage) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
 	fs.IntVar(&o.burst, "burst", 100000, "chunks the burst fault streams")
@@ -195,8 +196,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "builtin: --history %d: keep at least 1 turn\n", o.history)
 		return 2
 	}
-	if o.usage != "turn" && o.usage != "total" && o.usage != "none" {
-		fmt.Fprintf(stderr, "builtin: --usage %q: use turn, total or none\n", o.usage)
+	if !slices.Contains([]string{"turn", "total", "detail", "meta", "none"}, o.usage) {
+		fmt.Fprintf(stderr, "builtin: --usage %q: use turn, total, detail, meta or none\n", o.usage)
 		return 2
 	}
 	if o.askMode == "" || o.askMode == modeAuto {
@@ -701,8 +702,27 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		resp.Usage = &acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}
 	case "total":
 		resp.Usage = &acp.Usage{InputTokens: spentIn, OutputTokens: spentOut, TotalTokens: spentIn + spentOut}
+	case "detail":
+		resp.Usage = detailUsage(in, out)
+	case "meta":
+		// codex-acp's shape: no usage, the turn's tokens in
+		// _meta.quota.token_count.
+		read, thought := 2*in, out/2
+		resp.Meta = map[string]any{"quota": map[string]any{"token_count": map[string]any{
+			"inputTokens": in, "cachedInputTokens": read, "outputTokens": out, "reasoningOutputTokens": thought,
+			"totalTokens": in + read + out,
+		}}}
 	}
 	return resp, nil
+}
+
+// detailUsage is a turn's usage with every count ACP's Usage has, as
+// codex-acp 2.6 reports them: cache reads twice the input, cache writes
+// half of it, and half the output reasoning (thought) tokens.
+func detailUsage(in, out int) *acp.Usage {
+	read, write, thought := 2*in, in/2, out/2
+	return &acp.Usage{InputTokens: in, OutputTokens: out, CachedReadTokens: &read, CachedWriteTokens: &write, ThoughtTokens: &thought,
+		TotalTokens: in + read + write + out}
 }
 
 // afterwards starts what the prompt's [[later:D]] and [[background:D]]
@@ -795,7 +815,11 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 		b.mu.Unlock()
 		meta := map[string]any{"inputTokens": in, "outputTokens": out}
 		if perCall {
-			meta = map[string]any{"usage": acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}}
+			call := &acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}
+			if b.opts.usage == "detail" {
+				call = detailUsage(in, out)
+			}
+			meta = map[string]any{"usage": call}
 		}
 		uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: meta}
 		if b.opts.cost > 0 {

@@ -481,7 +481,7 @@ func (t *turn) settle(err error, gap time.Duration, hasGap bool) {
 	u := s.Usage
 	t.usage, t.save = u, s.SaveNative
 	tc := metrics.TurnCost{Binding: t.b.ID, Shape: shape, Known: !u.Unknown, Input: u.InputTokens, Output: u.OutputTokens,
-		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Gap: gap, HasGap: hasGap}
+		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Thought: u.ThoughtTokens, Gap: gap, HasGap: hasGap}
 	if u.Cost != nil {
 		tc.Cost = u.Cost.Float() // a metric, not a sum anyone reads exactly
 	}
@@ -503,7 +503,7 @@ func (t *turn) commit(gap time.Duration, hasGap bool) apitype.Event {
 		wm = apitype.WatermarkNone
 	}
 	done := apitype.Event{Event: apitype.EventDone, At: now, Shape: shape, Native: l.Native, StopReason: t.res.StopReason, Text: t.res.Text,
-		Watermark: wm, Context: t.rep, Usage: &t.usage, Answers: t.answers()}
+		Watermark: wm, Context: t.rep, Usage: &t.usage, UsageSource: t.res.UsageFrom, Answers: t.answers()}
 	if hasGap {
 		v := gap.Seconds()
 		done.IdleGapS = &v

@@ -34,7 +34,7 @@ var (
 	RestoreMethods  = []string{"resume", "load"}
 	RestoreResults  = []string{"ok", "failed", "timeout"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
-	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
+	TokenKinds      = []string{"input", "output", "cache_read", "cache_write", "thought"}
 	BriefPlacements = labels(delivery.Placements)
 	IngestResults   = []string{"added", "edited", "duplicate", "rejected", "deleted"}
 	UsageKinds      = []string{"reported", "unknown"}
@@ -183,7 +183,7 @@ func New(version string, g Gauges) *Metrics {
 	m.ChannelLines = reg.counterVec("residentd_channel_lines_total", "Channel messages considered for a turn's context block, by fate: sent, seen (the session saw it before), bound (left out by the line limit and counted in the block's pointer), own (the agent's own post), known (the prompt carries it: the mention, a replayed mention).", "fate")
 	m.ChannelChars = reg.counter("residentd_channel_characters_sent_total", "Characters of channel context sent to agents.")
 	m.ChannelTruncated = reg.counter("residentd_channel_lines_truncated_total", "Channel lines cut with a truncation marker.")
-	m.AgentTokens = reg.counterVec("residentd_agent_tokens_total", "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, lease shape and kind; cache-read share = cache_read / (input + cache_read + cache_write).", "binding", "shape", "kind")
+	m.AgentTokens = reg.counterVec("residentd_agent_tokens_total", "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, lease shape and kind (input, output, cache_read, cache_write, and thought: reasoning tokens where the agent counts them apart, of output where it counts them there); cache-read share = cache_read / (input + cache_read + cache_write).", "binding", "shape", "kind")
 	m.BriefTokensSent = reg.counterVec("residentd_brief_tokens_sent_total", "Approximate brief tokens sent, by placement (in the user turn or in the system framing).", "placement")
 	m.FramingChanges = reg.counterVec("residentd_framing_changes_total", "Times a binding's system framing changed, which forfeits the provider's prompt cache.", "binding")
 	m.MessagesIngested = reg.counterVec("residentd_messages_ingested_total", "Channel messages posted to the daemon, by result.", "result")
@@ -380,6 +380,7 @@ type TurnCost struct {
 	Binding, Shape                       string
 	Known                                bool // the agent reported tokens or cost
 	Input, Output, CacheRead, CacheWrite int64
+	Thought                              int64 // reasoning tokens the agent counts apart
 	Cost                                 float64
 	Gap                                  time.Duration
 	HasGap                               bool // false for the key's first turn this run
@@ -408,6 +409,7 @@ func (m *Metrics) TurnUsage(c TurnCost) {
 		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "output"), c.Output)
 		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "cache_read"), c.CacheRead)
 		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "cache_write"), c.CacheWrite)
+		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "thought"), c.Thought)
 		if c.Cost > 0 {
 			m.UsageCost.WithLabelValues(c.Binding, c.Shape).Add(c.Cost)
 		}

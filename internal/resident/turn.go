@@ -79,6 +79,7 @@ func (kp *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.L
 		kp.m.ToolCall(b.ID, c.Kind, c.Outcome())
 	}
 	u := p.turnUsage(b, s.Result)
+	kp.noteCost(b, p, u, s.Result.UsageFrom)
 	if s.Result.Compacted {
 		p.compacted()
 		kp.m.Compacted(b.ID)
