@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -148,6 +149,7 @@ type options struct {
 	slow      time.Duration
 	framing   string
 	hold      bool
+	holdMiB   int    // memory the --fault grandchild child touches and keeps
 	exe       string // re-exec target for the grandchild fault
 	stdoutRaw io.Writer
 }
@@ -183,6 +185,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
+	fs.IntVar(&o.holdMiB, "grandchild-mib", 0, "MiB of memory the child of --fault grandchild touches and keeps while it holds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the flag set printed the help
@@ -190,7 +193,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.hold {
+		held := make([]byte, max(o.holdMiB, 0)<<20)
+		for i := 0; i < len(held); i += 4096 {
+			held[i] = 1 // resident, not only reserved
+		}
 		blockForever()
+		runtime.KeepAlive(held)
 	}
 	if o.history < 1 {
 		fmt.Fprintf(stderr, "builtin: --history %d: keep at least 1 turn\n", o.history)
@@ -219,7 +227,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case FaultIgnoreSigterm:
 		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
 	case FaultGrandchild:
-		if err := spawnGrandchild(stdout, stderr); err != nil {
+		if err := spawnGrandchild(stdout, stderr, o.holdMiB); err != nil {
 			fmt.Fprintf(stderr, "builtin: spawn grandchild: %v\n", err)
 			return 1
 		}
@@ -259,13 +267,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // spawnGrandchild starts a process that inherits stdout and never exits, the
-// way a tool subprocess of a real agent can keep the pipe open.
-func spawnGrandchild(stdout, stderr io.Writer) error {
+// way a tool subprocess of a real agent can keep the pipe open, holding mib
+// MiB of memory.
+func spawnGrandchild(stdout, stderr io.Writer, mib int) error {
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]
 	}
-	cmd := exec.Command(exe, "agent", "--hold")
+	cmd := exec.Command(exe, "agent", "--hold", "--grandchild-mib", strconv.Itoa(mib))
 	cmd.Env = os.Environ()
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr

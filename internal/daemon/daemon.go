@@ -192,6 +192,7 @@ func New(o Options) (*Daemon, error) {
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
+	d.m.SetAgentMemory(d.keeper)
 	if err := d.resume(); err != nil {
 		d.Close(0)
 		return nil, fmt.Errorf("daemon: resume the recorded runs: %w", err)

@@ -82,6 +82,12 @@ type StoreStats interface {
 	DiskFull() bool // the last write was refused so: none was stored since
 }
 
+// AgentMemory reports the memory of the live agents' process trees by
+// binding, read at scrape time.
+type AgentMemory interface {
+	AgentMemory() map[string]int64
+}
+
 // Metrics holds every residentd series on a registry of its own (never the
 // global default, so tests and embedders get no cross-talk).
 type Metrics struct {
@@ -136,6 +142,13 @@ func (m *Metrics) SetGauges(g Gauges) { m.gauges.set(g) }
 func (m *Metrics) SetBudgets(b Budgets) {
 	m.gauges.mu.Lock()
 	m.gauges.budgets = b
+	m.gauges.mu.Unlock()
+}
+
+// SetAgentMemory makes scrapes read the agents' memory by binding from a.
+func (m *Metrics) SetAgentMemory(a AgentMemory) {
+	m.gauges.mu.Lock()
+	m.gauges.mem = a
 	m.gauges.mu.Unlock()
 }
 
@@ -549,11 +562,13 @@ type gaugeCollector struct {
 	commits, writes    *prometheus.Desc
 	noSpace, diskFull  *prometheus.Desc
 	spent, limit       *prometheus.Desc
+	memory             *prometheus.Desc
 
-	mu      sync.Mutex // guards g, st and budgets
+	mu      sync.Mutex // guards g, st, budgets and mem
 	g       Gauges
 	st      StoreStats
 	budgets Budgets
+	mem     AgentMemory
 }
 
 func (c *gaugeCollector) set(g Gauges) {
@@ -580,6 +595,8 @@ func newGaugeCollector(g Gauges) *gaugeCollector {
 			"What the current budget day has cost so far, per configured daily budget (scope binding or channel), in the budgets' currency.", []string{"scope", "id"}, nil),
 		limit: prometheus.NewDesc("residentd_budget_limit",
 			"The daily limit of each configured budget, in the budgets' currency.", []string{"scope", "id"}, nil),
+		memory: prometheus.NewDesc("residentd_agent_memory_bytes",
+			"Memory of the live agents (sessions and spares) by binding, each agent's whole process tree: its cgroup's memory.current, else the resident sets of every process of its tree summed.", []string{"binding"}, nil),
 	}
 }
 
@@ -593,6 +610,7 @@ func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.diskFull
 	ch <- c.spent
 	ch <- c.limit
+	ch <- c.memory
 }
 
 func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -600,8 +618,13 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	var commits, writes, noSpace int64
 	var full float64
 	c.mu.Lock()
-	g, st, bs := c.g, c.st, c.budgets
+	g, st, bs, mem := c.g, c.st, c.budgets, c.mem
 	c.mu.Unlock()
+	if mem != nil {
+		for b, n := range mem.AgentMemory() {
+			ch <- prometheus.MustNewConstMetric(c.memory, prometheus.GaugeValue, float64(n), b)
+		}
+	}
 	if bs != nil {
 		for _, b := range bs.BudgetStates() {
 			ch <- prometheus.MustNewConstMetric(c.spent, prometheus.GaugeValue, b.Spent, b.Scope, b.ID)
