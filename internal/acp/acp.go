@@ -409,9 +409,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		ClientInfo: &sdk.Implementation{Name: "residentd", Version: "1"},
 	})
 	if err != nil {
-		err = a.callErr(ictx, "initialize", err)
-		_ = a.Close()
-		return nil, err
+		return nil, a.StartFailed(a.callErr(ictx, "initialize", err))
 	}
 	if resp.ProtocolVersion != sdk.ProtocolVersionNumber {
 		a.log.Warn("agent speaks another ACP protocol version", zap.Int("agent_version", int(resp.ProtocolVersion)), zap.Int("client_version", sdk.ProtocolVersionNumber))
@@ -1025,20 +1023,7 @@ func (a *Agent) exitedErr() error {
 	if lerr := a.limitErr(); lerr != nil {
 		return fmt.Errorf("%w, stopped for it (pid %d, %s)", lerr, a.pid, why)
 	}
-	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.proc.StderrTail(), 512))
-}
-
-// summarize keeps the last max bytes of the tail, from a line start if possible.
-func summarize(s string, max int) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= max {
-		return s
-	}
-	s = s[len(s)-max:]
-	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
-		s = s[i+1:]
-	}
-	return "…" + s
+	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, a.StderrLines())
 }
 
 // Resolve finds the executable a binding's command names, as Start would,

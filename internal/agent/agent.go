@@ -34,6 +34,7 @@ import (
 const (
 	FaultExitInitialize       = "exit-initialize"
 	FaultExitNew              = "exit-new"
+	FaultFailNew              = "fail-new" // write the cause to stderr, answer session/new with an error, and live on
 	FaultExitTurn             = "exit-turn"
 	FaultHangTurn             = "hang-turn"
 	FaultHangIgnoreCancel     = "hang-ignore-cancel"
@@ -65,7 +66,7 @@ var knownFaults = map[string]bool{
 	FaultExitInitialize: true, FaultExitNew: true, FaultExitTurn: true, FaultHangTurn: true,
 	FaultHangIgnoreCancel: true, FaultGarbageStdout: true, FaultPartialJSON: true,
 	FaultFloodStderr: true, FaultUnknownSessionUpdate: true, FaultIgnoreSigterm: true,
-	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
+	FaultGrandchild: true, FaultSlowStart: true, FaultFailNew: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
 	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true, FaultCancelOnReject: true,
@@ -149,8 +150,9 @@ type options struct {
 	slow      time.Duration
 	framing   string
 	hold      bool
-	holdMiB   int    // memory the --fault grandchild child touches and keeps
-	exe       string // re-exec target for the grandchild fault
+	holdMiB   int      // memory the --fault grandchild child touches and keeps
+	stderr    []string // lines written to stderr at start (--stderr)
+	exe       string   // re-exec target for the grandchild fault
 	stdoutRaw io.Writer
 }
 
@@ -185,6 +187,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
+	fs.Func("stderr", "a line to write to stderr as the agent starts (repeatable), as an agent logs what it starts with", func(s string) error {
+		o.stderr = append(o.stderr, s)
+		return nil
+	})
 	fs.IntVar(&o.holdMiB, "grandchild-mib", 0, "MiB of memory the child of --fault grandchild touches and keeps while it holds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -223,6 +229,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
+	for _, l := range o.stderr {
+		fmt.Fprintln(stderr, l)
+	}
 	switch o.fault {
 	case FaultIgnoreSigterm:
 		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
@@ -461,6 +470,13 @@ func (b *builtin) Logout(ctx context.Context, p acp.LogoutRequest) (acp.LogoutRe
 func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
 	if b.opts.fault == FaultExitNew {
 		b.quit("fault exit-new")
+	}
+	if b.opts.fault == FaultFailNew {
+		// The cause on stderr, and as the answer an error that does not
+		// say it (claude-agent-acp's "Claude Code process exited with
+		// code 1").
+		fmt.Fprintln(b.stderr, "builtin: fault fail-new: the session cannot start here (the cause, on stderr only)")
+		return acp.NewSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced session/new failure: process exited with code 1"}
 	}
 	var raw [8]byte
 	if _, err := rand.Read(raw[:]); err != nil {
