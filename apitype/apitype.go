@@ -535,7 +535,7 @@ type Health struct {
 	// and executable, checked on each request without starting anything.
 	BindingCommands []BindingCommand `json:"binding_commands"`
 	// BudgetsBlind are the bindings a configured budget counts whose
-	// agent's last turn reported no cost a budget could count.
+	// agent's last successful turn reported no cost a budget could count.
 	BudgetsBlind []BudgetBlind `json:"budgets_blind,omitempty"`
 	// StorageFull is set while the filesystem holding the state file
 	// refuses its writes for lack of space or quota: from the first

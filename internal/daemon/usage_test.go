@@ -193,6 +193,10 @@ func TestUsageSourceAndBlindBudgets(t *testing.T) {
 			t.Errorf("%s: usage %+v, want cache reads twice the input and the thought tokens counted", tt.binding, u)
 		}
 	}
+	// A turn that failed reporting nothing says nothing of the agent.
+	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-cost", Text: "@agent [[fault:exit-turn]]"}); r.err == nil {
+		t.Fatal("the exit-turn fault did not fail the turn")
+	}
 	var got []string
 	for _, b := range h.d.Status().BudgetsBlind {
 		got = append(got, b.Binding+" "+b.UsageSource+": "+b.Reason)

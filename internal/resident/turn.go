@@ -79,7 +79,10 @@ func (kp *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.L
 		kp.m.ToolCall(b.ID, c.Kind, c.Outcome())
 	}
 	u := p.turnUsage(b, s.Result)
-	kp.noteCost(b, p, u, s.Result.UsageFrom)
+	if s.Outcome == lease.OutcomeOK || u.Cost != nil {
+		// A failed turn that reported nothing says nothing of the agent.
+		kp.noteCost(b, p, u, s.Result.UsageFrom)
+	}
 	if s.Result.Compacted {
 		p.compacted()
 		kp.m.Compacted(b.ID)

@@ -86,8 +86,9 @@ func delta(now, before int64) int64 {
 	return now - before
 }
 
-// noteCost keeps whether binding b's last turn, on process p, gave a cost
-// a budget can count (usage u, its tokens from source), and why not.
+// noteCost keeps whether binding b's last turn (one that succeeded, or
+// gave a cost), on process p, gave a cost a budget can count (usage u,
+// its tokens from source), and why not.
 func (kp *Keeper) noteCost(b config.Binding, p *Process, u apitype.Usage, source string) {
 	var blind apitype.BudgetBlind
 	if u.Cost == nil {
