@@ -117,6 +117,10 @@ type Event struct {
 	Watermark  string         `json:"watermark,omitempty"` // see the Watermark* constants
 	Context    *ContextReport `json:"context,omitempty"`
 	Usage      *Usage         `json:"usage,omitempty"`
+	// UsageSource says where the turn's tokens came from (UsageSource*):
+	// UsageSourceNone when the agent reported none (usage is "unknown",
+	// or carries a cost alone).
+	UsageSource string `json:"usage_source,omitempty"`
 	// IdleGapS is the time since the key's previous turn ended, in seconds;
 	// absent for the key's first turn in this daemon's run.
 	IdleGapS *float64 `json:"idle_gap_seconds,omitempty"`
@@ -411,6 +415,9 @@ type Usage struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// ThoughtTokens are the model's reasoning tokens where the agent
+	// counts them apart (codex's are part of its output tokens).
+	ThoughtTokens int64 `json:"thought_tokens,omitempty"`
 	// Cost in Currency: the agent's own (CostSource "agent", the change of
 	// the session cost it reports), or from the binding's price table
 	// ("prices"); absent when neither says.
@@ -421,6 +428,14 @@ type Usage struct {
 
 // UsageUnknown is how an unknown Usage is encoded.
 const UsageUnknown = "unknown"
+
+// Where a done event's usage tokens came from (Event.UsageSource).
+const (
+	UsageSourceResponse = "prompt_response"      // the prompt response's usage
+	UsageSourceMeta     = "prompt_response_meta" // the prompt response's _meta.quota.token_count
+	UsageSourceUpdates  = "usage_update"         // each model call's tokens in the agent's usage_update, summed
+	UsageSourceNone     = "none"                 // the agent reported no tokens
+)
 
 // MarshalJSON encodes an unknown usage as "unknown".
 func (u Usage) MarshalJSON() ([]byte, error) {
@@ -519,6 +534,9 @@ type Health struct {
 	// BindingCommands says for every binding whether its command is found
 	// and executable, checked on each request without starting anything.
 	BindingCommands []BindingCommand `json:"binding_commands"`
+	// BudgetsBlind are the bindings a configured budget counts whose
+	// agent's last successful turn reported no cost a budget could count.
+	BudgetsBlind []BudgetBlind `json:"budgets_blind,omitempty"`
 	// StorageFull is set while the filesystem holding the state file
 	// refuses its writes for lack of space or quota: from the first
 	// refused write until a write is stored again.
@@ -546,6 +564,17 @@ type PolicyAdvisory struct {
 	// Unasked says what the agent runs without asking, where known, or
 	// why the policy's control failed.
 	Unasked string `json:"unasked,omitempty"`
+}
+
+// BudgetBlind is a binding whose budgets cannot see what its turns cost,
+// in Health.
+type BudgetBlind struct {
+	Binding string `json:"binding_id"`
+	Agent   string `json:"agent"` // who the agent said it is at initialize
+	// UsageSource is where the last turn's tokens came from
+	// (UsageSource*): none when the agent reported none.
+	UsageSource string `json:"usage_source"`
+	Reason      string `json:"reason"` // why no cost: no usage at all, or tokens and no prices
 }
 
 // BindingCommand is whether a binding's agent can be started, in Health.
@@ -868,6 +897,7 @@ const (
 	CodeInterrupted       = "interrupted"      // the daemon stopped while the run was in flight, and it was not retried
 	CodeInvalidConfig     = "invalid_config"   // the reloaded config file does not load or validate; the config in force stays
 	CodeNoConfigFile      = "no_config_file"   // the daemon runs on the built-in default config: there is no file to reload
+	CodePolicyRefused     = "policy_refused"   // the agent ended the turn itself (stop reason cancelled, nobody cancelled it) after a permission request was refused
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

@@ -391,6 +391,9 @@ func runStatus(ctx context.Context, e *cmdEnv) error {
 	for _, p := range h.PolicyAdvisories {
 		fmt.Fprintf(stdout, "binding %s: permission %s, %s: %s (%s)\n", p.Binding, p.Policy, p.Agent, p.Advisory, p.Unasked)
 	}
+	for _, b := range h.BudgetsBlind {
+		fmt.Fprintf(stdout, "binding %s: its budgets cannot see what its turns cost: %s (%s, usage_source %s)\n", b.Binding, b.Reason, b.Agent, b.UsageSource)
+	}
 	startable := 0
 	for _, b := range h.BindingCommands {
 		if b.Startable {

@@ -98,7 +98,19 @@ type Usage struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// ThoughtTokens are the model's reasoning tokens, where the agent
+	// counts them apart (ACP's thoughtTokens; codex's reasoning output
+	// tokens, which its output tokens include).
+	ThoughtTokens int64 `json:"thought_tokens"`
 }
+
+// Where a turn's tokens came from (Result.UsageFrom).
+const (
+	UsageFromResponse = "prompt_response"      // the prompt response's usage (ACP's Usage)
+	UsageFromMeta     = "prompt_response_meta" // the prompt response's _meta.quota.token_count (codex-acp's and claude-agent-acp's shape)
+	UsageFromUpdates  = "usage_update"         // each model call's tokens in a usage_update's _meta.usage, summed
+	UsageFromNone     = "none"                 // the agent reported no tokens
+)
 
 // Cost is what an agent says its session has cost so far (ACP's
 // usage_update cost is cumulative).
@@ -116,6 +128,9 @@ type Result struct {
 	// updates (PerCall), their sum.
 	Usage   *Usage
 	PerCall bool
+	// UsageFrom says where Usage came from (UsageFrom*): UsageFromNone
+	// when the agent reported no tokens.
+	UsageFrom string
 	// Cost is what the turn cost: every increase of the session cost the
 	// agent reported during it (ACP's usage_update cost is the session's
 	// running total), summed, with what it reported between prompts.
@@ -131,12 +146,78 @@ type Result struct {
 }
 
 // ToolCallSeen is one tool call the agent reported (session/update
-// tool_call), and whether it asked for it (a session/request_permission
-// for its toolCallId came during the prompt).
+// tool_call), or asked about: whether it asked for it (a
+// session/request_permission for its toolCallId came during the prompt),
+// how that was answered, and the last status the agent reported.
 type ToolCallSeen struct {
 	ID    string
 	Kind  string // its ACP kind; "other" when it named none
 	Asked bool
+	// Decision is how its permission request was answered during the
+	// prompt: DecisionAllowed or DecisionRejected ("" when it asked
+	// nothing, or the prompt ended before the answer), by DecidedBy:
+	// apitype.DecidedByPolicy, or DecidedByAsk (put to Spec.Ask: a
+	// person, the timeout, the pending limit or a cancel answered).
+	Decision  string
+	DecidedBy string
+	// Status is the last status the agent reported for it (pending,
+	// in_progress, completed, failed), "" when it reported none.
+	Status string
+	// Unavailable: it failed because the agent would not run the tool at
+	// all (its own rules took it away: claude-agent-acp's "No such tool
+	// available"), not because the tool ran and failed.
+	Unavailable bool
+}
+
+// How a permission request of a tool call was answered (ToolCallSeen).
+const (
+	DecisionAllowed  = "allowed"
+	DecisionRejected = "rejected"
+	DecidedByAsk     = "ask" // Spec.Ask answered: a person, or what stood in for one
+)
+
+// What became of a tool call (ToolCallSeen.Outcome): the outcome label of
+// residentd_agent_tool_calls_total.
+const (
+	ToolRan             = "ran"               // not asked about; the agent reported it completed
+	ToolFailed          = "failed"            // not asked about; the agent reported it failed
+	ToolRefusedByAgent  = "refused_by_agent"  // not asked about; the agent would not run it (the tool is not available to it: its own rules)
+	ToolAllowedByPolicy = "allowed_by_policy" // asked; the binding's policy allowed it
+	ToolRefusedByPolicy = "refused_by_policy" // asked; the binding's policy rejected it
+	ToolAskedAllowed    = "asked_allowed"     // asked a person, who allowed it
+	ToolAskedRejected   = "asked_rejected"    // asked a person; rejected by the person, the timeout, the pending limit or a cancel
+	ToolUnfinished      = "unfinished"        // no final status and no answer by the prompt's end (a cancelled turn, an agent that reports none)
+)
+
+// ToolOutcomes are the outcomes a tool call can have, in the order above.
+var ToolOutcomes = []string{ToolRan, ToolFailed, ToolRefusedByAgent, ToolAllowedByPolicy, ToolRefusedByPolicy, ToolAskedAllowed, ToolAskedRejected, ToolUnfinished}
+
+// Outcome is what became of the call: the answer to its permission
+// request when it asked (whatever it then reported), else the last status
+// it reported.
+func (c ToolCallSeen) Outcome() string {
+	allowed := c.Decision == DecisionAllowed
+	switch {
+	case c.Decision != "" && c.DecidedBy == apitype.DecidedByPolicy:
+		if allowed {
+			return ToolAllowedByPolicy
+		}
+		return ToolRefusedByPolicy
+	case c.Decision != "":
+		if allowed {
+			return ToolAskedAllowed
+		}
+		return ToolAskedRejected
+	case c.Asked:
+		return ToolUnfinished // the prompt ended while its request waited
+	case c.Status == string(sdk.ToolCallStatusCompleted):
+		return ToolRan
+	case c.Status == string(sdk.ToolCallStatusFailed) && c.Unavailable:
+		return ToolRefusedByAgent
+	case c.Status == string(sdk.ToolCallStatusFailed):
+		return ToolFailed
+	}
+	return ToolUnfinished
 }
 
 // Agent is one supervised agent process with an initialized ACP connection.
@@ -328,9 +409,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		ClientInfo: &sdk.Implementation{Name: "residentd", Version: "1"},
 	})
 	if err != nil {
-		err = a.callErr(ictx, "initialize", err)
-		_ = a.Close()
-		return nil, err
+		return nil, a.StartFailed(a.callErr(ictx, "initialize", err))
 	}
 	if resp.ProtocolVersion != sdk.ProtocolVersionNumber {
 		a.log.Warn("agent speaks another ACP protocol version", zap.Int("agent_version", int(resp.ProtocolVersion)), zap.Int("client_version", sdk.ProtocolVersionNumber))
@@ -865,14 +944,10 @@ func (a *Agent) partial(r *route) Result {
 func (a *Agent) result(r *route, resp sdk.PromptResponse) (Result, error) {
 	r.mu.Lock()
 	res := Result{StopReason: string(resp.StopReason), Text: r.text.String(), ToolCalls: r.seenCalls()}
-	if u := resp.Usage; u != nil {
-		res.Usage = &Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens)}
-		if u.CachedReadTokens != nil {
-			res.Usage.CacheReadTokens = int64(*u.CachedReadTokens)
-		}
-		if u.CachedWriteTokens != nil {
-			res.Usage.CacheWriteTokens = int64(*u.CachedWriteTokens)
-		}
+	if resp.Usage != nil {
+		res.Usage, res.UsageFrom = fromSDKUsage(resp.Usage), UsageFromResponse
+	} else if q := quotaUsage(resp.Meta); q != nil {
+		res.Usage, res.UsageFrom = q, UsageFromMeta
 	}
 	res = r.takeLocked(res)
 	cut := r.cut
@@ -888,7 +963,10 @@ func (a *Agent) result(r *route, resp sdk.PromptResponse) (Result, error) {
 func (r *route) takeLocked(res Result) Result {
 	res.Cost, res.Compacted = r.cost, r.compacted
 	if r.calls != nil {
-		res.Usage, res.PerCall = r.calls, true
+		res.Usage, res.PerCall, res.UsageFrom = r.calls, true, UsageFromUpdates
+	}
+	if res.Usage == nil {
+		res.UsageFrom = UsageFromNone
 	}
 	r.cost, r.calls, r.compacted = nil, nil, false
 	return res
@@ -945,20 +1023,7 @@ func (a *Agent) exitedErr() error {
 	if lerr := a.limitErr(); lerr != nil {
 		return fmt.Errorf("%w, stopped for it (pid %d, %s)", lerr, a.pid, why)
 	}
-	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, summarize(a.proc.StderrTail(), 512))
-}
-
-// summarize keeps the last max bytes of the tail, from a line start if possible.
-func summarize(s string, max int) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= max {
-		return s
-	}
-	s = s[len(s)-max:]
-	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
-		s = s[i+1:]
-	}
-	return "…" + s
+	return fmt.Errorf("%w (pid %d, %s); stderr tail: %q", ErrExited, a.pid, why, a.StderrLines())
 }
 
 // Resolve finds the executable a binding's command names, as Start would,

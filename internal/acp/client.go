@@ -77,7 +77,11 @@ func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate, sub string) {
 	u.Subagent = sub
 	inPrompt := r.on != nil && !r.answered
 	if tc := u.ToolCall; tc != nil && inPrompt {
-		r.noteCall(tc.ID, tc.Kind, false)
+		c := r.noteCall(tc.ID, tc.Kind, false)
+		if tc.Status != "" {
+			c.Status = tc.Status
+			c.Unavailable = tc.Status == string(sdk.ToolCallStatusFailed) && unavailable(su.raw)
+		}
 	}
 	if !inPrompt {
 		if a.spec.Between != nil {
@@ -123,6 +127,7 @@ func (r *route) usage(su *wireUpdate) {
 		r.calls.OutputTokens += calls.OutputTokens
 		r.calls.CacheReadTokens += calls.CacheReadTokens
 		r.calls.CacheWriteTokens += calls.CacheWriteTokens
+		r.calls.ThoughtTokens += calls.ThoughtTokens
 	}
 	// Without compaction_update, context in use shrinking by half or more
 	// is how an agent shows it compacted its history (summarised and
@@ -148,13 +153,53 @@ func callUsage(meta json.RawMessage) *Usage {
 	if json.Unmarshal(meta, &m) != nil || m.Usage == nil {
 		return nil
 	}
-	u := &Usage{InputTokens: int64(m.Usage.InputTokens), OutputTokens: int64(m.Usage.OutputTokens)}
-	if v := m.Usage.CachedReadTokens; v != nil {
+	return fromSDKUsage(m.Usage)
+}
+
+// fromSDKUsage is ACP's Usage as residentd counts it.
+func fromSDKUsage(su *sdk.Usage) *Usage {
+	u := &Usage{InputTokens: int64(su.InputTokens), OutputTokens: int64(su.OutputTokens)}
+	if v := su.CachedReadTokens; v != nil {
 		u.CacheReadTokens = int64(*v)
 	}
-	if v := m.Usage.CachedWriteTokens; v != nil {
+	if v := su.CachedWriteTokens; v != nil {
 		u.CacheWriteTokens = int64(*v)
 	}
+	if v := su.ThoughtTokens; v != nil {
+		u.ThoughtTokens = int64(*v)
+	}
+	return u
+}
+
+// quotaUsage reads a prompt response's _meta.quota.token_count, the shape
+// codex-acp reports a turn's tokens in (and claude-agent-acp 0.101 beside
+// its usage): inputTokens (not cached), cachedInputTokens (cache reads),
+// cachedWriteTokens, outputTokens (reasoning included) and
+// reasoningOutputTokens, camelCase or snake_case. Nil when it has none.
+func quotaUsage(meta map[string]any) *Usage {
+	quota, _ := meta["quota"].(map[string]any)
+	tc, _ := quota["token_count"].(map[string]any)
+	if tc == nil {
+		return nil
+	}
+	n := func(keys ...string) (int64, bool) {
+		for _, k := range keys {
+			if v, ok := tc[k].(float64); ok && v >= 0 {
+				return int64(v), true
+			}
+		}
+		return 0, false
+	}
+	u := &Usage{}
+	var in, out bool
+	u.InputTokens, in = n("inputTokens", "input_tokens")
+	u.OutputTokens, out = n("outputTokens", "output_tokens")
+	if !in && !out {
+		return nil
+	}
+	u.CacheReadTokens, _ = n("cachedInputTokens", "cached_input_tokens", "cachedReadTokens")
+	u.CacheWriteTokens, _ = n("cachedWriteTokens", "cached_write_tokens")
+	u.ThoughtTokens, _ = n("reasoningOutputTokens", "reasoning_output_tokens", "thoughtTokens")
 	return u
 }
 
@@ -345,11 +390,18 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	decision := a.Permission().DecideAt(tc.Kind, inside)
 	if decision == permission.AskPerson {
 		a.noteAsked(native, tc.ID, tc.Kind)
+		chosen := ""
 		if a.spec.Ask != nil {
 			if id := a.spec.Ask(ctx, native, *tc, offered); id != "" {
 				resp.Outcome = sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(id))
+				for _, o := range opts {
+					if o.ID == id {
+						chosen = o.Kind
+					}
+				}
 			}
 		}
+		a.noteDecision(native, tc.ID, allows(chosen), DecidedByAsk)
 		a.log.Debug("permission asked", zap.String("session", native), zap.String("tool", tc.Title), zap.Bool("answered", resp.Outcome.Selected != nil))
 		return resp, nil
 	}
@@ -361,6 +413,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	a.log.Debug("permission decided", zap.String("session", native), zap.String("policy", string(a.Permission())), zap.String("decision", d.Kind), zap.String("tool", tc.Title))
 
 	a.noteAsked(native, tc.ID, tc.Kind)
+	a.noteDecision(native, tc.ID, allows(d.Kind), apitype.DecidedByPolicy)
 	a.mu.Lock()
 	r := a.routes[native]
 	a.mu.Unlock()
@@ -463,9 +516,10 @@ func (c *client) WaitForTerminalExit(ctx context.Context, p sdk.WaitForTerminalE
 }
 
 // noteCall notes a tool call reported (or asked about, asked) during the
-// running prompt; r.mu is held. A kind given later (a tool_call_update)
-// fills one not given at first.
-func (r *route) noteCall(id, kind string, asked bool) {
+// running prompt and returns its record, valid until the next call; r.mu
+// is held. A kind given later (a tool_call_update) fills one not given at
+// first.
+func (r *route) noteCall(id, kind string, asked bool) *ToolCallSeen {
 	i := slices.IndexFunc(r.tools, func(c ToolCallSeen) bool { return c.ID == id })
 	if i < 0 {
 		r.tools = append(r.tools, ToolCallSeen{ID: id})
@@ -476,6 +530,49 @@ func (r *route) noteCall(id, kind string, asked bool) {
 		c.Kind = kind
 	}
 	c.Asked = c.Asked || asked
+	return c
+}
+
+// allows reports whether a permission option kind (allow_once,
+// allow_always, reject_once, …) allows the call; "" (the cancelled
+// outcome) does not.
+func allows(kind string) bool { return strings.HasPrefix(kind, "allow") }
+
+// unavailableWords are what an agent's failed tool call says when the
+// agent would not run the tool at all, its own rules having taken it away
+// (claude-agent-acp's deny rules: the model is told the tool does not
+// exist).
+var unavailableWords = [][]byte{[]byte("No such tool available")}
+
+// unavailable reports whether a failed tool call update says the tool was
+// not available to the agent.
+func unavailable(raw []byte) bool {
+	for _, w := range unavailableWords {
+		if bytes.Contains(raw, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// noteDecision notes how the permission request for tool call id of
+// session native was answered, while its prompt runs.
+func (a *Agent) noteDecision(native, id string, allowed bool, by string) {
+	a.mu.Lock()
+	r := a.routes[native]
+	a.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.on != nil {
+		c := r.noteCall(id, "", true)
+		c.Decision, c.DecidedBy = DecisionRejected, by
+		if allowed {
+			c.Decision = DecisionAllowed
+		}
+	}
+	r.mu.Unlock()
 }
 
 // noteAsked notes a permission request for tool call id (of ACP kind

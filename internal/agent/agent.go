@@ -18,6 +18,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +34,7 @@ import (
 const (
 	FaultExitInitialize       = "exit-initialize"
 	FaultExitNew              = "exit-new"
+	FaultFailNew              = "fail-new" // write the cause to stderr, answer session/new with an error, and live on
 	FaultExitTurn             = "exit-turn"
 	FaultHangTurn             = "hang-turn"
 	FaultHangIgnoreCancel     = "hang-ignore-cancel"
@@ -53,16 +56,20 @@ const (
 	FaultResumeHang           = "resume-hang"  // never answer session/resume
 	FaultBurst                = "burst"        // stream --burst tiny chunks (100,000) before the reply
 	FaultLongReplay           = "long-replay"  // session/load replays --replay messages (5,000) before the kept turns
+	// FaultCancelOnReject: a turn in which a permission was rejected ends
+	// with stop reason cancelled, as codex-acp ends one, though nobody
+	// cancelled it.
+	FaultCancelOnReject = "cancel-on-reject"
 )
 
 var knownFaults = map[string]bool{
 	FaultExitInitialize: true, FaultExitNew: true, FaultExitTurn: true, FaultHangTurn: true,
 	FaultHangIgnoreCancel: true, FaultGarbageStdout: true, FaultPartialJSON: true,
 	FaultFloodStderr: true, FaultUnknownSessionUpdate: true, FaultIgnoreSigterm: true,
-	FaultGrandchild: true, FaultSlowStart: true, FaultFailTurn: true, FaultRefusal: true,
+	FaultGrandchild: true, FaultSlowStart: true, FaultFailNew: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
-	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true,
+	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true, FaultCancelOnReject: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -130,7 +137,12 @@ type options struct {
 	image     bool // advertise promptCapabilities.image
 	embedded  bool // advertise promptCapabilities.embeddedContext
 	noModes   bool
-	usage     string  // turn (per-turn tokens), total (running totals) or none
+	askMode   string // the id of the mode that asks before each tool call ("" for manual)
+	denyTools string // comma-separated tool kinds its own rules take away ([[tool:KIND]] fails unasked)
+	// agentInfo is the name@version the agent gives at initialize: its
+	// own, another agent's (--agent-info), or none ("-").
+	agentInfo string
+	usage     string  // turn (per-turn tokens), total (running totals), detail (with cache and thought tokens), meta (in _meta.quota) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
 	burst     int // chunks of the burst fault
@@ -138,7 +150,9 @@ type options struct {
 	slow      time.Duration
 	framing   string
 	hold      bool
-	exe       string // re-exec target for the grandchild fault
+	holdMiB   int      // memory the --fault grandchild child touches and keeps
+	stderr    []string // lines written to stderr at start (--stderr)
+	exe       string   // re-exec target for the grandchild fault
 	stdoutRaw io.Writer
 }
 
@@ -162,7 +176,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.image, "image", false, "advertise promptCapabilities.image: take image blocks in a prompt")
 	fs.BoolVar(&o.embedded, "embedded-context", false, "advertise promptCapabilities.embeddedContext: take embedded resource blocks in a prompt")
 	fs.BoolVar(&o.noModes, "no-modes", false, "list no session modes (auto, manual)")
-	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process) or none")
+	fs.StringVar(&o.denyTools, "deny-tool", "", "comma-separated tool kinds the agent's own rules take away: a [[tool:KIND]] of one fails unasked, \"No such tool available\"")
+	fs.StringVar(&o.askMode, "ask-mode", modeManual, "the id of the session mode in which the agent asks before each tool call")
+	fs.StringVar(&o.agentInfo, "agent-info", "residentd-builtin@1", "the agentInfo the agent gives at initialize, NAME@VERSION (the last @ splits them); - for none")
+	fs.StringVar(&o.usage, "usage", "turn", "token usage in prompt responses: turn (each turn's), total (running totals per process), detail (each turn's with cache and thought tokens), meta (in _meta.quota.token_count, not usage) or none")
 	fs.Float64Var(&o.cost, "cost", 0, "cost of each turn; the usage_update reports the process's running total in USD (0: no cost)")
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
 	fs.IntVar(&o.burst, "burst", 100000, "chunks the burst fault streams")
@@ -170,6 +187,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
+	fs.Func("stderr", "a line to write to stderr as the agent starts (repeatable), as an agent logs what it starts with", func(s string) error {
+		o.stderr = append(o.stderr, s)
+		return nil
+	})
+	fs.IntVar(&o.holdMiB, "grandchild-mib", 0, "MiB of memory the child of --fault grandchild touches and keeps while it holds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the flag set printed the help
@@ -177,14 +199,23 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.hold {
+		held := make([]byte, max(o.holdMiB, 0)<<20)
+		for i := 0; i < len(held); i += 4096 {
+			held[i] = 1 // resident, not only reserved
+		}
 		blockForever()
+		runtime.KeepAlive(held)
 	}
 	if o.history < 1 {
 		fmt.Fprintf(stderr, "builtin: --history %d: keep at least 1 turn\n", o.history)
 		return 2
 	}
-	if o.usage != "turn" && o.usage != "total" && o.usage != "none" {
-		fmt.Fprintf(stderr, "builtin: --usage %q: use turn, total or none\n", o.usage)
+	if !slices.Contains([]string{"turn", "total", "detail", "meta", "none"}, o.usage) {
+		fmt.Fprintf(stderr, "builtin: --usage %q: use turn, total, detail, meta or none\n", o.usage)
+		return 2
+	}
+	if o.askMode == "" || o.askMode == modeAuto {
+		fmt.Fprintf(stderr, "builtin: --ask-mode %q: name a mode other than %s\n", o.askMode, modeAuto)
 		return 2
 	}
 	if o.fault != "" && !knownFaults[o.fault] {
@@ -198,11 +229,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
+	for _, l := range o.stderr {
+		fmt.Fprintln(stderr, l)
+	}
 	switch o.fault {
 	case FaultIgnoreSigterm:
 		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
 	case FaultGrandchild:
-		if err := spawnGrandchild(stdout, stderr); err != nil {
+		if err := spawnGrandchild(stdout, stderr, o.holdMiB); err != nil {
 			fmt.Fprintf(stderr, "builtin: spawn grandchild: %v\n", err)
 			return 1
 		}
@@ -242,13 +276,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // spawnGrandchild starts a process that inherits stdout and never exits, the
-// way a tool subprocess of a real agent can keep the pipe open.
-func spawnGrandchild(stdout, stderr io.Writer) error {
+// way a tool subprocess of a real agent can keep the pipe open, holding mib
+// MiB of memory.
+func spawnGrandchild(stdout, stderr io.Writer, mib int) error {
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]
 	}
-	cmd := exec.Command(exe, "agent", "--hold")
+	cmd := exec.Command(exe, "agent", "--hold", "--grandchild-mib", strconv.Itoa(mib))
 	cmd.Env = os.Environ()
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
@@ -402,12 +437,25 @@ func (b *builtin) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.
 	return acp.InitializeResponse{
 		ProtocolVersion:   acp.ProtocolVersionNumber,
 		AgentCapabilities: b.capabilities(),
-		AgentInfo:         &acp.Implementation{Name: "residentd-builtin", Version: "1"},
+		AgentInfo:         b.agentInfo(),
 		AuthMethods:       []acp.AuthMethod{},
 		// As claude-agent-acp: text sent with _session/steering joins the
 		// running turn.
 		Meta: map[string]any{"steering": map[string]any{"supported": true}},
 	}, nil
+}
+
+// agentInfo is who the agent says it is at initialize (--agent-info),
+// nil for "-".
+func (b *builtin) agentInfo() *acp.Implementation {
+	if b.opts.agentInfo == "-" {
+		return nil
+	}
+	name, version := b.opts.agentInfo, ""
+	if i := strings.LastIndexByte(name, '@'); i > 0 {
+		name, version = name[:i], name[i+1:]
+	}
+	return &acp.Implementation{Name: name, Version: version}
 }
 
 func (b *builtin) Authenticate(ctx context.Context, p acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
@@ -422,6 +470,13 @@ func (b *builtin) Logout(ctx context.Context, p acp.LogoutRequest) (acp.LogoutRe
 func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
 	if b.opts.fault == FaultExitNew {
 		b.quit("fault exit-new")
+	}
+	if b.opts.fault == FaultFailNew {
+		// The cause on stderr, and as the answer an error that does not
+		// say it (claude-agent-acp's "Claude Code process exited with
+		// code 1").
+		fmt.Fprintln(b.stderr, "builtin: fault fail-new: the session cannot start here (the cause, on stderr only)")
+		return acp.NewSessionResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced session/new failure: process exited with code 1"}
 	}
 	var raw [8]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -632,7 +687,10 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		return acp.PromptResponse{}, &acp.RequestError{Code: -32603, Message: "builtin: induced failure"}
 	}
 
-	b.directives(ctx, id, text)
+	if refused := b.directives(ctx, id, text); refused > 0 && fault == FaultCancelOnReject {
+		// As codex-acp: a rejected permission ends the turn, cancelled.
+		return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+	}
 	if m := holdDirective().FindStringSubmatch(text); m != nil {
 		if err := b.send(ctx, id, acp.UpdateAgentThoughtText("holding until "+m[1]+" exists")); err != nil {
 			return acp.PromptResponse{}, err
@@ -669,8 +727,27 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		resp.Usage = &acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}
 	case "total":
 		resp.Usage = &acp.Usage{InputTokens: spentIn, OutputTokens: spentOut, TotalTokens: spentIn + spentOut}
+	case "detail":
+		resp.Usage = detailUsage(in, out)
+	case "meta":
+		// codex-acp's shape: no usage, the turn's tokens in
+		// _meta.quota.token_count.
+		read, thought := 2*in, out/2
+		resp.Meta = map[string]any{"quota": map[string]any{"token_count": map[string]any{
+			"inputTokens": in, "cachedInputTokens": read, "outputTokens": out, "reasoningOutputTokens": thought,
+			"totalTokens": in + read + out,
+		}}}
 	}
 	return resp, nil
+}
+
+// detailUsage is a turn's usage with every count ACP's Usage has, as
+// codex-acp 2.6 reports them: cache reads twice the input, cache writes
+// half of it, and half the output reasoning (thought) tokens.
+func detailUsage(in, out int) *acp.Usage {
+	read, write, thought := 2*in, in/2, out/2
+	return &acp.Usage{InputTokens: in, OutputTokens: out, CachedReadTokens: &read, CachedWriteTokens: &write, ThoughtTokens: &thought,
+		TotalTokens: in + read + write + out}
 }
 
 // afterwards starts what the prompt's [[later:D]] and [[background:D]]
@@ -763,7 +840,11 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 		b.mu.Unlock()
 		meta := map[string]any{"inputTokens": in, "outputTokens": out}
 		if perCall {
-			meta = map[string]any{"usage": acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}}
+			call := &acp.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}
+			if b.opts.usage == "detail" {
+				call = detailUsage(in, out)
+			}
+			meta = map[string]any{"usage": call}
 		}
 		uu := &acp.SessionUsageUpdate{Used: used, Size: 200000, Meta: meta}
 		if b.opts.cost > 0 {
@@ -849,8 +930,9 @@ func waitFile(ctx context.Context, path string) bool {
 	}
 }
 
-// directives runs the test-only client calls found in the prompt.
-func (b *builtin) directives(ctx context.Context, id, text string) {
+// directives runs the test-only client calls found in the prompt and
+// returns how many of its permission requests were not allowed.
+func (b *builtin) directives(ctx context.Context, id, text string) (refused int) {
 	for _, m := range readDirective().FindAllStringSubmatch(text, -1) {
 		resp, err := b.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: acp.SessionId(id), Path: m[1]})
 		b.thought(ctx, id, "read "+m[1], resp.Content, err)
@@ -874,6 +956,9 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		outcome := "cancelled"
 		if resp.Outcome.Selected != nil {
 			outcome = "selected " + string(resp.Outcome.Selected.OptionId)
+		}
+		if !strings.HasPrefix(outcome, "selected allow") {
+			refused++
 		}
 		b.thought(ctx, id, "permission "+m[1], outcome, err)
 	}
@@ -910,11 +995,14 @@ func (b *builtin) directives(ctx context.Context, id, text string) {
 		b.thought(ctx, id, "permission-flood "+strconv.Itoa(n), strings.Join(outcomes, " "), nil)
 	}
 	for i, m := range toolDirective().FindAllStringSubmatch(text, -1) {
-		b.runTool(ctx, id, i+1, m[1], m[2])
+		if !b.runTool(ctx, id, i+1, m[1], m[2]) {
+			refused++
+		}
 	}
 	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
 		b.switchMode(ctx, id, m[1])
 	}
+	return refused
 }
 
 // maxFlood bounds [[permission-flood:N]].

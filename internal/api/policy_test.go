@@ -5,6 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,15 +32,20 @@ func TestPolicyHoldsForUnaskedTools(t *testing.T) {
 	for _, tt := range []struct {
 		policy permission.Policy
 		// what each tool's thought says: execute, read inside, read outside
-		want  [3]string
-		asked bool // the tool calls were asked for
+		want [3]string
+		// the tool calls counted, by kind and outcome
+		counted map[string]int
 	}{
-		{permission.Deny, [3]string{"tool execute refused", "tool read refused", "tool read refused"}, true},
-		{permission.ReadOnly, [3]string{"tool execute refused", "tool read ran", "tool read refused"}, true},
+		{permission.Deny, [3]string{"tool execute refused", "tool read refused", "tool read refused"},
+			map[string]int{"execute/refused_by_policy": 1, "read/refused_by_policy": 2}},
+		{permission.ReadOnly, [3]string{"tool execute refused", "tool read ran", "tool read refused"},
+			map[string]int{"execute/refused_by_policy": 1, "read/allowed_by_policy": 1, "read/refused_by_policy": 1}},
 		// The person allows the execution and the read inside, and rejects
 		// the read outside.
-		{permission.Ask, [3]string{"tool execute ran", "tool read ran", "tool read refused"}, true},
-		{permission.Allow, [3]string{"tool execute ran", "tool read ran", "tool read ran"}, false},
+		{permission.Ask, [3]string{"tool execute ran", "tool read ran", "tool read refused"},
+			map[string]int{"execute/asked_allowed": 1, "read/asked_allowed": 1, "read/asked_rejected": 1}},
+		{permission.Allow, [3]string{"tool execute ran", "tool read ran", "tool read ran"},
+			map[string]int{"execute/ran": 1, "read/ran": 2}},
 	} {
 		t.Run(string(tt.policy), func(t *testing.T) {
 			t.Parallel()
@@ -90,14 +98,18 @@ func TestPolicyHoldsForUnaskedTools(t *testing.T) {
 					t.Fatalf("policy %s put %d requests to a person", tt.policy, len(requests))
 				}
 			}
+			// Every tool call is counted once, by what became of it; every
+			// other outcome of the binding stays at 0.
 			metrics := e.scrape(t)
-			line := `residentd_agent_tool_calls_total{asked="` + map[bool]string{true: "true", false: "false"}[tt.asked] + `",binding="b-ask",kind="execute"} 1`
-			if !strings.Contains(metrics, line) {
-				t.Fatalf("metrics lack %s:\n%s", line, grep(metrics, "residentd_agent_tool_calls_total"))
+			counted := map[string]int{}
+			series := regexp.MustCompile(`(?m)^residentd_agent_tool_calls_total\{binding="b-ask",kind="([a-z_]+)",outcome="([a-z_]+)"\} ([0-9]+)$`)
+			for _, m := range series.FindAllStringSubmatch(metrics, -1) {
+				if n, _ := strconv.Atoi(m[3]); n != 0 {
+					counted[m[1]+"/"+m[2]] = n
+				}
 			}
-			reads := `residentd_agent_tool_calls_total{asked="` + map[bool]string{true: "true", false: "false"}[tt.asked] + `",binding="b-ask",kind="read"} 2`
-			if !strings.Contains(metrics, reads) {
-				t.Fatalf("metrics lack %s:\n%s", reads, grep(metrics, "residentd_agent_tool_calls_total"))
+			if !reflect.DeepEqual(counted, tt.counted) {
+				t.Fatalf("tool calls counted %v, want %v:\n%s", counted, tt.counted, grep(metrics, "residentd_agent_tool_calls_total"))
 			}
 		})
 	}

@@ -366,7 +366,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case apitype.CodeCancelled:
 		return 499
-	case apitype.CodeAgentStartFailed, apitype.CodeAgentCrashed, apitype.CodeAgentFailed:
+	case apitype.CodeAgentStartFailed, apitype.CodeAgentCrashed, apitype.CodeAgentFailed, apitype.CodePolicyRefused:
 		return http.StatusBadGateway
 	case apitype.CodeAgentBackoff, apitype.CodeQueueFull, apitype.CodeQueueTimeout, apitype.CodeShuttingDown, apitype.CodeInterrupted, apitype.CodeToolsDisabled:
 		return http.StatusServiceUnavailable

@@ -41,7 +41,7 @@ func fromProcfs(st procfs.ProcStat) Stat {
 	if st.State != "" {
 		state = st.State[0]
 	}
-	return Stat{Pid: st.PID, State: state, Ppid: st.PPID, Pgrp: st.PGRP, Start: st.Starttime}
+	return Stat{Pid: st.PID, State: state, Ppid: st.PPID, Pgrp: st.PGRP, Start: st.Starttime, RSS: int64(st.ResidentMemory())}
 }
 
 // All returns the stat of every process that exists while it looks;

@@ -152,15 +152,27 @@ func lookup(pid int) *Process {
 // Memory sources reported by Memory.
 const (
 	MemoryCgroup = "cgroup" // memory.current of the agent's cgroup: its whole tree
-	MemoryRSS    = "rss"    // resident set of the agent process alone
+	MemoryTree   = "tree"   // the resident sets of every process of the agent's tree (Tree), summed
+	MemoryRSS    = "rss"    // resident set of the agent process alone (the process table could not be read)
 )
 
 // Memory returns the memory an agent uses: its cgroup's memory.current when
-// it has one with the memory controller, else the RSS of its pid.
+// it has one with the memory controller, else the resident sets of every
+// process of its tree summed (node and the CLI it starts, its tools), else
+// the RSS of its pid. A sum of resident sets counts pages the processes
+// share once per process.
 func Memory(pid int) (n int64, source string, err error) {
 	if p := lookup(pid); p != nil && p.cg != nil {
 		if n, err := p.cg.memoryCurrent(); err == nil {
 			return n, MemoryCgroup, nil
+		}
+	}
+	if all, err := All(); err == nil {
+		if tree := Tree(pid, all); len(tree) > 0 {
+			for _, st := range tree {
+				n += st.RSS
+			}
+			return n, MemoryTree, nil
 		}
 	}
 	n, err = RSS(pid)

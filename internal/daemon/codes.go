@@ -45,6 +45,7 @@ var errorCodes = []struct {
 	{ErrInvalidOption, apitype.CodeInvalidOption},
 	{ErrShuttingDown, apitype.CodeShuttingDown},
 	{pool.ErrClosed, apitype.CodeShuttingDown},
+	{ErrPolicyRefused, apitype.CodePolicyRefused},
 	{context.DeadlineExceeded, apitype.CodeTimeout},
 	{context.Canceled, apitype.CodeCancelled},
 	{acp.ErrStart, apitype.CodeAgentStartFailed},

@@ -58,6 +58,10 @@ var (
 	// ErrBudgetExceeded: a daily budget the turn counts toward is spent
 	// (budget.ErrExceeded, under the daemon's name).
 	ErrBudgetExceeded = budget.ErrExceeded
+	// ErrPolicyRefused: the agent stopped the turn itself (stop reason
+	// cancelled; nobody cancelled the run) after a permission request of
+	// the turn was refused.
+	ErrPolicyRefused = errors.New("permission refused")
 	// errCancelled is the cause of a turn cancelled by a client.
 	errCancelled = errors.New("cancelled by a client")
 	// errFresh is the cause of a turn cancelled because its session was
@@ -188,6 +192,7 @@ func New(o Options) (*Daemon, error) {
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
+	d.m.SetAgentMemory(d.keeper)
 	if err := d.resume(); err != nil {
 		d.Close(0)
 		return nil, fmt.Errorf("daemon: resume the recorded runs: %w", err)

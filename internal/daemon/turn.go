@@ -414,13 +414,36 @@ func (t *turn) prompt() error {
 	if err == nil && !successful(t.res.StopReason) {
 		err = fmt.Errorf("%w: stop reason %q (the agent may not have read the context)", ErrAgentFailed, t.res.StopReason)
 		if t.res.StopReason == string(sdk.StopReasonCancelled) {
-			err = context.Canceled
+			err = t.stoppedCancelled(ctx)
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) && t.ctx.Err() == nil {
 		err = t.d.ctxErr(ctx, err) // the turn's own timeout: its message names the setting
 	}
 	return t.d.ctxErr(t.ctx, err)
+}
+
+// stoppedCancelled says why a prompt the agent answered with stop reason
+// cancelled ended: the turn was cancelled or ran out of time (ctx, the
+// prompt's, ended: the run's cancel, its turn_timeout), or, with nobody
+// having asked it to stop, the agent stopped by itself. codex-acp does so
+// after a permission request is refused: that is ErrPolicyRefused, naming
+// the call; any other stop of its own is ErrAgentFailed.
+func (t *turn) stoppedCancelled(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, c := range t.res.ToolCalls {
+		switch c.Outcome() {
+		case acp.ToolRefusedByPolicy:
+			return fmt.Errorf("%w: the agent ended the turn itself (stop reason %q) after binding %q's permission policy %q refused its %s tool call %q; nobody cancelled the run",
+				ErrPolicyRefused, t.res.StopReason, t.b.ID, t.b.Permission, c.Kind, c.ID)
+		case acp.ToolAskedRejected:
+			return fmt.Errorf("%w: the agent ended the turn itself (stop reason %q) after its %s tool call %q was rejected when put to a person (binding %q's permission policy %q); nobody cancelled the run",
+				ErrPolicyRefused, t.res.StopReason, c.Kind, c.ID, t.b.ID, t.b.Permission)
+		}
+	}
+	return fmt.Errorf("%w: the agent ended the turn with stop reason %q by itself: nobody cancelled the run, and no permission was refused", ErrAgentFailed, t.res.StopReason)
 }
 
 // updates is the prompt's update callback: each update into the run's
@@ -464,7 +487,7 @@ func (t *turn) settle(err error, gap time.Duration, hasGap bool) {
 	u := s.Usage
 	t.usage, t.save = u, s.SaveNative
 	tc := metrics.TurnCost{Binding: t.b.ID, Shape: shape, Known: !u.Unknown, Input: u.InputTokens, Output: u.OutputTokens,
-		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Gap: gap, HasGap: hasGap}
+		CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens, Thought: u.ThoughtTokens, Gap: gap, HasGap: hasGap}
 	if u.Cost != nil {
 		tc.Cost = u.Cost.Float() // a metric, not a sum anyone reads exactly
 	}
@@ -486,7 +509,7 @@ func (t *turn) commit(gap time.Duration, hasGap bool) apitype.Event {
 		wm = apitype.WatermarkNone
 	}
 	done := apitype.Event{Event: apitype.EventDone, At: now, Shape: shape, Native: l.Native, StopReason: t.res.StopReason, Text: t.res.Text,
-		Watermark: wm, Context: t.rep, Usage: &t.usage, Answers: t.answers()}
+		Watermark: wm, Context: t.rep, Usage: &t.usage, UsageSource: t.res.UsageFrom, Answers: t.answers()}
 	if hasGap {
 		v := gap.Seconds()
 		done.IdleGapS = &v

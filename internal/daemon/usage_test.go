@@ -152,3 +152,60 @@ func TestUsageSumsEveryCallOfTheTurn(t *testing.T) {
 		t.Fatalf("next turn cost %v, want 0.1", c)
 	}
 }
+
+// TestUsageSourceAndBlindBudgets: the done event says where a turn's
+// tokens came from (the prompt response's usage with its cache and thought
+// counts, its _meta.quota, or none), and health lists the bindings a
+// budget counts whose agent reported no cost: no usage at all, or tokens
+// and no prices; not a binding no budget counts, nor one whose cost is
+// known from the agent or from prices.
+func TestUsageSourceAndBlindBudgets(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) {
+		detail := testBinding(t, "b-detail", c.StateDir, "--usage", "detail")
+		meta := testBinding(t, "b-meta", c.StateDir, "--usage", "meta")
+		none := testBinding(t, "b-none", c.StateDir, "--usage", "none")
+		priced := testBinding(t, "b-priced", c.StateDir)
+		priced.Prices = &config.Prices{Input: 3, Output: 15}
+		cost := testBinding(t, "b-cost", c.StateDir, "--cost", "0.1")
+		c.Bindings = []config.Binding{detail, meta, none, priced, cost}
+		c.Budgets.Bindings = map[string]float64{"b-meta": 5, "b-none": 5, "b-priced": 5, "b-cost": 5}
+	})
+	for _, tt := range []struct {
+		binding, source string
+		thought         bool
+	}{
+		{"b-detail", "prompt_response", true},
+		{"b-meta", "prompt_response_meta", true},
+		{"b-none", "none", false},
+		{"b-priced", "prompt_response", false},
+		{"b-cost", "prompt_response", false},
+	} {
+		r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: tt.binding, Text: "@agent how much?"})
+		if r.err != nil {
+			t.Fatalf("%s: %v", tt.binding, r.err)
+		}
+		u := r.done.Usage
+		if r.done.UsageSource != tt.source || u == nil || u.Unknown != (tt.source == "none") || (u.ThoughtTokens > 0) != tt.thought {
+			t.Errorf("%s: usage %+v from %q, want from %q (thought tokens: %v)", tt.binding, u, r.done.UsageSource, tt.source, tt.thought)
+		}
+		if tt.thought && (u.CacheReadTokens != 2*u.InputTokens || testutil.ToFloat64(h.m.AgentTokens.WithLabelValues(tt.binding, "cold", "thought")) != float64(u.ThoughtTokens)) {
+			t.Errorf("%s: usage %+v, want cache reads twice the input and the thought tokens counted", tt.binding, u)
+		}
+	}
+	// A turn that failed reporting nothing says nothing of the agent.
+	if r := h.turn(apitype.TurnRequest{Channel: "ch", Binding: "b-cost", Text: "@agent [[fault:exit-turn]]"}); r.err == nil {
+		t.Fatal("the exit-turn fault did not fail the turn")
+	}
+	var got []string
+	for _, b := range h.d.Status().BudgetsBlind {
+		got = append(got, b.Binding+" "+b.UsageSource+": "+b.Reason)
+	}
+	want := []string{
+		"b-meta prompt_response_meta: the agent reports tokens but no cost, and the binding has no prices",
+		"b-none none: the agent reported neither tokens nor a cost",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("budgets blind %q, want %q", got, want)
+	}
+}

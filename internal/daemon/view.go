@@ -13,8 +13,21 @@ func (d *Daemon) Status() apitype.Health {
 		Live: d.pool.Live(), Busy: d.pool.Busy(), Queued: d.pool.Queued(),
 		MaxLive: d.conf().MaxLive, Bindings: len(d.conf().Bindings), RestoreStopped: d.keeper.RestoreStops(),
 		OptionErrors: d.keeper.OptionErrors(), BindingCommands: d.keeper.BindingCommands(), PolicyAdvisories: d.keeper.PolicyAdvisories(),
-		StorageFull: storageFull(d.st),
+		StorageFull: storageFull(d.st), BudgetsBlind: d.budgetsBlind(),
 	}
+}
+
+// budgetsBlind are the bindings a configured budget counts (one of their
+// own, or any channel's) whose agent's last turn gave no cost.
+func (d *Daemon) budgetsBlind() []apitype.BudgetBlind {
+	bu := d.conf().Budgets
+	var out []apitype.BudgetBlind
+	for _, x := range d.keeper.CostBlind() {
+		if bu.Bindings[x.Binding] > 0 || bu.ChannelDefault > 0 || len(bu.Channels) > 0 {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // storageFull is the state file's full disk while its writes are refused

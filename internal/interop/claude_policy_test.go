@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/metrics"
 	"github.com/residentd/residentd/internal/permission"
 )
 
@@ -144,6 +146,12 @@ func claudePolicyTurn(t *testing.T, version string, pol permission.Policy) [4]st
 	if err != nil {
 		t.Fatalf("turn: %v", err)
 	}
+	// The versions this test proves are reported as enforced: no advisory.
+	for _, p := range h.d.Status().PolicyAdvisories {
+		if p.Binding == "b-claude" {
+			t.Errorf("claude-agent-acp %s under %s reported advisory: %+v", version, pol, p)
+		}
+	}
 	calls := api.modelCalls(t, marker)
 	if len(calls) == 0 {
 		t.Fatal("the model was never called")
@@ -192,20 +200,24 @@ func claudePolicyTurn(t *testing.T, version string, pol permission.Policy) [4]st
 		got[i] = o.String()
 	}
 	t.Logf("tool results the model saw: %q", results)
-	// Every tool call is counted, by kind and by whether it was asked.
-	var exec, execAsked float64
-	for _, a := range []string{"true", "false"} {
-		n := testutil.ToFloat64(h.m.ToolCalls.WithLabelValues("b-claude", "execute", a))
-		exec += n
-		if a == "true" {
-			execAsked = n
+	// Every tool call is counted once, by kind and by what became of it:
+	// a Bash the deny rules took away is refused by the agent (nothing
+	// ran), not counted as run.
+	counted := map[string]float64{}
+	for _, kind := range []string{"execute", "read"} {
+		for _, o := range metrics.ToolOutcomes {
+			if n := testutil.ToFloat64(h.m.ToolCalls.WithLabelValues("b-claude", kind, o)); n != 0 {
+				counted[kind+"/"+o] = n
+			}
 		}
 	}
-	if exec != 2 {
-		t.Errorf("residentd_agent_tool_calls_total{kind=execute} = %v, want 2", exec)
-	}
-	if pol == permission.Ask && execAsked != 2 {
-		t.Errorf("under ask, %v executions counted as asked, want 2", execAsked)
+	wantCounted := map[permission.Policy]map[string]float64{
+		permission.Deny:     {"execute/refused_by_agent": 2, "read/ran": 1, "read/refused_by_policy": 1},
+		permission.ReadOnly: {"execute/refused_by_agent": 2, "read/ran": 1, "read/refused_by_policy": 1},
+		permission.Ask:      {"execute/asked_allowed": 1, "execute/asked_rejected": 1, "read/ran": 1, "read/asked_rejected": 1},
+	}[pol]
+	if !reflect.DeepEqual(counted, wantCounted) {
+		t.Errorf("residentd_agent_tool_calls_total by kind/outcome = %v, want %v", counted, wantCounted)
 	}
 	return got
 }

@@ -29,12 +29,12 @@ var codexPolicyTools = []string{"echo", "write", "read inside", "read outside", 
 // escalated write and rejects the edit). codex-acp 2.6 offers no option
 // that refuses a request and goes on: a refusal, by the policy or a
 // person, ends codex's turn (stop reason cancelled), and the run fails
-// cancelled.
+// policy_refused: nobody cancelled it.
 func TestCodexPolicy(t *testing.T) {
 	t.Parallel()
 	const (
-		refusedByPolicy = "refused (asked, the policy answered); the turn ended cancelled"
-		refusedByPerson = "refused (asked a person); the turn ended cancelled"
+		refusedByPolicy = "refused (asked, the policy answered); the turn ended policy_refused"
+		refusedByPerson = "refused (asked a person); the turn ended policy_refused"
 	)
 	want := map[permission.Policy][6]string{
 		permission.Deny:     {"ran (unasked)", "failed in the sandbox (unasked)", "ran (unasked)", "ran (unasked)", refusedByPolicy, refusedByPolicy},
@@ -74,7 +74,7 @@ type policyTurn struct {
 	asked, decided map[string]bool
 	outputs        map[string]string
 	end            string
-	cancelled      bool
+	refused        bool // the run ended policy_refused
 }
 
 // codexPolicyTurns runs TestCodexPolicy's two turns under pol and says
@@ -147,8 +147,8 @@ func codexPolicyTurns(t *testing.T, pol permission.Policy) [6]string {
 			o.What = "failed: " + out
 		}
 		got[i] = o.String()
-		if o.What == "refused" && tt.turn.cancelled {
-			got[i] += "; the turn ended cancelled"
+		if o.What == "refused" && tt.turn.refused {
+			got[i] += "; the turn ended policy_refused"
 		}
 	}
 	return got
@@ -188,7 +188,7 @@ func codexPolicyTurn(t *testing.T, h *harness, api *fakeResponses, marker string
 	pt.end = "done " + done.StopReason
 	if err != nil {
 		pt.end = fmt.Sprintf("error %s: %v", daemon.Outcome(err), err)
-		pt.cancelled = daemon.Outcome(err) == "cancelled"
+		pt.refused = daemon.Code(err) == apitype.CodePolicyRefused
 	}
 	calls := api.turnCalls(t, marker)
 	if len(calls) == 0 {

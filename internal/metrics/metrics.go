@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
@@ -34,7 +34,7 @@ var (
 	RestoreMethods  = []string{"resume", "load"}
 	RestoreResults  = []string{"ok", "failed", "timeout"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
-	TokenKinds      = []string{"input", "output", "cache_read", "cache_write"}
+	TokenKinds      = []string{"input", "output", "cache_read", "cache_write", "thought"}
 	BriefPlacements = labels(delivery.Placements)
 	IngestResults   = []string{"added", "edited", "duplicate", "rejected", "deleted"}
 	UsageKinds      = []string{"reported", "unknown"}
@@ -82,6 +82,12 @@ type StoreStats interface {
 	DiskFull() bool // the last write was refused so: none was stored since
 }
 
+// AgentMemory reports the memory of the live agents' process trees by
+// binding, read at scrape time.
+type AgentMemory interface {
+	AgentMemory() map[string]int64
+}
+
 // Metrics holds every residentd series on a registry of its own (never the
 // global default, so tests and embedders get no cross-talk).
 type Metrics struct {
@@ -112,7 +118,7 @@ type Metrics struct {
 	MessagesIngested  *prometheus.CounterVec // result
 	BuildInfo         *prometheus.GaugeVec   // version, goversion
 	OptionsSet        *prometheus.CounterVec // binding
-	ToolCalls         *prometheus.CounterVec // binding, kind, asked
+	ToolCalls         *prometheus.CounterVec // binding, kind, outcome
 	PolicyModesSet    *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
 	Notices           *prometheus.CounterVec // binding, severity
@@ -136,6 +142,13 @@ func (m *Metrics) SetGauges(g Gauges) { m.gauges.set(g) }
 func (m *Metrics) SetBudgets(b Budgets) {
 	m.gauges.mu.Lock()
 	m.gauges.budgets = b
+	m.gauges.mu.Unlock()
+}
+
+// SetAgentMemory makes scrapes read the agents' memory by binding from a.
+func (m *Metrics) SetAgentMemory(a AgentMemory) {
+	m.gauges.mu.Lock()
+	m.gauges.mem = a
 	m.gauges.mu.Unlock()
 }
 
@@ -183,12 +196,12 @@ func New(version string, g Gauges) *Metrics {
 	m.ChannelLines = reg.counterVec("residentd_channel_lines_total", "Channel messages considered for a turn's context block, by fate: sent, seen (the session saw it before), bound (left out by the line limit and counted in the block's pointer), own (the agent's own post), known (the prompt carries it: the mention, a replayed mention).", "fate")
 	m.ChannelChars = reg.counter("residentd_channel_characters_sent_total", "Characters of channel context sent to agents.")
 	m.ChannelTruncated = reg.counter("residentd_channel_lines_truncated_total", "Channel lines cut with a truncation marker.")
-	m.AgentTokens = reg.counterVec("residentd_agent_tokens_total", "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, lease shape and kind; cache-read share = cache_read / (input + cache_read + cache_write).", "binding", "shape", "kind")
+	m.AgentTokens = reg.counterVec("residentd_agent_tokens_total", "Tokens the agents reported per turn (deltas for agents that report running totals), by binding, lease shape and kind (input, output, cache_read, cache_write, and thought: reasoning tokens where the agent counts them apart, of output where it counts them there); cache-read share = cache_read / (input + cache_read + cache_write).", "binding", "shape", "kind")
 	m.BriefTokensSent = reg.counterVec("residentd_brief_tokens_sent_total", "Approximate brief tokens sent, by placement (in the user turn or in the system framing).", "placement")
 	m.FramingChanges = reg.counterVec("residentd_framing_changes_total", "Times a binding's system framing changed, which forfeits the provider's prompt cache.", "binding")
 	m.MessagesIngested = reg.counterVec("residentd_messages_ingested_total", "Channel messages posted to the daemon, by result.", "result")
 	m.OptionsSet = reg.counterVec("residentd_session_options_set_total", "Session config options set on agents (session/set_config_option) when a session starts or the key's options change, by binding.", "binding")
-	m.ToolCalls = reg.counterVec("residentd_agent_tool_calls_total", "Tool calls agents reported (session/update tool_call), by binding, ACP kind and whether the agent asked for them (asked=true: a permission request for the call came).", "binding", "kind", "asked")
+	m.ToolCalls = reg.counterVec("residentd_agent_tool_calls_total", "Tool calls agents reported (session/update tool_call) or asked about, by binding, ACP kind and outcome: ran, failed or refused_by_agent (no permission request: by the last status the agent reported; refused_by_agent when the tool was not available to it), allowed_by_policy or refused_by_policy (asked; the binding's policy answered), asked_allowed or asked_rejected (asked a person; rejected also by the timeout, the pending limit or a cancel), unfinished (no final status nor answer by the turn's end).", "binding", "kind", "outcome")
 	m.PolicyModesSet = reg.counterVec("residentd_policy_modes_set_total", "Session modes set on agents (session/set_mode) to carry a binding's permission policy, by binding.", "binding")
 	m.Compactions = reg.counterVec("residentd_agent_compactions_total", "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.", "binding")
 	m.Notices = reg.counterVec("residentd_agent_notices_total", "Notices agents sent (ACP notice session updates), by binding and severity.", "binding", "severity")
@@ -292,8 +305,9 @@ func (m *Metrics) InitBindings(ids []string) {
 	initVec(m.PolicyModesSet, ids)
 	for _, id := range ids {
 		for _, k := range ToolKinds {
-			m.ToolCalls.WithLabelValues(id, k, "true")
-			m.ToolCalls.WithLabelValues(id, k, "false")
+			for _, o := range ToolOutcomes {
+				m.ToolCalls.WithLabelValues(id, k, o)
+			}
 		}
 	}
 	initVec(m.Compactions, ids)
@@ -379,6 +393,7 @@ type TurnCost struct {
 	Binding, Shape                       string
 	Known                                bool // the agent reported tokens or cost
 	Input, Output, CacheRead, CacheWrite int64
+	Thought                              int64 // reasoning tokens the agent counts apart
 	Cost                                 float64
 	Gap                                  time.Duration
 	HasGap                               bool // false for the key's first turn this run
@@ -407,6 +422,7 @@ func (m *Metrics) TurnUsage(c TurnCost) {
 		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "output"), c.Output)
 		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "cache_read"), c.CacheRead)
 		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "cache_write"), c.CacheWrite)
+		add64(m.AgentTokens.WithLabelValues(c.Binding, c.Shape, "thought"), c.Thought)
 		if c.Cost > 0 {
 			m.UsageCost.WithLabelValues(c.Binding, c.Shape).Add(c.Cost)
 		}
@@ -459,13 +475,20 @@ func (m *Metrics) Ingested(added, edited, dup, rejected int) {
 // residentd_agent_tool_calls_total (an agent's own kind counts as other).
 var ToolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"}
 
+// ToolOutcomes are what became of a tool call (acp.ToolCallSeen.Outcome),
+// the outcome label of residentd_agent_tool_calls_total.
+var ToolOutcomes = acp.ToolOutcomes
+
 // ToolCall counts one tool call an agent of binding reported, of ACP kind
-// kind, asked for or not.
-func (m *Metrics) ToolCall(binding, kind string, asked bool) {
+// kind, by its outcome.
+func (m *Metrics) ToolCall(binding, kind, outcome string) {
 	if !slices.Contains(ToolKinds, kind) {
 		kind = "other"
 	}
-	m.ToolCalls.WithLabelValues(binding, kind, strconv.FormatBool(asked)).Inc()
+	if !slices.Contains(ToolOutcomes, outcome) {
+		outcome = acp.ToolUnfinished
+	}
+	m.ToolCalls.WithLabelValues(binding, kind, outcome).Inc()
 }
 
 // PolicyModeSet counts one session mode set to carry binding's policy.
@@ -539,11 +562,13 @@ type gaugeCollector struct {
 	commits, writes    *prometheus.Desc
 	noSpace, diskFull  *prometheus.Desc
 	spent, limit       *prometheus.Desc
+	memory             *prometheus.Desc
 
-	mu      sync.Mutex // guards g, st and budgets
+	mu      sync.Mutex // guards g, st, budgets and mem
 	g       Gauges
 	st      StoreStats
 	budgets Budgets
+	mem     AgentMemory
 }
 
 func (c *gaugeCollector) set(g Gauges) {
@@ -570,6 +595,8 @@ func newGaugeCollector(g Gauges) *gaugeCollector {
 			"What the current budget day has cost so far, per configured daily budget (scope binding or channel), in the budgets' currency.", []string{"scope", "id"}, nil),
 		limit: prometheus.NewDesc("residentd_budget_limit",
 			"The daily limit of each configured budget, in the budgets' currency.", []string{"scope", "id"}, nil),
+		memory: prometheus.NewDesc("residentd_agent_memory_bytes",
+			"Memory of the live agents (sessions and spares) by binding, each agent's whole process tree: its cgroup's memory.current, else the resident sets of every process of its tree summed.", []string{"binding"}, nil),
 	}
 }
 
@@ -583,6 +610,7 @@ func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.diskFull
 	ch <- c.spent
 	ch <- c.limit
+	ch <- c.memory
 }
 
 func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -590,8 +618,13 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	var commits, writes, noSpace int64
 	var full float64
 	c.mu.Lock()
-	g, st, bs := c.g, c.st, c.budgets
+	g, st, bs, mem := c.g, c.st, c.budgets, c.mem
 	c.mu.Unlock()
+	if mem != nil {
+		for b, n := range mem.AgentMemory() {
+			ch <- prometheus.MustNewConstMetric(c.memory, prometheus.GaugeValue, float64(n), b)
+		}
+	}
 	if bs != nil {
 		for _, b := range bs.BudgetStates() {
 			ch <- prometheus.MustNewConstMetric(c.spent, prometheus.GaugeValue, b.Spent, b.Scope, b.ID)

@@ -46,14 +46,21 @@ type Controls struct {
 	// Meta goes as the _meta of session/new, session/load and
 	// session/resume; nil sends none.
 	Meta map[string]any
-	// Enforced: the agent is told the whole policy, so what it runs unasked
-	// is within it. When false the policy is advisory.
+	// Enforced: the agent is told the whole policy and a test in this
+	// repository proves its controls hold it (Proof), so what it runs
+	// unasked is within it. When false the policy is advisory, even where
+	// Mode and Meta are set: residentd sets what it knows of the agent's
+	// controls, and claims nothing of them.
 	Enforced bool
 	// Unasked is what the agent runs without asking despite the policy,
-	// where known (only when not Enforced).
+	// where known, or why the policy is not known to hold (only when not
+	// Enforced).
 	Unasked string
 	// By names the controls, for the log and the docs.
 	By string
+	// Proof names the test that proves the controls for this agent's name
+	// and version (only when Enforced, and the policy is not allow).
+	Proof string
 }
 
 // Kind names the agents the package knows.
@@ -67,12 +74,13 @@ const (
 	KindCodex   Kind = "codex-acp"
 )
 
-// KindOf recognises an agent by its agentInfo name.
+// KindOf recognises an agent by its agentInfo name: which controls
+// residentd knows for it (whether they are proven is ProofOf's).
 func KindOf(a Agent) Kind {
 	switch a.Name {
-	case "@agentclientprotocol/claude-agent-acp", "@zed-industries/claude-code-acp":
+	case ClaudeName, ClaudeCodeName:
 		return KindClaude
-	case "residentd-builtin":
+	case BuiltinName:
 		return KindBuiltin
 	case "@agentclientprotocol/codex-acp":
 		return KindCodex
@@ -104,7 +112,77 @@ const BuiltinMode = "manual"
 // unasked and has a model, not a person, review the rest.
 const CodexMode = "read-only"
 
-// For returns the controls that carry policy p to agent a.
+
+// Proven is an agent, by its agentInfo name and a range of versions,
+// whose controls a test in this repository proves to carry every policy.
+type Proven struct {
+	Name string
+	// Version is a release line: "0.49" is 0.49 and every 0.49.x; "1" is
+	// 1 and every 1.x (the built-in agent gives "1").
+	Version string
+	Test    string // the test that proves it, for the log and the docs
+}
+
+// Proofs are the agents whose controls are proven, and by which test. An
+// agent not listed here, or of a version outside its line, is advisory
+// whatever controls residentd sets on it: claude-agent-acp's rules are
+// measured by TestClaudePolicy for 0.49 and 0.101 only, and the older
+// claude-code-acp (@zed-industries) ran a Bash echo unasked under deny with
+// the same controls set (measured with 0.16.2).
+var Proofs = []Proven{
+	{Name: ClaudeName, Version: "0.49", Test: "TestClaudePolicy (internal/interop)"},
+	{Name: ClaudeName, Version: "0.101", Test: "TestClaudePolicy (internal/interop)"},
+	{Name: BuiltinName, Version: BuiltinVersion, Test: "TestPolicyModeAfterRestore (internal/daemon)"},
+}
+
+// The agentInfo names the package knows.
+const (
+	ClaudeName     = "@agentclientprotocol/claude-agent-acp"
+	ClaudeCodeName = "@zed-industries/claude-code-acp" // claude-agent-acp's predecessor
+	BuiltinName    = "residentd-builtin"
+	// BuiltinVersion is the version the built-in agent gives.
+	BuiltinVersion = "1"
+)
+
+// ProofOf returns the proof that covers agent a, if any.
+func ProofOf(a Agent) (Proven, bool) {
+	for _, p := range Proofs {
+		if p.Name == a.Name && inLine(a.Version, p.Version) {
+			return p, true
+		}
+	}
+	return Proven{}, false
+}
+
+// inLine reports whether version v is of release line line: its dotted
+// numbers begin with line's ("0.49.2" and "0.49.0-beta.1" are of "0.49",
+// "0.491.0" is not), or equal it where line has as many numbers as v.
+func inLine(v, line string) bool {
+	if v == "" || line == "" {
+		return false
+	}
+	core, _, _ := strings.Cut(strings.TrimPrefix(v, "v"), "+") // build metadata says nothing of the release
+	if core == line {
+		return true
+	}
+	return strings.HasPrefix(core, line+".") || strings.HasPrefix(core, line+"-")
+}
+
+// provenLines lists the proven versions of the agent named name.
+func provenLines(name string) string {
+	var out []string
+	for _, p := range Proofs {
+		if p.Name == name {
+			out = append(out, p.Version+".x")
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// For returns the controls that carry policy p to agent a: what residentd
+// sets on its sessions, and whether a test proves they hold (Enforced).
+// An agent of a kind residentd knows gets its kind's controls whatever
+// its version; only a proven name and version is Enforced.
 func For(a Agent, p permission.Policy) Controls {
 	if p == "" {
 		p = permission.Deny
@@ -113,19 +191,32 @@ func For(a Agent, p permission.Policy) Controls {
 		// Nothing to hold back: whatever the agent runs unasked is allowed.
 		return Controls{Enforced: true, By: "nothing to enforce: the policy allows every tool"}
 	}
+	var c Controls
 	switch KindOf(a) {
 	case KindClaude:
-		return claude(p)
+		c = claude(p)
 	case KindBuiltin:
-		return Controls{Mode: BuiltinMode, Enforced: true, By: fmt.Sprintf("session mode %q (asks before every tool call); the requests are answered by the policy", BuiltinMode)}
+		c = Controls{Mode: BuiltinMode, By: fmt.Sprintf("session mode %q (asks before every tool call); the requests are answered by the policy", BuiltinMode)}
 	case KindCodex:
-		// Advisory: the sandbox fails writes and what leaves it is asked,
-		// but its commands run unasked and read any file
-		// (TestCodexPolicy, internal/interop).
+		// Advisory whatever its version: the sandbox fails writes and what
+		// leaves it is asked, but its commands run unasked and read any
+		// file (TestCodexPolicy, internal/interop).
 		return Controls{Mode: CodexMode, By: fmt.Sprintf("session mode %q (Codex's read-only sandbox; a command run outside it and every edit are asked, and answered by the policy)", CodexMode),
 			Unasked: "shell commands in Codex's read-only sandbox: their writes fail, but they read any file, outside the binding's dir too"}
+	default:
+		return Controls{Unasked: "unknown: residentd knows no control of this agent, which may run tools without asking"}
 	}
-	return Controls{Unasked: "unknown: residentd knows no control of this agent, which may run tools without asking"}
+	if proof, ok := ProofOf(a); ok {
+		c.Enforced, c.Proof = true, proof.Test
+		return c
+	}
+	switch {
+	case a.Name == ClaudeCodeName:
+		c.Unasked = fmt.Sprintf("commands it judges safe (a Bash echo): claude-code-acp 0.16.2 ran one unasked under deny with these controls set (%s); only %s %s are proven", c.By, ClaudeName, provenLines(ClaudeName))
+	default:
+		c.Unasked = fmt.Sprintf("not proven for %s: residentd sets %s, but no test here proves them for this version (proven: %s)", a, c.By, provenLines(a.Name))
+	}
+	return c
 }
 
 // claude is For for claude-agent-acp: its mode "default", and rules in the
@@ -145,7 +236,7 @@ func claude(p permission.Policy) Controls {
 		"settings": map[string]any{"permissions": map[string]any{rule: tools}},
 	}}}
 	by := fmt.Sprintf("session mode %q; _meta.claudeCode.options.settings.permissions.%s = [%s]", ClaudeMode, rule, strings.Join(tools, ", "))
-	return Controls{Mode: ClaudeMode, Meta: meta, Enforced: true, By: by}
+	return Controls{Mode: ClaudeMode, Meta: meta, By: by}
 }
 
 // CheckMode reports a mode the controls need that the agent does not list

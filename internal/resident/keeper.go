@@ -22,6 +22,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/child"
 	"github.com/residentd/residentd/internal/config"
@@ -147,6 +148,9 @@ type health struct {
 	option      streak     // session options the agent refused or does not list
 	policy      policyNote // how the agent is told the binding's permission policy
 	policySeen  bool       // policy is set: an agent of the binding said who it is
+	// blind is why the binding's last turn gave no cost a budget could
+	// count ("" when it gave one, or before any turn), by its agent.
+	blind apitype.BudgetBlind
 }
 
 // streak is a run of failures in a row and the last one's error.

@@ -104,8 +104,10 @@ func (kp *Keeper) notePolicy(b config.Binding, a policy.Agent, c policy.Controls
 		log.Error(policy.Advisory, zap.String("control_failed", failed))
 	case !c.Enforced:
 		log.Warn(policy.Advisory, zap.String("unasked", c.Unasked))
+	case c.Proof == "":
+		log.Info("permission policy allows every tool: nothing for the agent's controls to hold")
 	default:
-		log.Info("permission policy carried by the agent's own controls", zap.String("by", c.By))
+		log.Info("permission policy enforced by the agent's own controls, proven for this agent and version", zap.String("by", c.By), zap.String("proven_by", c.Proof))
 	}
 }
 

@@ -460,7 +460,7 @@ func (kp *Keeper) preopen(ctx context.Context, p *agentProc, b config.Binding, l
 			pre.release()
 		}
 		if ctx.Err() == nil {
-			log.Warn("spare agent: session/new ahead of a turn failed; the spare waits without a session", zap.Int("pid", p.a.Pid()), zap.Error(err))
+			log.Warn("spare agent: session/new ahead of a turn failed; the spare waits without a session", zap.Int("pid", p.a.Pid()), zap.Error(err), zap.String("stderr_tail", p.a.StderrLines()))
 		}
 		return
 	}

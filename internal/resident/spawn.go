@@ -315,8 +315,7 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 	if err != nil {
 		nspan.SetStatus(codes.Error, err.Error())
 		nspan.End()
-		a.Close()
-		return nil, lease.Cold, err
+		return nil, lease.Cold, a.StartFailed(err) // with what the agent said on stderr
 	}
 	nspan.End()
 	kp.m.ObserveSessionReady("new", kp.now().Sub(t1))

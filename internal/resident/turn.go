@@ -71,14 +71,18 @@ type Settle struct {
 }
 
 // Settled records how a turn on process p ended: the brief count, the
-// tool calls the agent reported (asked or not), the usage delta, a compaction (the next warm turn carries the full brief),
+// tool calls the agent reported (by outcome), the usage delta, a compaction (the next warm turn carries the full brief),
 // and the binding's crash loop (a crash counts, a success ends it).
 func (kp *Keeper) Settled(b config.Binding, p *Process, s Settlement, log *zap.Logger) Settle {
 	p.BriefSent(s.BriefCount, s.BriefSent, s.Facts)
 	for _, c := range s.Result.ToolCalls {
-		kp.m.ToolCall(b.ID, c.Kind, c.Asked)
+		kp.m.ToolCall(b.ID, c.Kind, c.Outcome())
 	}
 	u := p.turnUsage(b, s.Result)
+	if s.Outcome == lease.OutcomeOK || u.Cost != nil {
+		// A failed turn that reported nothing says nothing of the agent.
+		kp.noteCost(b, p, u, s.Result.UsageFrom)
+	}
 	if s.Result.Compacted {
 		p.compacted()
 		kp.m.Compacted(b.ID)

@@ -3,9 +3,12 @@
 package resident
 
 import (
+	"sort"
+
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/policy"
 )
 
 // turnUsage turns what the agent reported for one turn into that turn's
@@ -25,10 +28,12 @@ func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 			cur = acp.Usage{
 				InputTokens: delta(r.InputTokens, s.seen.InputTokens), OutputTokens: delta(r.OutputTokens, s.seen.OutputTokens),
 				CacheReadTokens: delta(r.CacheReadTokens, s.seen.CacheReadTokens), CacheWriteTokens: delta(r.CacheWriteTokens, s.seen.CacheWriteTokens),
+				ThoughtTokens: delta(r.ThoughtTokens, s.seen.ThoughtTokens),
 			}
 			s.seen = *r
 		}
 		u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens = cur.InputTokens, cur.OutputTokens, cur.CacheReadTokens, cur.CacheWriteTokens
+		u.ThoughtTokens = cur.ThoughtTokens
 	}
 	switch {
 	case res.Cost != nil:
@@ -47,6 +52,7 @@ func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 	s.used.OutputTokens += u.OutputTokens
 	s.used.CacheReadTokens += u.CacheReadTokens
 	s.used.CacheWriteTokens += u.CacheWriteTokens
+	s.used.ThoughtTokens += u.ThoughtTokens
 	if u.Cost != nil {
 		total := *u.Cost
 		if s.used.Cost != nil {
@@ -78,4 +84,39 @@ func delta(now, before int64) int64 {
 		return now
 	}
 	return now - before
+}
+
+// noteCost keeps whether binding b's last turn (one that succeeded, or
+// gave a cost), on process p, gave a cost a budget can count (usage u,
+// its tokens from source), and why not.
+func (kp *Keeper) noteCost(b config.Binding, p *Process, u apitype.Usage, source string) {
+	var blind apitype.BudgetBlind
+	if u.Cost == nil {
+		blind = apitype.BudgetBlind{Binding: b.ID, Agent: policy.Agent(p.a.Info()).String(), UsageSource: source,
+			Reason: "the agent reported neither tokens nor a cost"}
+		if !u.Unknown {
+			blind.Reason = "the agent reports tokens but no cost, and the binding has no prices"
+		}
+	}
+	kp.mu.Lock()
+	kp.of(b.ID).blind = blind
+	kp.mu.Unlock()
+}
+
+// CostBlind lists the bindings whose last turn gave no cost a budget
+// could count, by binding.
+func (kp *Keeper) CostBlind() []apitype.BudgetBlind {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	var out []apitype.BudgetBlind
+	for id, h := range kp.health {
+		if h.blind.Binding == "" {
+			continue
+		}
+		if _, ok := kp.conf().Binding(id); ok {
+			out = append(out, h.blind)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Binding < out[j].Binding })
+	return out
 }

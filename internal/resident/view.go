@@ -9,7 +9,7 @@ import (
 // Describe fills in what the keeper knows of the process ses.Pid in a
 // sessions listing: its memory (0 where it cannot be read: its cgroup's,
 // covering the whole tree, when it has one with the memory controller,
-// else its RSS), how it reopened its session, what its turns used, its
+// else the resident sets of its tree's processes summed), how it reopened its session, what its turns used, its
 // session options now, whether it works with no turn in flight, and
 // whether its binding's restores stopped.
 func (kp *Keeper) Describe(ses *apitype.Session) {
@@ -38,6 +38,22 @@ func (kp *Keeper) BindingCommands() []apitype.BindingCommand {
 			c.Path, c.Startable = path, true
 		}
 		out = append(out, c)
+	}
+	return out
+}
+
+// AgentMemory is the memory of the live agents, sessions and spares, by
+// binding: each one's whole tree (child.Memory).
+func (kp *Keeper) AgentMemory() map[string]int64 {
+	out := map[string]int64{}
+	kp.procs.Range(func(pid, v any) bool {
+		if n, _, err := child.Memory(pid.(int)); err == nil {
+			out[v.(*Process).key.Binding] += n
+		}
+		return true
+	})
+	for _, sp := range kp.Spares() {
+		out[sp.Binding] += sp.RSSBytes
 	}
 	return out
 }
