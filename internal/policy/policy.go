@@ -112,7 +112,6 @@ const BuiltinMode = "manual"
 // unasked and has a model, not a person, review the rest.
 const CodexMode = "read-only"
 
-
 // Proven is an agent, by its agentInfo name and a range of versions,
 // whose controls a test in this repository proves to carry every policy.
 type Proven struct {
