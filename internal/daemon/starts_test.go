@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +87,67 @@ func TestStartRetryStaysWithinTheTurn(t *testing.T) {
 	}
 	if first, second := startTimeouts(h, "b-builtin"); first != 1 || second != 0 {
 		t.Fatalf("start timeouts: first %v, second %v; want the first try's only (the second was cut by the turn)", first, second)
+	}
+}
+
+// Spares that fail to start hold no turn back: two spare starts in a row
+// that run past twice start_timeout (which used to back the whole binding
+// off, so the next mention got agent_backoff) leave the binding's turns
+// free, and the next cold turn starts its own process. The daemon's clock
+// stands still, so a backoff, had one been set, would still run.
+func TestSlowSpareStartsHoldNoTurnBack(t *testing.T) {
+	slow := filepath.Join(t.TempDir(), "slow")
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	h := newHarnessAt(t, clk.Now, func(c *config.Config) {
+		b := &c.Bindings[0]
+		one := 1
+		b.Spare = &one
+		b.StartTimeout = config.Duration(time.Second)
+		// While the flag file exists the agent takes an hour to answer
+		// initialize.
+		b.Args = append([]string{"-c", `test -e "$SLOW_FLAG" && exec "$0" "$@" --fault slow-start --slow 1h; exec "$0" "$@"`, b.Command}, b.Args...)
+		b.Command = "/bin/sh"
+		b.Env["SLOW_FLAG"] = slow
+	})
+	h.close()
+	h.backoffBase, h.backoffCap = 50*time.Millisecond, time.Hour
+	h.open()
+
+	reply(t, h.mention("ch-a", "b-builtin", "q1", "@agent first"))
+	if sp := h.nextSpare(); sp.pid == 0 {
+		t.Fatal("the first spare failed to start")
+	}
+	if err := os.WriteFile(slow, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A cold turn takes the spare; its replacement starts slowly and fails
+	// on both tries.
+	reply(t, h.mention("ch-b", "b-builtin", "q2", "@agent second"))
+	if sp := h.nextSpare(); sp.pid != 0 {
+		t.Fatalf("spare %d started while starts take an hour", sp.pid)
+	}
+	// The spares' own backoff passes (on the daemon's clock); the next
+	// spare fails the same way.
+	clk.Add(time.Second)
+	if sp := h.nextSpare(); sp.pid != 0 {
+		t.Fatalf("spare %d started while starts take an hour", sp.pid)
+	}
+	if n := testutil.ToFloat64(h.m.SpareEvents.WithLabelValues("b-builtin", "failed")); n != 2 {
+		t.Fatalf("spare starts failed: %v, want 2", n)
+	}
+	if first, second := startTimeouts(h, "b-builtin"); first != 2 || second != 2 {
+		t.Fatalf("start timeouts: first %v, second %v; want both spares' two tries", first, second)
+	}
+
+	// The machine is quick again: the next mention is served.
+	if err := os.Remove(slow); err != nil {
+		t.Fatal(err)
+	}
+	r := h.mention("ch-c", "b-builtin", "q3", "@agent third")
+	if errors.Is(r.err, daemon.ErrBackoff) {
+		t.Fatalf("turn after two failed spare starts: %v; spares' failures must not back the binding off", r.err)
+	}
+	if got := reply(t, r); got["turn"] != "1" || r.start.Shape != "cold" {
+		t.Fatalf("turn after the failed spares: %+v, shape %q", got, r.start.Shape)
 	}
 }
