@@ -36,8 +36,8 @@ func TestExampleConfigLoadsAndValidates(t *testing.T) {
 	if time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context.Limit != 12 || c.YieldAfter != 4 || c.RestoreFailures != 3 || c.Context.Fetch != 0 {
 		t.Fatalf("config = %+v", c)
 	}
-	if g, ok := c.Binding("b-gemini"); !ok || g.RestoreOn() || !strings.Contains(g.Comment, "session/load") {
-		t.Fatalf("b-gemini = %+v: want restore off, with the reason in its comment", g)
+	if g, ok := c.Binding("b-gemini"); !ok || !g.RestoreOn() || time.Duration(g.StartTimeout) != DefaultStartTimeout || !strings.Contains(g.Comment, "session/load") {
+		t.Fatalf("b-gemini = %+v: want restores on (by session/load, its comment says) and the default start_timeout", g)
 	}
 	if x, ok := c.Binding("b-codex"); !ok || x.Command != "codex-acp" || !x.KeepsSession() {
 		t.Fatalf("b-codex = %+v", x)
