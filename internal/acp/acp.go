@@ -773,7 +773,11 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 	}
 	listed, modes, err := call()
 	// The SDK returns only after the notifications sent before the response
-	// were handled, so the whole replay has been swallowed by now.
+	// were handled, so the whole replay has been swallowed by now, unless
+	// the agent goes on replaying after its answer: see afterReplay.
+	if err == nil && how == "load" {
+		a.afterReplay(ctx)
+	}
 	r.mu.Lock()
 	r.loading = false
 	r.mu.Unlock()
@@ -791,6 +795,28 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 		return a.callErr(ctx, fmt.Sprintf("%s session %q", how, native), err)
 	}
 	return nil
+}
+
+// ReplayBarrier is the extension request afterReplay sends: no agent
+// implements it, so the answer is an error (method not found).
+const ReplayBarrier = "_residentd/replayed"
+
+// replayBarrierWait bounds afterReplay for an agent that does not answer
+// a request it does not know.
+const replayBarrierWait = 5 * time.Second
+
+// afterReplay returns once what the agent wrote before reading a request
+// sent now has been handled: gemini-cli 0.61 answers session/load first
+// and sends the replayed history after its answer, which would otherwise
+// reach the key's next prompt (or open an agent run). It writes before it
+// reads on, so its answer to a request it cannot know (ReplayBarrier)
+// comes after the replay, which the route still swallows meanwhile.
+func (a *Agent) afterReplay(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, replayBarrierWait)
+	defer cancel()
+	if _, err := a.conn.CallExtension(ctx, ReplayBarrier, map[string]any{}); err != nil && ctx.Err() != nil {
+		a.log.Info("no answer to the request that ends a session/load replay; going on", zap.Error(err))
+	}
 }
 
 // Prompt sends text as one turn of session native and streams its updates to

@@ -60,6 +60,7 @@ const (
 	// with stop reason cancelled, as codex-acp ends one, though nobody
 	// cancelled it.
 	FaultCancelOnReject = "cancel-on-reject"
+	FaultLateReplay     = "late-replay" // session/load answers first, then replays the kept turns (gemini-cli 0.61)
 )
 
 var knownFaults = map[string]bool{
@@ -69,7 +70,7 @@ var knownFaults = map[string]bool{
 	FaultGrandchild: true, FaultSlowStart: true, FaultFailNew: true, FaultFailTurn: true, FaultRefusal: true,
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
-	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true, FaultCancelOnReject: true,
+	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true, FaultCancelOnReject: true, FaultLateReplay: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -256,7 +257,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// read until b.conn is set, or a request that arrives at once (the
 	// client writes initialize as soon as the process starts) would be
 	// handled by a builtin with no connection to answer on.
-	in := &gatedReader{r: stdin, open: make(chan struct{}), stall: make(chan struct{})}
+	in := &gatedReader{r: stdin, open: make(chan struct{}), stall: make(chan struct{}), onData: b.flushLate}
 	b.stall = sync.OnceFunc(func() { close(in.stall) })
 	conn := acp.NewAgentSideConnection(b, out, in)
 	conn.SetLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -413,6 +414,9 @@ type builtin struct {
 	background map[string][]*bgWork
 	spent      [2]int  // tokens in, out reported so far by this process (--usage total)
 	cost       float64 // cost so far by this process (--cost)
+	// late is the replay --fault late-replay writes when the next request
+	// arrives after a session/load's answer.
+	late [][]byte
 }
 
 var (
@@ -519,6 +523,25 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 				return acp.LoadSessionResponse{}, err
 			}
 		}
+	}
+	if b.opts.fault == FaultLateReplay {
+		// Replayed after the answer: when the next request arrives, before
+		// it is handled.
+		var lines [][]byte
+		for _, t := range turns {
+			for _, u := range []acp.SessionUpdate{acp.UpdateUserMessageText(t.User), acp.UpdateAgentMessageText(t.Reply)} {
+				line, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": acp.ClientMethodSessionUpdate,
+					"params": acp.SessionNotification{SessionId: acp.SessionId(s.ID), Update: u}})
+				if err != nil {
+					return acp.LoadSessionResponse{}, err
+				}
+				lines = append(lines, append(line, '\n'))
+			}
+		}
+		b.mu.Lock()
+		b.late = lines
+		b.mu.Unlock()
+		turns = nil
 	}
 	for _, t := range turns {
 		if err := b.send(ctx, s.ID, acp.UpdateUserMessageText(t.User)); err != nil {
@@ -1036,6 +1059,8 @@ func (b *builtin) thought(ctx context.Context, id, what, result string, err erro
 type gatedReader struct {
 	r           io.Reader
 	open, stall chan struct{}
+	// onData runs when a read got data, before the SDK sees it.
+	onData func()
 }
 
 func (g *gatedReader) Read(p []byte) (int, error) {
@@ -1045,7 +1070,26 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 		blockForever()
 	default:
 	}
-	return g.r.Read(p)
+	n, err := g.r.Read(p)
+	if n > 0 && g.onData != nil {
+		g.onData()
+	}
+	return n, err
+}
+
+// flushLate writes the replay --fault late-replay held back from a
+// session/load's answer: the next request has arrived and is not handled
+// yet, as gemini-cli 0.61 writes its replay before it reads on.
+func (b *builtin) flushLate() {
+	b.mu.Lock()
+	lines := b.late
+	b.late = nil
+	b.mu.Unlock()
+	for _, line := range lines {
+		if _, err := b.out.Write(line); err != nil {
+			return
+		}
+	}
 }
 
 // sendRaw sends an update the SDK has no type for, as its JSON.

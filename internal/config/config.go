@@ -91,6 +91,11 @@ type Binding struct {
 	OmitOwnPosts *bool `json:"omit_own_posts,omitempty"`
 
 	TurnTimeout Duration `json:"turn_timeout,omitempty"` // default 10m
+	// StartTimeout bounds the start of one of the binding's agent
+	// processes: its spawn and ACP initialize. A start that runs past it
+	// is tried once more with twice the limit before it counts as a
+	// failure; default DefaultStartTimeout.
+	StartTimeout Duration `json:"start_timeout,omitempty"`
 	// PermissionTimeout is how long a permission request put to a person
 	// (policy ask or read-only+ask) waits before it is rejected; default 5m.
 	PermissionTimeout Duration `json:"permission_timeout,omitempty"`
@@ -144,6 +149,14 @@ type Binding struct {
 // SpareSessionOn reports whether the binding's spares open a session
 // ahead.
 func (b Binding) SpareSessionOn() bool { return b.SpareSession == nil || *b.SpareSession }
+
+// DefaultStartTimeout is a binding's start_timeout when it sets none: three
+// times the slowest gemini-cli 0.61 initialize measured on a busy machine
+// (31 s at load 50; docs/CONFIGURATION.md, Slow starts), so a slow agent on
+// a busy machine starts within it, and a hung one is given up on (after
+// the second try, at twice the limit) within 4.5 min, inside the default
+// turn_timeout.
+const DefaultStartTimeout = 90 * time.Second
 
 // DefaultSpare is a binding's spare processes when it sets none (see
 // docs/CONFIGURATION.md for the measurement behind it).
@@ -645,6 +658,9 @@ func (c *Config) SetDefaults() {
 		if b.TurnTimeout == 0 {
 			b.TurnTimeout = Duration(10 * time.Minute)
 		}
+		if b.StartTimeout == 0 {
+			b.StartTimeout = Duration(DefaultStartTimeout)
+		}
 		if b.Runtime == "" {
 			b.Runtime = "acp:" + filepath.Base(b.Command)
 		}
@@ -787,6 +803,7 @@ func (c *Config) numbers() []number {
 func (b *Binding) numbers() []number {
 	return []number{
 		{"brief_every", int64(b.BriefEvery), false}, {"turn_timeout", int64(b.TurnTimeout), true}, {"permission_timeout", int64(b.PermissionTimeout), true},
+		{"start_timeout", int64(b.StartTimeout), true},
 	}
 }
 

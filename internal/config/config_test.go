@@ -36,8 +36,8 @@ func TestExampleConfigLoadsAndValidates(t *testing.T) {
 	if time.Duration(c.IdleTimeout) != 30*time.Minute || c.Context.Limit != 12 || c.YieldAfter != 4 || c.RestoreFailures != 3 || c.Context.Fetch != 0 {
 		t.Fatalf("config = %+v", c)
 	}
-	if g, ok := c.Binding("b-gemini"); !ok || g.RestoreOn() || !strings.Contains(g.Comment, "session/load") {
-		t.Fatalf("b-gemini = %+v: want restore off, with the reason in its comment", g)
+	if g, ok := c.Binding("b-gemini"); !ok || !g.RestoreOn() || time.Duration(g.StartTimeout) != DefaultStartTimeout || !strings.Contains(g.Comment, "session/load") {
+		t.Fatalf("b-gemini = %+v: want restores on (by session/load, its comment says) and the default start_timeout", g)
 	}
 	if x, ok := c.Binding("b-codex"); !ok || x.Command != "codex-acp" || !x.KeepsSession() || x.Prices == nil || x.Prices.Output == 0 {
 		t.Fatalf("b-codex = %+v: want codex-acp, resident, with prices (it reports tokens and no cost)", x)
@@ -290,6 +290,7 @@ func TestNumbersOutOfRangeRefused(t *testing.T) {
 		{`"brief_every":-10`, `binding "b": brief_every -10 must not be negative`},
 		{`"turn_timeout":"-10m"`, `binding "b": turn_timeout "-10m0s" must not be negative`},
 		{`"permission_timeout":"-5m"`, `binding "b": permission_timeout "-5m0s" must not be negative`},
+		{`"start_timeout":"-90s"`, `binding "b": start_timeout "-1m30s" must not be negative`},
 		{`"spare":-1`, `binding "b": spare -1 must be 0 to 2`},
 		{`"spare":3`, `binding "b": spare 3 must be 0 to 2`},
 		{`"limits":{"pids_max":-1}`, "limits must not be negative"},
@@ -323,7 +324,7 @@ func TestZeroMeansTheDefault(t *testing.T) {
 		"context":{"fetch":0,"limit":0,"max_chars":0,"max_ids":0},
 		"runs":{"events":0,"bytes":0,"retention":"0s","ended":0,"keepalive":"0s","pending_permissions":0},
 		"attachments":{"max_bytes":0,"max_per_message":0,"max_per_push":0},"budgets":{"warn_at":0},
-		"bindings":[{"id":"b","handle":"@b","command":"x","brief_every":0,"turn_timeout":"0s","permission_timeout":"0s"}]}`
+		"bindings":[{"id":"b","handle":"@b","command":"x","brief_every":0,"turn_timeout":"0s","permission_timeout":"0s","start_timeout":"0s"}]}`
 	got, err := load(t, zeros)
 	if err != nil {
 		t.Fatal(err)

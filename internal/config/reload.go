@@ -45,7 +45,7 @@ var BindingClasses = map[string]Class{
 	"system": NewSession, "system_file": NewSession,
 	"brief": NextTurn, "brief_placement": NextTurn, "brief_every": NextTurn,
 	"supervised": NextTurn, "resident": ReplaceProcess, "saved_session": ReplaceProcess,
-	"restore": NextTurn, "restore_method": NextTurn,
+	"restore": NextTurn, "restore_method": NextTurn, "start_timeout": NextTurn,
 	"session_options": NextTurn, "permission": NextTurn,
 	"tools": ReplaceProcess, "omit_own_posts": NextTurn,
 	"turn_timeout": NextTurn, "permission_timeout": NextTurn,

@@ -126,6 +126,7 @@ type Metrics struct {
 	StrayUpdates      *prometheus.CounterVec // binding
 	SpareProcesses    *prometheus.GaugeVec   // binding
 	SpareEvents       *prometheus.CounterVec // binding, event
+	StartTimeouts     *prometheus.CounterVec // binding, try
 	BudgetCrossings   *prometheus.CounterVec // scope, level
 	BudgetRefusals    *prometheus.CounterVec // scope
 	ConfigReloads     *prometheus.CounterVec // result
@@ -209,6 +210,7 @@ func New(version string, g Gauges) *Metrics {
 	m.StrayUpdates = reg.counterVec("residentd_agent_stray_updates_total", "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.", "binding")
 	m.SpareProcesses = reg.gaugeVec("residentd_spare_processes", "Spare agent processes spawned and initialized ahead, with no key yet, by binding.", "binding")
 	m.SpareEvents = reg.counterVec("residentd_spare_events_total", "Spare agent processes by what happened to them: started, failed (to start), taken (by a cold or restored turn), exited (by itself, before a turn took it), stopped (idle, capacity, shutdown); and the sessions spares open ahead: session_opened, session_used (a cold turn started on it), session_dropped (a restored or forked turn took the spare; the session is closed); by binding.", "binding", "event")
+	m.StartTimeouts = reg.counterVec("residentd_agent_start_timeouts_total", "Agent starts that ran past their binding's start_timeout, by binding and try: first (tried again at once with twice the limit) or second (the start failed and counts in the crash loop).", "binding", "try")
 	m.BudgetCrossings = reg.counterVec("residentd_budget_crossings_total", "Turns whose cost took a daily budget to its warning share (warning) or past its limit (exceeded), by scope.", "scope", "level")
 	m.BudgetRefusals = reg.counterVec("residentd_budget_refusals_total", "Turns refused with budget_exceeded, by the scope of the spent budget.", "scope")
 	m.ConfigReloads = reg.counterVec("residentd_config_reloads_total", "Config reloads (SIGHUP, residentd reload, POST /v1/config/reload): applied, or refused (the file did not load or validate; the config in force stayed).", "result")
@@ -317,6 +319,8 @@ func (m *Metrics) InitBindings(ids []string) {
 		for _, e := range SpareEventKinds {
 			m.SpareEvents.WithLabelValues(id, e)
 		}
+		m.StartTimeouts.WithLabelValues(id, "first")
+		m.StartTimeouts.WithLabelValues(id, "second")
 	}
 	for _, id := range ids {
 		m.RestoreStopped.WithLabelValues(id)

@@ -27,17 +27,21 @@ import (
 // within idle_timeout (or has spare_at_start), it has fewer than its
 // spare setting, and the pool's processes and all spares together stay
 // below max_processes; it stops a binding's spares once the binding has
-// been idle for idle_timeout. A spare that fails to start, or exits before
-// a turn took it, counts as a failure of its binding's agent in the crash
-// loop, whose backoff the goroutine waits out like a turn would.
+// been idle for idle_timeout. A spare that exits before a turn took it
+// counts as a failure of its binding's agent in the crash loop, whose
+// backoff the goroutine waits out like a turn would. A spare that fails to
+// start does not: it backs off the binding's spares alone (failing), so a
+// slow start on a busy machine never holds a turn back; an agent that
+// cannot start at all is found out by the turns' own spawns.
 type spares struct {
-	// mu guards ready, starting, lastTurn, want, poolLive, running and
-	// closed. Nothing else is locked under it (poolLive, which takes the
+	// mu guards ready, starting, lastTurn, failing, want, poolLive, running
+	// and closed. Nothing else is locked under it (poolLive, which takes the
 	// pool's lock, is called outside it), and it is taken under no other.
 	mu       sync.Mutex
 	ready    map[string][]*agentProc // binding id -> its spares, oldest first
 	starting int                     // spares being started (the goroutine starts one at a time)
 	lastTurn map[string]time.Time    // binding id -> its last turn (or the start, with spare_at_start)
+	failing  map[string]*keyLoop     // binding id -> its spares' failed starts in a row, and their backoff
 
 	// want is each binding's spare setting, in configuration order, for
 	// the bindings that have one: read once, when the keeper is made.
@@ -58,7 +62,7 @@ type bindingSpares struct {
 
 // init reads the bindings' spare settings.
 func (s *spares) init(cfg *config.Config) {
-	*s = spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, kick: make(chan struct{}, 1), want: wantedSpares(cfg)}
+	*s = spares{ready: map[string][]*agentProc{}, lastTurn: map[string]time.Time{}, failing: map[string]*keyLoop{}, kick: make(chan struct{}, 1), want: wantedSpares(cfg)}
 }
 
 // wantedSpares is the spare setting of cfg's bindings that have one, in
@@ -328,6 +332,9 @@ func (kp *Keeper) fillSpares(ctx context.Context) time.Duration {
 			if err := kp.checkBackoff(w.id, k); err != nil {
 				return kp.backoffBase
 			}
+			if wait := kp.spareWait(w.id); wait > 0 {
+				return wait
+			}
 			log := kp.log.Named("agent").With(zap.String("binding", w.id), zap.Bool("spare", true))
 			s.mu.Lock()
 			s.starting++
@@ -344,6 +351,7 @@ func (kp *Keeper) fillSpares(ctx context.Context) time.Duration {
 			if err == nil && !closed {
 				s.ready[w.id] = append(s.ready[w.id], p)
 				have = len(s.ready[w.id])
+				delete(s.failing, w.id)
 			}
 			s.mu.Unlock()
 			if err == nil && closed {
@@ -356,12 +364,12 @@ func (kp *Keeper) fillSpares(ctx context.Context) time.Duration {
 					return 0
 				}
 				kp.m.SpareEvents.WithLabelValues(w.id, "failed").Inc()
-				log.Warn("spare agent failed to start", zap.Error(err))
-				kp.spawnFailed(w.id, fmt.Errorf("spare: %w", err))
+				wait := kp.spareFailed(w.id, err)
+				log.Warn("spare agent failed to start; the binding's next spare waits, its turns do not", zap.Duration("next_spare_in", wait), zap.Error(err))
 				if kp.onSpare != nil {
 					kp.onSpare(w.id, 0)
 				}
-				return kp.backoffBase
+				return wait
 			}
 			kp.m.SpareEvents.WithLabelValues(w.id, "started").Inc()
 			kp.m.SpareProcesses.WithLabelValues(w.id).Set(float64(have))
@@ -379,6 +387,35 @@ func (kp *Keeper) fillSpares(ctx context.Context) time.Duration {
 	return 0
 }
 
+// spareFailed counts a spare of binding that failed to start and returns
+// how long the binding's spares wait before the next: the crash loop's
+// backoff for the failures in a row, at least its base. It is not counted
+// in the binding's crash loop: no turn is held back by it.
+func (kp *Keeper) spareFailed(binding string, err error) time.Duration {
+	s := &kp.sp
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.failing[binding]
+	if l == nil {
+		l = &keyLoop{}
+		s.failing[binding] = l
+	}
+	wait := max(kp.backoff(l.crash.fail(err)), kp.backoffBase)
+	l.until = kp.now().Add(wait)
+	return wait
+}
+
+// spareWait is how long binding's spares still wait after failed starts.
+func (kp *Keeper) spareWait(binding string) time.Duration {
+	s := &kp.sp
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.failing[binding]; l != nil {
+		return max(l.until.Sub(kp.now()), 0)
+	}
+	return 0
+}
+
 // reapSpares stops the spares of bindings idle for idle_timeout: no turn
 // since, so no spare until their next turn.
 func (kp *Keeper) reapSpares() {
@@ -391,6 +428,7 @@ func (kp *Keeper) reapSpares() {
 			continue
 		}
 		delete(s.lastTurn, id)
+		delete(s.failing, id)
 		stop = append(stop, s.ready[id]...)
 		delete(s.ready, id)
 		kp.m.SpareProcesses.WithLabelValues(id).Set(0)

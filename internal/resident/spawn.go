@@ -234,7 +234,7 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 	spare := ap != nil
 	if ap == nil {
 		kp.makeRoom()
-		if ap, err = kp.startAgent(ctx, b, k, log); err != nil {
+		if ap, err = kp.startForTurn(ctx, b, k, log); err != nil {
 			return nil, lease.Cold, err
 		}
 		if !ap.bind(k, log, hook) {
@@ -464,7 +464,7 @@ func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	return acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, SessionMeta: kp.sessionMeta(b),
 		MCPServers: []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
-		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(),
+		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(), StartTimeout: startLimit(b),
 	}, nil
 }
 
@@ -538,11 +538,67 @@ func (p *agentProc) bind(k session.Key, log *zap.Logger, hook func()) bool {
 // as a spare (k then names only the binding): contained (own process
 // group, cgroup and limits, cleaned environment), initialized, recorded for
 // the startup sweep, its exit watched.
+//
+// A start that runs past the binding's start_timeout (the agent did not
+// answer initialize in time, and ctx still runs) is tried once more at
+// once with twice the limit: on a busy machine a slow agent is not a
+// broken one. Only what the second try ends with is the caller's to
+// count; ctx bounds both tries.
 func (kp *Keeper) startAgent(ctx context.Context, b config.Binding, k session.Key, log *zap.Logger) (*agentProc, error) {
 	spec, err := kp.agentSpec(b)
 	if err != nil {
 		return nil, err
 	}
+	p, err := kp.startOnce(ctx, spec, b, k, log)
+	if !startTimedOut(ctx, err) {
+		return p, err
+	}
+	first := spec.StartTimeout
+	kp.m.StartTimeouts.WithLabelValues(b.ID, "first").Inc()
+	log.Warn("agent did not answer initialize within the binding's start_timeout; starting it again with twice the limit",
+		zap.Duration("start_timeout", first), zap.Error(err))
+	spec.StartTimeout = 2 * first
+	p, err = kp.startOnce(ctx, spec, b, k, log)
+	if startTimedOut(ctx, err) {
+		kp.m.StartTimeouts.WithLabelValues(b.ID, "second").Inc()
+		err = fmt.Errorf("binding %q's agent did not answer initialize within start_timeout (%s), nor within %s on a second try (raise start_timeout on a busy machine): %w",
+			b.ID, first, spec.StartTimeout, err)
+	}
+	return p, err
+}
+
+// startForTurn is startAgent for a turn's key: both tries stay within the
+// turn's own time limit (turn_timeout), as its prompt does.
+func (kp *Keeper) startForTurn(ctx context.Context, b config.Binding, k session.Key, log *zap.Logger) (*agentProc, error) {
+	if b.TurnTimeout <= 0 {
+		return kp.startAgent(ctx, b, k, log)
+	}
+	sctx, cancel := context.WithTimeoutCause(ctx, time.Duration(b.TurnTimeout),
+		fmt.Errorf("the agent's start ran past binding %q's turn_timeout (%s)", b.ID, time.Duration(b.TurnTimeout)))
+	defer cancel()
+	p, err := kp.startAgent(sctx, b, k, log)
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", context.Cause(sctx), err)
+	}
+	return p, err
+}
+
+// startLimit is binding b's start_timeout, its default when unset.
+func startLimit(b config.Binding) time.Duration {
+	if b.StartTimeout > 0 {
+		return time.Duration(b.StartTimeout)
+	}
+	return config.DefaultStartTimeout
+}
+
+// startTimedOut reports whether err is a start's own limit running out
+// (acp.Start's initialize), not ctx ending.
+func startTimedOut(ctx context.Context, err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+}
+
+// startOnce is one try of startAgent, with spec's start limit.
+func (kp *Keeper) startOnce(ctx context.Context, spec acp.Spec, b config.Binding, k session.Key, log *zap.Logger) (*agentProc, error) {
 	bw := &between{k: kp, key: k, log: log}
 	spec.Between = bw.add
 	spec.Stray = func(native string, n int) { kp.m.Stray(b.ID, n) }
