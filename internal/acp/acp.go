@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -999,10 +1000,24 @@ func (r *route) takeLocked(res Result) Result {
 }
 
 // callErr classifies an SDK call error: process gone, caller's context, or
-// the agent's own JSON-RPC error.
+// the agent's own JSON-RPC error. A request that could not be written
+// because the agent's stdin is closed (it exited, or is exiting, before it
+// read it) is the process gone too, once its exit is seen.
 func (a *Agent) callErr(ctx context.Context, op string, err error) error {
+	gone := a.conn.Done()
+	if stdinClosed(err) {
+		gone = nil // wait below for the exit the closed pipe announces
+		t := time.NewTimer(a.spec.Grace)
+		select {
+		case <-a.conn.Done():
+		case <-a.done:
+		case <-t.C:
+		}
+		t.Stop()
+		gone = a.conn.Done()
+	}
 	select {
-	case <-a.conn.Done():
+	case <-gone:
 		// stdout closed: the process is exiting, or is useless; make sure it is reaped.
 		t := time.NewTimer(a.spec.Grace)
 		if lerr := a.limitErr(); lerr != nil {
@@ -1034,6 +1049,25 @@ func (a *Agent) callErr(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("acp: %s: %w: code %d: %s", op, ErrProtocol, re.Code, msg)
 	}
 	return fmt.Errorf("acp: %s: %w", op, err)
+}
+
+// stdinClosed reports whether err says a write to the agent's stdin
+// failed because the other end is closed; the SDK hands such an error back
+// as an internal error with the write's message only.
+func stdinClosed(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+		return true
+	}
+	var re *sdk.RequestError
+	if !errors.As(err, &re) || re.Code != -32603 {
+		return false // an agent's own error answer says nothing of its stdin
+	}
+	data, _ := re.Data.(map[string]any)
+	msg, _ := data["error"].(string)
+	return strings.Contains(msg, "broken pipe") || strings.Contains(msg, "file already closed")
 }
 
 // exitedErr describes a reaped process; call only after done is closed.

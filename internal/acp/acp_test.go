@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -710,5 +711,26 @@ func TestSteer(t *testing.T) {
 	}
 	if err := a.Steer(ctx, native, "after the turn"); !errors.Is(err, ErrNotSteered) {
 		t.Fatalf("steer after the turn ended: %v, want ErrNotSteered", err)
+	}
+}
+
+// TestStdinClosedIsTheAgentGone: a request the SDK could not write because
+// the agent's stdin is closed is the agent gone, not its answer; an
+// agent's own error that happens to say "broken pipe" is its answer.
+func TestStdinClosedIsTheAgentGone(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{sdk.NewInternalError(map[string]any{"error": "write |1: broken pipe"}), true},
+		{sdk.NewInternalError(map[string]any{"error": "write |1: file already closed"}), true},
+		{fmt.Errorf("write: %w", syscall.EPIPE), true},
+		{&sdk.RequestError{Code: -32000, Message: "tool failed: broken pipe"}, false},
+		{sdk.NewInternalError(map[string]any{"error": "builtin: induced failure"}), false},
+		{nil, false},
+	} {
+		if got := stdinClosed(tt.err); got != tt.want {
+			t.Errorf("stdinClosed(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }

@@ -254,10 +254,10 @@ func TestSpareDeathsAndFailuresCount(t *testing.T) {
 		t.Fatalf("spare %+v of an agent that cannot start", sp)
 	}
 	// The next turn is not held back: its own start fails (2: the agent
-	// exits before it reads initialize, or as it is written to), and the
-	// backoff then holds the turns back.
-	if r := h.mention("ch-c", "b-builtin", "q3", "@agent again"); r.err == nil || errors.Is(r.err, daemon.ErrBackoff) {
-		t.Fatalf("turn after a spare failed to start: %v, want its own start's failure, not a backoff", r.err)
+	// exits before it reads initialize, or as it is written to: a crash
+	// either way), and the backoff then holds the turns back.
+	if r := h.mention("ch-c", "b-builtin", "q3", "@agent again"); daemon.Code(r.err) != apitype.CodeAgentCrashed {
+		t.Fatalf("turn after a spare failed to start: %v, want its own start's crash, not a backoff", r.err)
 	}
 	r := h.mention("ch-d", "b-builtin", "q4", "@agent and again")
 	if !errors.Is(r.err, daemon.ErrBackoff) || !strings.Contains(r.err.Error(), "failed 2 times in a row") {
