@@ -630,6 +630,9 @@ func (a *Agent) SetCwd(dir string) error {
 // Cwd is the working directory the next session request carries.
 func (a *Agent) Cwd() string { return a.cwd.Load().cwd }
 
+// Dir is the process's own working directory (Spec.Dir, absolute).
+func (a *Agent) Dir() string { return a.spec.Dir }
+
 // SessionCwd is the working directory session native was opened with
 // (Spec.Dir for a session this agent did not open).
 func (a *Agent) SessionCwd(native string) string { return a.dirOf(native).cwd }

@@ -227,6 +227,24 @@ func (m *Manager) Remove(ctx context.Context, k session.Key) (Dropped, error) {
 	return m.drop(ctx, k, false)
 }
 
+// CheckReset says whether Reset would refuse key k's worktree for its
+// uncommitted changes (a ChangesError), without touching it: nil when it
+// has none, or no worktree (or no folder) at all.
+func (m *Manager) CheckReset(ctx context.Context, k session.Key) error {
+	r, ok, err := m.Lookup(k)
+	if err != nil || !ok || !isDir(r.Path) {
+		return err
+	}
+	files, err := status(ctx, m.statusTimeout, r.Path)
+	if err != nil {
+		return fmt.Errorf("workspace: key %s's worktree %s: cannot tell whether it has uncommitted changes, so it stays: %w", k, r.Path, err)
+	}
+	if len(files) > 0 {
+		return &ChangesError{Key: k, Path: r.Path, Files: files}
+	}
+	return nil
+}
+
 func (m *Manager) drop(ctx context.Context, k session.Key, rename bool) (Dropped, error) {
 	r, ok, err := m.Lookup(k)
 	if err != nil || !ok {

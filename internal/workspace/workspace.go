@@ -43,6 +43,9 @@ var (
 	// ErrUncommitted: the worktree has changes git has not committed
 	// (modified, added, deleted or untracked files); see ChangesError.
 	ErrUncommitted = errors.New("the worktree has uncommitted changes")
+	// ErrUnavailable: a key's worktree could not be made or found, so its
+	// session cannot open where it works.
+	ErrUnavailable = errors.New("the key's worktree is unavailable")
 )
 
 // Record is what the store keeps of one key's worktree.

@@ -333,6 +333,9 @@ func TestResetNeverDiscardsChanges(t *testing.T) {
 	}
 	write(t, filepath.Join(r.Path, "README"), "half-written\n")
 	write(t, filepath.Join(r.Path, "new.go"), "package x\n")
+	if err := m.CheckReset(ctx, k); !errors.Is(err, ErrUncommitted) {
+		t.Fatalf("CheckReset with changes: %v", err)
+	}
 	_, err = m.Reset(ctx, k)
 	files, ok := Changes(err)
 	if !ok || !errors.Is(err, ErrUncommitted) || !slices.Equal(files, []string{" M README", "?? new.go"}) {
@@ -350,6 +353,9 @@ func TestResetNeverDiscardsChanges(t *testing.T) {
 
 	run(t, r.Path, "add", "-A")
 	run(t, r.Path, "commit", "-q", "-m", "b's work")
+	if err := m.CheckReset(ctx, k); err != nil {
+		t.Fatalf("CheckReset once committed: %v", err)
+	}
 	d, err := m.Reset(ctx, k)
 	if err != nil {
 		t.Fatal(err)
