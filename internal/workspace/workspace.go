@@ -114,8 +114,8 @@ func (e *ChangesError) Error() string {
 	if len(files) > show {
 		files, more = files[:show], fmt.Sprintf(" and %d more", len(e.Files)-show)
 	}
-	return fmt.Sprintf("%s: key %s's worktree %s has %d uncommitted changes (%s%s); commit, stash or discard them there first (git -C %s status)",
-		ErrUncommitted, e.Key, e.Path, len(e.Files), strings.Join(files, ", "), more, e.Path)
+	return fmt.Sprintf("%s: %d in key %s's worktree %s (%s%s); commit, stash or discard them there first (git -C %s status)",
+		ErrUncommitted, len(e.Files), e.Key, e.Path, strings.Join(files, ", "), more, e.Path)
 }
 
 func (e *ChangesError) Unwrap() error { return ErrUncommitted }
