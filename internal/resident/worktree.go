@@ -190,8 +190,11 @@ func (kp *Keeper) Worktrees(ch string) []apitype.Worktree {
 	out := make([]apitype.Worktree, len(recs))
 	cfg := kp.conf()
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxStatuses)
 	for i, r := range recs {
 		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			_, ok := cfg.Binding(r.Binding)
 			out[i] = kp.worktreeRow(context.Background(), r, ok)
 		})
@@ -199,6 +202,9 @@ func (kp *Keeper) Worktrees(ch string) []apitype.Worktree {
 	wg.Wait()
 	return out
 }
+
+// maxStatuses bounds the git status commands one listing runs at once.
+const maxStatuses = 8
 
 // CheckWorktreeReset refuses a reset of key k's worktree while it has
 // uncommitted changes (workspace.ErrUncommitted, listing them); nil when

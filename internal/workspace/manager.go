@@ -68,6 +68,7 @@ func (m *Manager) Root() string { return m.root }
 
 // lock takes repo's lock and returns its unlock.
 func (m *Manager) lock(repo string) func() {
+	repo = filepath.Clean(repo)
 	m.mu.Lock()
 	l := m.repos[repo]
 	if l == nil {
@@ -93,6 +94,7 @@ func (m *Manager) Lookup(k session.Key) (Record, bool, error) {
 // Folder(root, k) on Branch(k), made from repo's HEAD or, for a thread
 // key, from its channel key's branch when that exists.
 func (m *Manager) Ensure(ctx context.Context, k session.Key, repo string) (Record, error) {
+	repo = filepath.Clean(repo)
 	unlock := m.lock(repo)
 	defer unlock()
 	r, ok, err := m.Lookup(k)

@@ -144,8 +144,9 @@ func TestNames(t *testing.T) {
 	for br := range branches {
 		fmt.Fprintf(&script, "git check-ref-format --branch '%s' >/dev/null || echo 'refused: %s'\n", br, br)
 	}
-	cmd := exec.Command("sh", "-c", script.String())
-	out, err := cmd.CombinedOutput()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(sctx, "sh", "-c", script.String()).CombinedOutput()
 	if err != nil || len(out) > 0 {
 		t.Fatalf("git check-ref-format: %v\n%s", err, out)
 	}
