@@ -113,8 +113,6 @@ func TestNames(t *testing.T) {
 	ids := []string{"ch", "ch.x", ".", "..", "a.lock", "@", "a@{1}", "a/b", "a+b", "a%2Fb", "a b", "ü", "A", "%41", "a_b", "-x", "x~1^2:?*[\\",
 		strings.Repeat("long", 40), strings.Repeat("long", 40) + "!", strings.Repeat("é", 60)}
 	branches, folders := map[string]session.Key{}, map[string]session.Key{}
-	repo := t.TempDir()
-	run(t, repo, "init", "-q")
 	for _, b := range []string{"b-claude", "b.x"} {
 		for _, ch := range ids {
 			for _, th := range []string{"", "m1", "a+b", "ch"} {
