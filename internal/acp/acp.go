@@ -243,6 +243,9 @@ type route struct {
 	compacted      bool
 	announced      bool
 	lastCompaction string // the id of the last compaction_update that completed
+
+	// progress hears of each update while a reopen runs (WithProgress).
+	progress func()
 }
 
 func (s *Spec) defaults() {
@@ -676,27 +679,33 @@ func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) 
 }
 
 // reopen routes native while call (session/load or session/resume) runs,
-// swallowing what the agent replays, and unroutes it if call fails; call
-// returns the config options and modes the agent listed.
+// swallowing what the agent replays (each update is progress, see
+// WithProgress), and unroutes it if the agent fails it; call returns the
+// config options and modes the agent listed. A request the caller gave up
+// on (ctx ended) leaves the session routed and swallowing: the agent may
+// still be opening it, and Close then closes it before the stop.
 func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error)) error {
 	r := &route{loading: true}
+	progress := progressOf(ctx)
 	a.mu.Lock()
 	old, existed := a.routes[native]
 	if existed {
 		r = old
 		r.mu.Lock()
-		r.loading = true
+		r.loading, r.progress = true, progress
 		r.mu.Unlock()
 		a.mu.Unlock()
 	} else {
+		r.progress = progress
 		a.routes[native] = r
 		a.releaseEarlyLocked(native, r)
 	}
 	listed, modes, err := call()
 	// The SDK returns only after the notifications sent before the response
 	// were handled, so the whole replay has been swallowed by now.
+	gaveUp := err != nil && ctx.Err() != nil && !existed
 	r.mu.Lock()
-	r.loading = false
+	r.loading, r.progress = gaveUp, nil
 	r.mu.Unlock()
 	if err == nil {
 		r.setOptions(options(listed))
@@ -705,11 +714,15 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 	if err != nil {
 		// A failed reload leaves a session the agent already had usable.
 		a.mu.Lock()
-		if !existed && a.routes[native] == r {
+		if !existed && !gaveUp && a.routes[native] == r {
 			delete(a.routes, native)
 		}
 		a.mu.Unlock()
-		return a.callErr(ctx, fmt.Sprintf("%s session %q", how, native), err)
+		cerr := a.callErr(ctx, fmt.Sprintf("%s session %q", how, native), err)
+		if errors.Is(cerr, ErrProtocol) && unknownSession(err, native) {
+			cerr = fmt.Errorf("%w (%w)", cerr, ErrUnknownSession)
+		}
+		return cerr
 	}
 	return nil
 }
