@@ -7,6 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -18,7 +19,7 @@ var keyAside = []byte("aside")
 // way): kept for the key's next restore, which tries it first, while a new
 // session (a stand-in) is the key's native id meanwhile. One at most per
 // key: the first set aside, the one that holds the most of the
-// conversation natively.
+// conversation natively. It keeps the session's watermarks as they were.
 type Aside struct {
 	Native string `json:"native"`
 	// Since is the conversation's turn sequence when it was set aside: the
@@ -29,6 +30,10 @@ type Aside struct {
 	Reason string    `json:"reason"` // why the last restore gave it up
 	// Tries counts the restores in a row that gave it up.
 	Tries int `json:"tries"`
+	// Watermarks are the session's own when it was set aside, by thread
+	// ("" the main timeline): a stand-in's turns replace the key's records,
+	// and the session reopened gets these back (InheritWatermarks).
+	Watermarks map[string]channel.Watermark `json:"watermarks,omitempty"`
 }
 
 // Aside returns key k's set-aside session; false when it has none.
@@ -96,6 +101,9 @@ func (s *Store) SetAside(k session.Key, native, reason string, at time.Time) (As
 		if !ok {
 			if turns := kb.Bucket(keyTurns); turns != nil {
 				a.Since = turns.Sequence()
+			}
+			if a.Watermarks, err = ownWatermarks(tx, k, native); err != nil {
+				return err
 			}
 		}
 		v, err := json.Marshal(a)

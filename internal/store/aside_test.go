@@ -3,6 +3,7 @@ package store
 import (
 	"testing"
 
+	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -26,16 +27,31 @@ func TestAsideSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	exchange()
+	main, thread := channel.WatermarkKey{Key: k}, channel.WatermarkKey{Key: k, Thread: "r1"}
+	commit := func(native string, wk channel.WatermarkKey, seq uint64) {
+		t.Helper()
+		if err := s.FinishTurn(k, Finish{Native: native, Staged: map[channel.WatermarkKey]channel.Seen{wk: {Seq: seq}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit("nat-old", main, 5)
+	commit("nat-old", thread, 7)
 	a, err := s.SetAside(k, "nat-old", "timeout", t0)
-	if err != nil || a.Native != "nat-old" || a.Since != 2 || a.Tries != 1 || a.Reason != "timeout" || !a.At.Equal(t0) {
+	if err != nil || a.Native != "nat-old" || a.Since != 2 || a.Tries != 1 || a.Reason != "timeout" || !a.At.Equal(t0) ||
+		len(a.Watermarks) != 2 || a.Watermarks[""].Seq != 5 || a.Watermarks["r1"].Seq != 7 {
 		t.Fatalf("set aside: %+v, %v", a, err)
 	}
-	// A stand-in answers two exchanges: the set-aside session lacks them.
+	// A stand-in answers two exchanges: the set-aside session lacks them;
+	// its watermark replaces the key's record, not the one kept aside.
 	if err := s.SetNativeID(k, "nat-standin"); err != nil {
 		t.Fatal(err)
 	}
 	exchange()
 	exchange()
+	commit("nat-standin", main, 9)
+	if a, _, _ := s.Aside(k); a.Watermarks[""].Seq != 5 || a.Watermarks[""].Native != "nat-old" {
+		t.Fatalf("the stand-in's watermark changed the one kept aside: %+v", a.Watermarks)
+	}
 	if n, err := s.TurnsSince(k, a.Since); n != 4 || err != nil {
 		t.Fatalf("turns since it was set aside: %d, %v; want 4", n, err)
 	}
