@@ -24,6 +24,9 @@ type Prepared struct {
 	// Facts is the key's facts JSON the process was last given (brief in
 	// the framing): a warm turn says only when they changed.
 	Facts string
+	// Missed is how many of the newest stored turns the process's session
+	// lacks: a set-aside session reopened, for its first turn to carry.
+	Missed int
 }
 
 // Prepare readies process p for a turn of key k: it takes what of binding b
@@ -46,7 +49,7 @@ func (kp *Keeper) Prepare(ctx context.Context, limit time.Duration, k session.Ke
 	}
 	kp.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
 	n, due, facts := p.Brief()
-	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts}, nil
+	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts, Missed: p.takeMissed()}, nil
 }
 
 // Settlement is how a turn that reached the agent ended.
