@@ -359,7 +359,11 @@ func (kp *Keeper) notReopened(l *ladder, c candidate, unknown bool, why error) {
 		return
 	}
 	if l.report.SetAside != "" {
-		return // one aside a key: the older one is kept
+		// One aside a key: the older one is kept, and the new session
+		// replaces this one (a stand-in: its turns are in the conversation).
+		l.log.Info("the key's newer session is not set aside: its set-aside one is kept, and the new session replaces it", zap.String("native", c.native),
+			zap.String("set_aside", l.report.SetAside))
+		return
 	}
 	reason := "not reopened"
 	if why != nil {
