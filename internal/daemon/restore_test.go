@@ -226,6 +226,9 @@ func TestTimedOutWayRunsNextOnAnotherProcess(t *testing.T) {
 			first := h.mention("ch", "b-builtin", "q1", "@agent one")
 			reply(t, first)
 			h.close()
+			for len(h.spares) > 0 {
+				<-h.spares // the stopped daemon's
+			}
 			h.cfg.Bindings[b].Args = append(h.cfg.Bindings[b].Args, "--fault", "resume-hang")
 			h.open()
 			var ready []int
