@@ -51,7 +51,7 @@ type Agent struct {
 // Event kinds of a run's NDJSON stream, in the order they can arrive.
 const (
 	EventQueued             = "queued"              // the run waits: Reason and Position; sent again as it moves up
-	EventRestoring          = "restoring"           // the run's new process is reopening the key's saved session: Method (resume, load), or "new" after the ways failed or timed out
+	EventRestoring          = "restoring"           // the run's new process is reopening the key's saved session: Method (resume, load) on Native and Pid, Result once a way did not reopen it; "new" after the ways failed or timed out, SetAside the session kept
 	EventStarted            = "started"             // the run has its process: Shape, Native, Pid
 	EventUpdate             = "update"              // one update from the agent: Update
 	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
@@ -100,6 +100,12 @@ type Event struct {
 	Attempt int `json:"attempt,omitempty"`
 	// restoring
 	Method string `json:"method,omitempty"`
+	// Result (restoring): how the way Method ended when it did not reopen
+	// the session (see the Restore* constants); Message says why.
+	Result string `json:"result,omitempty"`
+	// SetAside (restoring new): the key's saved session, kept for its next
+	// restore though this turn goes on a new session.
+	SetAside string `json:"set_aside,omitempty"`
 
 	// started, done
 	Shape  string `json:"shape,omitempty"`
@@ -639,6 +645,9 @@ type Session struct {
 	// RestoreStopped is set when the binding's restores stopped (see
 	// Health.RestoreStopped): its next processes start cold.
 	RestoreStopped bool `json:"restore_stopped,omitempty"`
+	// Restore is how the process came to its session when its key had a
+	// saved one: each way tried and how it ended, and what was kept.
+	Restore *RestoreReport `json:"restore,omitempty"`
 	// Usage is what the process's turns have used so far ("unknown" when
 	// its agent reports nothing).
 	Usage *Usage `json:"usage,omitempty"`
@@ -732,6 +741,47 @@ type Budgets struct {
 	Currency string    `json:"currency"`
 	Budgets  []Budget  `json:"budgets"`
 }
+
+// RestoreReport is how a process came to its session when its key had a
+// saved one, in the sessions listing.
+type RestoreReport struct {
+	// Steps are the ways tried, in order ([] when none was: Message says
+	// why).
+	Steps []RestoreStep `json:"steps"`
+	// SetAside is the key's saved session this process did not reopen
+	// though the agent did not say it was gone: kept, and tried first by
+	// the key's next restore.
+	SetAside string `json:"set_aside,omitempty"`
+	// Forgotten are the saved sessions the agent said it does not know.
+	Forgotten []string `json:"forgotten,omitempty"`
+	// CaughtUp is how many stored turns the session reopened had missed
+	// (another session answered them while it was set aside): its first
+	// turn carried them.
+	CaughtUp int    `json:"caught_up,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+// RestoreStep is one way of reopening a saved session, and how it ended.
+type RestoreStep struct {
+	Method  string  `json:"method"`         // resume or load
+	Native  string  `json:"native_session"` // the saved session
+	Pid     int     `json:"pid"`            // the process it ran on
+	Result  string  `json:"result"`         // see the Restore* constants
+	Message string  `json:"message,omitempty"`
+	Seconds float64 `json:"seconds"`
+}
+
+// How a way of reopening a saved session ended.
+const (
+	RestoreOK = "ok" // reopened
+	// RestoreTimeout: the agent sent nothing of the session for
+	// restore_timeout (or the way ran ten times that in all): given up,
+	// and its process stopped.
+	RestoreTimeout = "timeout"
+	RestoreFailed  = "failed"  // the agent answered with an error
+	RestoreUnknown = "unknown" // the agent answered that it does not know the session
+	RestoreExited  = "exited"  // the agent exited
+)
 
 // Spare is an agent process spawned and initialized ahead for a binding,
 // with no key yet: a cold or restored turn of the binding takes it.

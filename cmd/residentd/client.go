@@ -415,6 +415,11 @@ func runStatus(ctx context.Context, e *cmdEnv) error {
 			fmt.Fprintf(stdout, "budget %s %s: %s, %s of %s %s spent today; resets %s\n", b.Scope, b.ID, b.Level, b.Spent, b.Limit, b.Currency, b.ResetsAt.Local().Format(time.DateTime))
 		}
 	}
+	for _, s := range ss {
+		if line := restoreLine(sessionKey(s), s); line != "" {
+			fmt.Fprintln(stdout, line)
+		}
+	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tCOLD\tWARM\tRESTORED\tBY\tIDLE\tPID\tRSS\tNATIVE")
@@ -427,10 +432,7 @@ func runStatus(ctx context.Context, e *cmdEnv) error {
 		if s.Working && state == "idle" {
 			state = "working" // background work: not reaped nor evicted
 		}
-		key := s.Channel + "/" + s.Binding
-		if s.ThreadRoot != "" {
-			key += "#" + s.ThreadRoot // a thread's own session
-		}
+		key := sessionKey(s)
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", key, state,
 			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"], by,
 			(time.Duration(s.IdleS) * time.Second).Round(time.Second), s.Pid, humanBytes(s.RSSBytes), s.Native)
@@ -475,6 +477,46 @@ func printWorktrees(stdout io.Writer, wts []apitype.Worktree) error {
 		}
 	}
 	return nil
+}
+
+// sessionKey is a session's key as status prints it:
+// channel/binding[#thread].
+func sessionKey(s apitype.Session) string {
+	key := s.Channel + "/" + s.Binding
+	if s.ThreadRoot != "" {
+		key += "#" + s.ThreadRoot // a thread's own session
+	}
+	return key
+}
+
+// restoreLine says how a session's process came to its session when that
+// was more than one way that reopened it at once: the ways that did not,
+// a new session, what was set aside, forgotten or caught up; "" otherwise.
+func restoreLine(key string, s apitype.Session) string {
+	r := s.Restore
+	if r == nil || len(r.Steps) == 1 && r.Steps[0].Result == apitype.RestoreOK && r.SetAside == "" && len(r.Forgotten) == 0 && r.CaughtUp == 0 && r.Message == "" {
+		return ""
+	}
+	var parts []string
+	for _, st := range r.Steps {
+		parts = append(parts, fmt.Sprintf("%s of %s %s after %.1fs (pid %d)", st.Method, st.Native, st.Result, st.Seconds, st.Pid))
+	}
+	if r.Message != "" {
+		parts = append(parts, r.Message)
+	}
+	if s.RestoredBy == "" {
+		parts = append(parts, "new session "+s.Native)
+	}
+	if r.CaughtUp > 0 {
+		parts = append(parts, fmt.Sprintf("given the %d stored turns it missed", r.CaughtUp))
+	}
+	if r.SetAside != "" {
+		parts = append(parts, r.SetAside+" set aside: the key's next restore tries it first")
+	}
+	for _, f := range r.Forgotten {
+		parts = append(parts, f+" forgotten")
+	}
+	return key + ": restore: " + strings.Join(parts, "; ")
 }
 
 type optionsFlags struct {

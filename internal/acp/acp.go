@@ -329,6 +329,9 @@ type route struct {
 	announced      bool
 	lastCompaction string // the id of the last compaction_update that completed
 
+	// progress hears of each update while a reopen runs (WithProgress).
+	progress func()
+
 	// dir is the working directory the session was opened with: its
 	// file requests are confined to it (nil: the agent's Spec.Dir).
 	dir *workDir
@@ -822,21 +825,26 @@ func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) 
 }
 
 // reopen routes native while call (session/load or session/resume, with
-// the cwd SetCwd set) runs, swallowing what the agent replays, and unroutes
-// it if call fails; call returns the config options and modes the agent
-// listed.
+// the cwd SetCwd set) runs, swallowing what the agent replays (each update
+// is progress, see WithProgress), and unroutes it if the agent fails it;
+// call returns the config options and modes the agent listed. A request
+// the caller gave up on (ctx ended) leaves the session routed and
+// swallowing: the agent may still be opening it, and Close then closes it
+// before the stop.
 func (a *Agent) reopen(ctx context.Context, native, how string, call func(cwd string) ([]sdk.SessionConfigOption, *sdk.SessionModeState, error)) error {
 	dir := a.cwd.Load()
 	r := &route{loading: true}
+	progress := progressOf(ctx)
 	a.mu.Lock()
 	old, existed := a.routes[native]
 	if existed {
 		r = old
 		r.mu.Lock()
-		r.loading = true
+		r.loading, r.progress = true, progress
 		r.mu.Unlock()
 		a.mu.Unlock()
 	} else {
+		r.progress = progress
 		a.routes[native] = r
 		a.releaseEarlyLocked(native, r)
 	}
@@ -847,8 +855,9 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func(cwd st
 	if err == nil && how == "load" {
 		a.afterReplay(ctx)
 	}
+	gaveUp := err != nil && ctx.Err() != nil && !existed
 	r.mu.Lock()
-	r.loading = false
+	r.loading, r.progress = gaveUp, nil
 	if err == nil {
 		r.dir = dir
 	}
@@ -860,11 +869,15 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func(cwd st
 	if err != nil {
 		// A failed reload leaves a session the agent already had usable.
 		a.mu.Lock()
-		if !existed && a.routes[native] == r {
+		if !existed && !gaveUp && a.routes[native] == r {
 			delete(a.routes, native)
 		}
 		a.mu.Unlock()
-		return a.callErr(ctx, fmt.Sprintf("%s session %q", how, native), err)
+		cerr := a.callErr(ctx, fmt.Sprintf("%s session %q", how, native), err)
+		if errors.Is(cerr, ErrProtocol) && unknownSession(err, native) {
+			cerr = fmt.Errorf("%w (%w)", cerr, ErrUnknownSession)
+		}
+		return cerr
 	}
 	return nil
 }

@@ -71,6 +71,9 @@ func (a *Agent) deliverLocked(r *route, id string, su *wireUpdate, sub string) {
 		}
 	}
 	if r.loading {
+		if r.progress != nil {
+			r.progress() // the agent works on the session it reopens
+		}
 		return // replayed history of session/load: the caller already has it
 	}
 	u := su.toUpdate()

@@ -60,7 +60,10 @@ const (
 	// with stop reason cancelled, as codex-acp ends one, though nobody
 	// cancelled it.
 	FaultCancelOnReject = "cancel-on-reject"
-	FaultLateReplay     = "late-replay" // session/load answers first, then replays the kept turns (gemini-cli 0.61)
+	FaultLateReplay     = "late-replay"  // session/load answers first, then replays the kept turns (gemini-cli 0.61)
+	FaultResumeSlow     = "resume-slow"  // session/resume reports --steps progress updates, --step apart, before it answers
+	FaultLoadSlow       = "load-slow"    // session/load replays --steps messages, --step apart, before the kept turns
+	FaultRestoreHang    = "restore-hang" // never answer session/resume or session/load
 )
 
 var knownFaults = map[string]bool{
@@ -71,6 +74,7 @@ var knownFaults = map[string]bool{
 	FaultLoadFail: true, FaultStallStdin: true, FaultEarlyUpdate: true,
 	FaultResumeFail: true, FaultRestoreFail: true, FaultExitRestore: true,
 	FaultBurst: true, FaultLongReplay: true, FaultResumeHang: true, FaultCancelOnReject: true, FaultLateReplay: true,
+	FaultResumeSlow: true, FaultLoadSlow: true, FaultRestoreHang: true,
 }
 
 // exitFaultCode is the exit status of every fault that makes the agent quit.
@@ -150,8 +154,10 @@ type options struct {
 	usage     string  // turn (per-turn tokens), total (running totals), detail (with cache and thought tokens), meta (in _meta.quota) or none
 	cost      float64 // per turn; reported as the session's running cost
 	fault     string
-	burst     int // chunks of the burst fault
-	replay    int // messages of the long-replay fault
+	burst     int           // chunks of the burst fault
+	replay    int           // messages of the long-replay fault
+	steps     int           // progress updates of resume-slow, replayed messages of load-slow
+	step      time.Duration // the time between two of them
 	slow      time.Duration
 	framing   string
 	hold      bool
@@ -189,6 +195,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.fault, "fault", "", "fault mode for every turn (see package agent)")
 	fs.IntVar(&o.burst, "burst", 100000, "chunks the burst fault streams")
 	fs.IntVar(&o.replay, "replay", 5000, "messages the long-replay fault replays on session/load")
+	fs.IntVar(&o.steps, "steps", 10, "progress updates of --fault resume-slow, replayed messages of --fault load-slow")
+	fs.DurationVar(&o.step, "step", 100*time.Millisecond, "the time before each of the --steps of resume-slow and load-slow")
 	fs.DurationVar(&o.slow, "slow", time.Second, "startup delay for --fault slow-start")
 	fs.StringVar(&o.framing, "expect-framing", "You are ", "prefix that marks a prompt as framed (system prompt first)")
 	fs.BoolVar(&o.hold, "hold", false, "block forever (the grandchild of --fault grandchild)")
@@ -508,6 +516,10 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 }
 
 func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	if b.opts.fault == FaultRestoreHang {
+		b.record(map[string]any{"method": acp.AgentMethodSessionLoad, "session": string(p.SessionId), "hang": true})
+		blockForever() // other requests (a session/close) are still served
+	}
 	s, err := b.reopen(acp.AgentMethodSessionLoad, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noLoad, FaultLoadFail)
 	if err != nil {
 		return acp.LoadSessionResponse{}, err
@@ -546,6 +558,15 @@ func (b *builtin) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (ac
 		b.late = lines
 		b.mu.Unlock()
 		turns = nil
+	}
+	if b.opts.fault == FaultLoadSlow {
+		// A history replayed slowly, as an agent on a loaded machine does.
+		for i := range b.opts.steps {
+			time.Sleep(b.opts.step)
+			if err := b.send(ctx, s.ID, acp.UpdateUserMessageText(fmt.Sprintf("slowly replayed message %d", i))); err != nil {
+				return acp.LoadSessionResponse{}, err
+			}
+		}
 	}
 	for _, t := range turns {
 		if err := b.send(ctx, s.ID, acp.UpdateUserMessageText(t.User)); err != nil {
@@ -1122,13 +1143,22 @@ func (b *builtin) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (
 // ResumeSession reopens a saved session as LoadSession does, without
 // replaying its history to the client.
 func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	if b.opts.fault == FaultResumeHang {
+	if b.opts.fault == FaultResumeHang || b.opts.fault == FaultRestoreHang {
 		b.record(map[string]any{"method": acp.AgentMethodSessionResume, "session": string(p.SessionId), "hang": true})
-		blockForever() // other requests (a session/load) are still served
+		blockForever() // other requests (a session/load, a session/close) are still served
 	}
 	s, err := b.reopen(acp.AgentMethodSessionResume, string(p.SessionId), p.Cwd, p.McpServers, b.opts.noResume, FaultResumeFail)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, err
+	}
+	if b.opts.fault == FaultResumeSlow {
+		// A slow resume that says how it gets on, as a thought.
+		for i := range b.opts.steps {
+			time.Sleep(b.opts.step)
+			if err := b.send(ctx, s.ID, acp.UpdateAgentThoughtText(fmt.Sprintf("reopening: step %d of %d", i+1, b.opts.steps))); err != nil {
+				return acp.ResumeSessionResponse{}, err
+			}
+		}
 	}
 	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }

@@ -324,6 +324,7 @@ func (b *builtin) record(line map[string]any) {
 	if b.opts.record == "" {
 		return
 	}
+	line["pid"] = os.Getpid() // which process: a restore may go on in another
 	data, err := json.Marshal(line)
 	if err != nil {
 		fmt.Fprintf(b.stderr, "builtin: record: %v\n", err)

@@ -130,8 +130,9 @@ func TestNoticeAndCompactionAreRunEvents(t *testing.T) {
 }
 
 // A session/resume that never answers cannot hang the turn: past
-// restore_timeout the restore tries session/load, and the waiting run's
-// stream says which way it is restoring.
+// restore_timeout with no sign of progress it is given up, its process
+// stopped, and session/load runs on another process; the waiting run's
+// stream says each way, how the resume ended, and where the load ran.
 func TestResumeThatNeverAnswersFallsBackToLoad(t *testing.T) {
 	e := newEnv(t, func(c *config.Config) {
 		c.MaxLive = 1
@@ -144,18 +145,19 @@ func TestResumeThatNeverAnswersFallsBackToLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var methods []string
+	var steps []apitype.Event
 	t0 := time.Now()
 	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-a", Binding: "b-builtin", Text: "@agent again"}, func(ev apitype.Event) {
 		if ev.Event == apitype.EventRestoring {
-			methods = append(methods, ev.Method)
+			steps = append(steps, ev)
 		}
 	})
 	if err != nil || ev.Shape != "restored" {
 		t.Fatalf("restored turn: %+v, %v", ev, err)
 	}
-	if strings.Join(methods, ",") != "resume,load" {
-		t.Fatalf("restoring events %q, want resume then load", methods)
+	if len(steps) != 3 || steps[0].Method != "resume" || steps[0].Result != "" || steps[1].Method != "resume" || steps[1].Result != apitype.RestoreTimeout ||
+		steps[2].Method != "load" || steps[2].Pid == steps[0].Pid || steps[1].Pid != steps[0].Pid || steps[2].Native != steps[0].Native {
+		t.Fatalf("restoring events %+v, want resume, its timeout, then load of the same session on another process", steps)
 	}
 	if d := time.Since(t0); d > 30*time.Second {
 		t.Fatalf("the restore took %v", d)

@@ -188,9 +188,7 @@ func (t *turn) unstarted(err error) error {
 // spawns starts that binding, and a live process started with settings
 // it does not have is replaced.
 func (t *turn) acquire() error {
-	ctx := resident.WithRestoreNote(t.ctx, func(method string) {
-		t.r.Emit(apitype.Event{Event: apitype.EventRestoring, Method: method})
-	})
+	ctx := resident.WithRestoreNote(t.ctx, func(ev apitype.Event) { t.r.Emit(ev) })
 	bp := &t.b
 	ctx = resident.WithBinding(ctx, bp)
 	inLane := time.Since(t.qstart)
@@ -345,7 +343,7 @@ func (t *turn) input(req apitype.TurnRequest, listed []string) lease.Input {
 	}
 	return lease.Input{
 		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: t.prep.BriefCount, BriefDue: t.prep.BriefDue,
-		SeenFacts: t.prep.Facts,
+		SeenFacts: t.prep.Facts, Missed: t.prep.Missed,
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,

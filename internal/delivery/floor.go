@@ -54,6 +54,10 @@ const (
 	// Reopened opens a restored turn: the session already holds its framing,
 	// brief and facts.
 	Reopened = "(This session was reopened; your instructions and the channel facts still hold.)"
+	// CaughtUp opens the turns a reopened session missed, replayed before
+	// the mention: another session answered them while it could not be
+	// reopened.
+	CaughtUp = "(While it could not be reopened, another session answered these turns; here they are, oldest first.)"
 )
 
 // Facts returns the part of p that never changes for a key.

@@ -38,7 +38,12 @@ type Input struct {
 
 	// Conversation returns the key's stored turns, oldest first, for a replay.
 	Conversation func() ([]session.Turn, error)
-	Mention      delivery.Payload
+	// Missed is how many of the newest stored turns a restored session
+	// lacks (a set-aside session reopened: a stand-in answered them); they
+	// go before the mention, as a replay.
+	Missed int
+
+	Mention delivery.Payload
 	// Listed are the message ids of the other mentions this turn answers
 	// (a coalesced turn lists them in its text): carried, as the mention
 	// is. Held are those of the mentions waiting on the key for a later
@@ -115,6 +120,9 @@ func (in Input) own(w *channel.Watermark) *channel.Watermark {
 //	cold, or a blank newest turn:    framing + "\n\n" + the whole conversation replayed
 //	warm:                            the newest user turn, nothing else
 //
+// A restored session that missed the newest stored turns (Missed: a
+// set-aside session reopened after a stand-in answered them) gets them
+// first, after delivery.CaughtUp, as a replay of those turns alone.
 // Replaying into a warm process would feed it its own replies as new input
 // every turn, which grows quadratically; that is why the order is fixed.
 // "Newest turn" is the mention's text (the spec's latest_user_turn). The
@@ -127,8 +135,10 @@ func Compose(in Input) (Output, error) {
 	var out Output
 	blank := strings.TrimSpace(in.Mention.Text) == ""
 	replay := blank || in.Shape == Cold
+	catchUp := !replay && in.Shape == Restored && in.Missed > 0
 	var (
 		conv     []session.Turn
+		missed   []session.Turn // what a catch-up replays (the newest Missed of conv)
 		replayed []channel.Mark // the mention versions a replay carries
 	)
 	known := []string{in.Mention.MessageID}
@@ -138,12 +148,17 @@ func Compose(in Input) (Output, error) {
 		}
 	}
 	carried := len(known) // the mention and the listed ones
-	if replay {
+	if replay || catchUp {
 		var err error
 		if conv, err = in.Conversation(); err != nil {
 			return Output{}, fmt.Errorf("lease: compose: %w", err)
 		}
-		for _, t := range conv {
+		carriedConv := conv
+		if catchUp {
+			missed = conv[max(0, len(conv)-in.Missed):]
+			carriedConv = missed
+		}
+		for _, t := range carriedConv {
 			if t.MessageID != "" && !slices.Contains(known, t.MessageID) {
 				known = append(known, t.MessageID)
 				replayed = append(replayed, channel.Mark{ID: t.MessageID, Seq: t.MessageSeq})
@@ -207,7 +222,7 @@ func Compose(in Input) (Output, error) {
 		brief = delivery.DefaultBrief
 	}
 	if in.Placement == delivery.InFraming {
-		if err := floor(in, &out, brief, block, blank, conv); err != nil {
+		if err := floor(in, &out, brief, block, blank, conv, missed); err != nil {
 			return Output{}, fmt.Errorf("lease: compose: %w", err)
 		}
 		return out, nil
@@ -228,6 +243,11 @@ func Compose(in Input) (Output, error) {
 		return Output{}, fmt.Errorf("lease: compose: %w", err)
 	}
 	out.Framing = system
+	if catchUp {
+		turns := append(missed[:len(missed):len(missed)], session.Turn{Role: session.RoleUser, Text: turn})
+		out.Text = system + "\n\n" + delivery.CaughtUp + "\n\n" + delivery.BuildPrompt(turns)
+		return out, nil
+	}
 	if !replay {
 		out.Text = system + "\n\n" + turn
 		return out, nil
@@ -244,11 +264,11 @@ func Compose(in Input) (Output, error) {
 //	                              turn is the mention line and the block
 //	warm:                         [the brief, when due] [one "Channel facts changed: {…}" line, when they
 //	                              changed] + the mention line + the block
-//	restored:                     delivery.Reopened + the warm shape; facts compared with the newest
-//	                              stored user turn's
+//	restored:                     delivery.Reopened [+ delivery.CaughtUp and the turns it missed] + the
+//	                              warm shape; facts compared with the newest stored user turn's it saw
 //
 // The stored user turn is the mention line, its facts kept beside it.
-func floor(in Input, out *Output, brief, block string, blank bool, conv []session.Turn) error {
+func floor(in Input, out *Output, brief, block string, blank bool, conv, missed []session.Turn) error {
 	facts := in.Mention.Facts().JSON()
 	m := in.Mention.Mention().JSON()
 	out.Facts, out.Stored = facts, m
@@ -265,13 +285,19 @@ func floor(in Input, out *Output, brief, block string, blank bool, conv []sessio
 		out.Text = system + "\n\n" + delivery.FactsPrefix + facts + "\n\n" + delivery.BuildPrompt(turns)
 		return nil
 	}
-	var before [3]string
+	var before [4]string
 	seen := in.SeenFacts
 	if in.Shape == Restored {
 		before[0] = delivery.Reopened
-		conv, err := in.Conversation()
-		if err != nil {
-			return err
+		if conv == nil {
+			var err error
+			if conv, err = in.Conversation(); err != nil {
+				return err
+			}
+		}
+		if len(missed) > 0 {
+			before[1] = delivery.CaughtUp + "\n\n" + delivery.BuildPrompt(missed)
+			conv = conv[:len(conv)-len(missed)] // the turns it saw
 		}
 		// A fork's key has no turn yet: the process holds its source's
 		// facts (SeenFacts).
@@ -286,10 +312,10 @@ func floor(in Input, out *Output, brief, block string, blank bool, conv []sessio
 	if in.BriefDue || out.BriefCount >= in.BriefEvery {
 		// A session that compacted its history (reported, or assumed every
 		// BriefEvery turns) gets the brief back.
-		before[1], out.BriefSent, out.BriefCount = brief, true, 0
+		before[2], out.BriefSent, out.BriefCount = brief, true, 0
 	}
 	if facts != seen {
-		before[2] = delivery.FactsChangedPrefix + facts
+		before[3] = delivery.FactsChangedPrefix + facts
 	}
 	out.Turn = delivery.FloorTurn(before[:], m, block)
 	out.Text = out.Turn

@@ -79,18 +79,23 @@ func TestComposeShapes(t *testing.T) {
 	var ld loaders
 	newest := delivery.UserTurn(ld.input(Warm, "q").Mention, delivery.DefaultBrief, "")
 	replay := delivery.BuildPrompt(append(append([]session.Turn(nil), earlier...), session.Turn{Role: session.RoleUser, Text: newest}))
+	caughtUp := delivery.BuildPrompt(append(append([]session.Turn(nil), earlier[2:]...), session.Turn{Role: session.RoleUser, Text: newest}))
 	for _, tt := range []struct {
-		name  string
-		shape Shape
-		want  string
+		name   string
+		shape  Shape
+		missed int
+		want   string
 	}{
-		{"cold: framing + full replay", Cold, testFraming + "\n\n" + replay},
-		{"warm: newest user turn only", Warm, newest},
-		{"restored: framing + newest user turn", Restored, testFraming + "\n\n" + newest},
+		{"cold: framing + full replay", Cold, 0, testFraming + "\n\n" + replay},
+		{"warm: newest user turn only", Warm, 0, newest},
+		{"restored: framing + newest user turn", Restored, 0, testFraming + "\n\n" + newest},
+		{"restored, missed the newest exchange: framing + its replay + newest user turn", Restored, 2, testFraming + "\n\n" + delivery.CaughtUp + "\n\n" + caughtUp},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var ld loaders
-			out, err := Compose(ld.input(tt.shape, "q"))
+			in := ld.input(tt.shape, "q")
+			in.Missed = tt.missed
+			out, err := Compose(in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,6 +226,10 @@ func TestComposeFloorShapes(t *testing.T) {
 		c[2].Facts = f
 		return c
 	}
+	// A set-aside session saw the first exchange (these facts); a stand-in
+	// answered the second (other facts).
+	caught := withFacts(other)
+	caught[0].Facts = facts
 	wm := &channel.Watermark{Native: "nat-1", Seq: 4}
 	newBlock := delivery.HeaderNew + "\n- [user] ben: CI is red"
 	snapBlock := delivery.HeaderSnapshot + "\n- [user] ben: seen before\n- [user] ben: CI is red"
@@ -247,6 +256,8 @@ func TestComposeFloorShapes(t *testing.T) {
 			delivery.Reopened + "\n" + mention + "\n\n" + newBlock},
 		{"restored, facts changed since the newest stored turn", func(in *Input) { in.Shape = Restored }, withFacts(other),
 			delivery.Reopened + "\n" + delivery.FactsChangedPrefix + facts + "\n" + mention + "\n\n" + newBlock},
+		{"restored, missed the newest exchange: its replay, facts compared with those it saw", func(in *Input) { in.Shape, in.Missed = Restored, 2 }, caught,
+			delivery.Reopened + "\n" + delivery.CaughtUp + "\n\n" + delivery.BuildPrompt(caught[2:]) + "\n\n" + mention + "\n\n" + newBlock},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			in := Input{
@@ -475,5 +486,48 @@ func TestComposeHeldAndListed(t *testing.T) {
 	}
 	if wm = wm.Advance("nat-1", out.Stage, 0); len(wm.Held) != 0 || !wm.Covers("q2", 2, false) {
 		t.Fatalf("after the block that showed it: %+v", wm)
+	}
+}
+
+// The turns a restored session missed go to it as a replay does: their
+// mentions are carried, so the block leaves them out; the lines it has not
+// seen (by its own watermark) are shown, though a stand-in saw them.
+func TestComposeCatchUpCarriesItsMentions(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	rows := []channel.Message{
+		{ID: "m7", Channel: "ch", Author: "ben", AuthorKind: channel.KindUser, Body: "@x first", CreatedAt: at, Seq: 1},
+		{ID: "l1", Channel: "ch", Author: "cho", AuthorKind: channel.KindUser, Body: "a line the stand-in saw", CreatedAt: at.Add(time.Second), Seq: 2},
+		{ID: "m8", Channel: "ch", Author: "ben", AuthorKind: channel.KindUser, Body: "@x second", CreatedAt: at.Add(2 * time.Second), Seq: 3},
+		{ID: "m9", Channel: "ch", Author: "aiko", AuthorKind: channel.KindUser, Body: "@x third", CreatedAt: at.Add(3 * time.Second), Seq: 4},
+	}
+	conv := []session.Turn{
+		{Role: session.RoleUser, Text: `{"message_id":"m7","text":"@x first"}`, MessageID: "m7", MessageSeq: 1},
+		{Role: session.RoleAssistant, Text: "reply one"},
+		{Role: session.RoleUser, Text: `{"message_id":"m8","text":"@x second"}`, MessageID: "m8", MessageSeq: 3},
+		{Role: session.RoleAssistant, Text: "reply two, from the stand-in"},
+	}
+	for _, placement := range []delivery.Placement{delivery.InFraming, delivery.InTurn} {
+		in := Input{
+			Shape: Restored, Native: "nat-aside", Missed: 2,
+			Framing:      func() (string, error) { return testFraming, nil },
+			Conversation: func() ([]session.Turn, error) { return conv, nil },
+			Placement:    placement, BriefEvery: 10,
+			Mention: delivery.Payload{ChannelID: "ch", MessageID: "m9", BindingID: "b", Text: "@x third"},
+			Unseen:  unseen(rows), KeepsSession: true,
+			Watermark: &channel.Watermark{Native: "nat-aside", Seq: 1},
+		}
+		out, err := Compose(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.Text, delivery.CaughtUp) || !strings.Contains(out.Text, "reply two, from the stand-in") || strings.Contains(out.Text, "reply one") {
+			t.Fatalf("%s: the catch-up is not the missed exchange alone:\n%s", placement, out.Text)
+		}
+		if strings.Contains(out.Text, "- [user] ben:") || !strings.Contains(out.Text, "- [user] cho: a line the stand-in saw") {
+			t.Fatalf("%s: the block shows a mention the session saw or was carried, or leaves out the line it has not seen:\n%s", placement, out.Text)
+		}
+		if out.Context.Known != 2 || out.Stage.Seq != 4 {
+			t.Fatalf("%s: known = %d, staged %+v; want the mention and the one the catch-up carries, seen to 4", placement, out.Context.Known, out.Stage)
+		}
 	}
 }

@@ -32,7 +32,7 @@ var (
 	ExitKinds       = child.ExitKinds
 	ReadyMethods    = []string{"new", "resume", "load", "fork"}
 	RestoreMethods  = []string{"resume", "load"}
-	RestoreResults  = []string{"ok", "failed", "timeout"}
+	RestoreResults  = []string{"ok", "failed", "timeout", "unknown"}
 	LineFates       = []string{"sent", "seen", "bound", "own", "known"}
 	TokenKinds      = []string{"input", "output", "cache_read", "cache_write", "thought"}
 	BriefPlacements = labels(delivery.Placements)
@@ -186,7 +186,7 @@ func New(version string, g Gauges) *Metrics {
 	m.AgentSpawn = reg.histogram("residentd_agent_spawn_seconds", "Time to spawn an agent process and complete ACP initialize.", spawnBuckets)
 	m.SessionReady = reg.histogramVec("residentd_session_ready_seconds", "Time for session/new or session/load to return, by method.", spawnBuckets, "method")
 	m.AgentExits = reg.counterVec("residentd_agent_exits_total", "Agent processes reaped, by how they exited.", "kind")
-	m.SessionRestores = reg.counterVec("residentd_session_restores_total", "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result (ok, failed, or timeout: no answer within restore_timeout).", "method", "result")
+	m.SessionRestores = reg.counterVec("residentd_session_restores_total", "Attempts to reopen a saved native session in a new process, by method (resume, then load) and result (ok, failed, unknown: the agent does not know the session, or timeout: no sign of progress for restore_timeout, and the process was stopped).", "method", "result")
 	m.RestoreStopped = reg.gaugeVec("residentd_restore_stopped", "1 for a binding whose session restores failed restore_failures times in a row: the daemon no longer tries them and starts its processes cold.", "binding")
 	m.UsageTurns = reg.counterVec("residentd_usage_turns_total", "Turns that reached the agent, by binding, lease shape and whether the agent reported its usage (reported) or nothing (unknown).", "binding", "shape", "usage")
 	m.UsageCost = reg.counterVec("residentd_usage_cost_total", "What turns cost, in the agent's or the price table's currency, by binding and shape.", "binding", "shape")

@@ -52,7 +52,9 @@ type Process struct {
 	// permission policy ("" before it set one).
 	policyMode string
 
-	restoredBy string // "resume" or "load" when the process reopened a saved session, "fork" when it forked its channel's
+	restoredBy string                 // "resume" or "load" when the process reopened a saved session, "fork" when it forked its channel's
+	restore    *apitype.RestoreReport // how the key's saved session fared when the process started; nil: it had none
+	missed     int                    // stored turns the reopened session lacks, for its first turn (guarded by mu)
 
 	wt atomic.Pointer[workspace.Record] // the key's worktree its session works in; nil: the binding's dir
 
@@ -104,6 +106,16 @@ func (s *Process) BriefSent(n int, full bool, facts string) {
 		s.briefDue = false
 	}
 	s.mu.Unlock()
+}
+
+// takeMissed hands the stored turns the session lacks to the turn that
+// carries them, once.
+func (s *Process) takeMissed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.missed
+	s.missed = 0
+	return n
 }
 
 // compacted makes the next warm turn carry the full brief.
@@ -245,7 +257,6 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 			return nil, lease.Cold, fmt.Errorf("agent pid %d exited before its session opened: %w", ap.a.Pid(), ap.a.ExitErr())
 		}
 	}
-	a, bw := ap.a, ap.bw
 	pre := ap.takePre() // a session the spare opened ahead, nil without one
 	if pre != nil {
 		rel.add(pre.release) // revoked at the exit, if not before
@@ -256,50 +267,50 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 	// keyServers puts k's own servers in the process's next session
 	// request, once; the release they return is what revokes them.
 	var keyRelease func()
+	l := &ladder{k: k, b: b, log: log, ap: ap, pre: pre, hook: hook, rel: rel}
 	keyServers := func() {
 		if keyRelease != nil {
 			return
 		}
 		servers, release := kp.servers(k, b)
-		keyRelease = release
+		keyRelease, l.mcp = release, servers
 		rel.add(release)
-		a.SetMCPServers(servers)
+		ap.a.SetMCPServers(servers)
 	}
 
-	want := b.SavedSession
-	if want == "" && b.RestoreOn() && b.KeepsSession() {
-		id, err := kp.st.NativeID(k)
-		if err != nil {
-			a.Close()
-			return nil, lease.Cold, fmt.Errorf("read saved session: %w", err)
-		}
-		want = id
+	cands, saved, err := kp.restoreCandidates(ctx, l)
+	if err != nil {
+		ap.a.Close()
+		return nil, lease.Cold, err
 	}
-	if want != "" {
+	var report *apitype.RestoreReport // how the key's saved session fared, for the listing
+	if saved {
+		report = &l.report
+	}
+	if len(cands) > 0 {
 		// The key's own session is reopened: the one opened ahead is
 		// dropped, after the restore so that its close does not compete
-		// with it. A restore that ends cold starts on it instead.
+		// with it. A restore that ends cold starts on it instead (on the
+		// process the restore ended on: see restore).
 		keyServers()
-		wt, err := kp.reopenIn(ctx, a, k, want) // the cwd it opened with
-		if err != nil {
-			a.Close()
-			return nil, lease.Cold, err
-		}
-		how, err := kp.restore(ctx, a, b, want, log)
-		if how != "" {
+		r, err := kp.restore(ctx, l, cands)
+		ap, pre = l.ap, l.pre
+		if r.how != "" {
 			kp.dropPre(ap, pre, log)
 			pre = nil
 		}
 		if err != nil {
-			a.Close()
+			ap.a.Close()
 			return nil, lease.Cold, err
 		}
-		if how != "" {
-			p := &Process{a: a, key: k, between: bw, native: want, restoredBy: how, binding: b, served: b}
-			p.wt.Store(wt)
+		if r.how != "" {
+			p := &Process{a: ap.a, key: k, between: ap.bw, native: r.native, restoredBy: r.how, missed: r.missed, unsaved: r.unsaved,
+				restore: report, binding: b, served: b}
+			p.wt.Store(l.wt) // the cwd it reopened in
 			return kp.live(p), lease.Restored, nil
 		}
 	}
+	a, bw := ap.a, ap.bw
 	// A new session (a fork, session/new) works where the binding says
 	// now: the key's worktree, or its dir.
 	wt, err := kp.newIn(ctx, a, k, b)
@@ -307,7 +318,7 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 		a.Close()
 		return nil, lease.Cold, err
 	}
-	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
+	if !saved && k.Thread != "" && a.CanFork() && b.KeepsSession() {
 		// A thread key's first session: a fork of its channel's.
 		keyServers()
 		s, err := kp.fork(ctx, a, k, b, bw, log)
@@ -328,7 +339,7 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 		pre = nil
 	}
 	if pre != nil {
-		if s := kp.usePre(ap, pre, k, b, keyRelease, log); s != nil {
+		if s := kp.usePre(ap, pre, k, b, keyRelease, report, log); s != nil {
 			return s, lease.Cold, nil
 		}
 		keyRelease = nil // revoked: the session opened below gets new ones
@@ -349,7 +360,7 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 	// (saveNative when the turn fails), which carries the agent record too
 	// (RecordAgent waits for the next write): a cold turn costs the turn's
 	// commit and its run's.
-	p := &Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}
+	p := &Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), restore: report, binding: b, served: b}
 	if err := kp.openedIn(p, wt); err != nil {
 		a.Close()
 		return nil, lease.Cold, err
@@ -363,7 +374,7 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 // (keyRelease, for a fork that found nothing to fork) are revoked now: no
 // session carries them. Nil when the capability could not be bound; the
 // session opened ahead is dropped then, and so are those capabilities.
-func (kp *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.Binding, keyRelease func(), log *zap.Logger) *Process {
+func (kp *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.Binding, keyRelease func(), report *apitype.RestoreReport, log *zap.Logger) *Process {
 	if keyRelease != nil {
 		keyRelease()
 	}
@@ -376,7 +387,7 @@ func (kp *Keeper) usePre(ap *agentProc, pre *preopened, k session.Key, b config.
 	}
 	kp.m.SpareEvents.WithLabelValues(b.ID, "session_used").Inc()
 	log.Info("session opened ahead on the spare taken", zap.String("native", pre.native), zap.Int("pid", ap.a.Pid()))
-	return kp.live(&Process{a: ap.a, key: k, between: ap.bw, native: pre.native, unsaved: b.KeepsSession(), binding: b, served: b})
+	return kp.live(&Process{a: ap.a, key: k, between: ap.bw, native: pre.native, unsaved: b.KeepsSession(), restore: report, binding: b, served: b})
 }
 
 // releases are what a process's exit undoes (its capabilities revoked),
@@ -429,7 +440,7 @@ func (kp *Keeper) fork(ctx context.Context, a *acp.Agent, k session.Key, b confi
 	if src == "" {
 		return nil, nil
 	}
-	restoreNote(ctx)("fork")
+	restoreNote(ctx)(apitype.Event{Event: apitype.EventRestoring, Method: "fork"})
 	t0 := kp.now()
 	sctx, span := tracing.Start(ctx, "session fork")
 	fctx, cancel := context.WithTimeout(sctx, time.Duration(kp.conf().RestoreTimeout))
@@ -547,6 +558,14 @@ func (p *agentProc) exit(d *Keeper) {
 		return
 	}
 	d.spareExited(p)
+}
+
+// unbind takes the process from its key: its exit no longer runs the
+// key's hook (a restore gave it up and goes on on another process).
+func (p *agentProc) unbind() {
+	p.mu.Lock()
+	p.hook = nil
+	p.mu.Unlock()
 }
 
 // bind gives the process to key k: its output between prompts becomes k's

@@ -28,6 +28,9 @@ type Prepared struct {
 	// Worktree is the key's worktree the session works in (a fact of the
 	// key's), nil when it works in the binding's dir.
 	Worktree *delivery.Worktree
+	// Missed is how many of the newest stored turns the process's session
+	// lacks: a set-aside session reopened, for its first turn to carry.
+	Missed int
 }
 
 // Prepare readies process p for a turn of key k: it takes what of binding b
@@ -50,7 +53,7 @@ func (kp *Keeper) Prepare(ctx context.Context, limit time.Duration, k session.Ke
 	}
 	kp.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
 	n, due, facts := p.Brief()
-	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts, Worktree: p.worktreeFact()}, nil
+	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts, Worktree: p.worktreeFact(), Missed: p.takeMissed()}, nil
 }
 
 // Settlement is how a turn that reached the agent ended.

@@ -21,7 +21,7 @@ func (kp *Keeper) Describe(ses *apitype.Session) {
 	ses.RestoreStopped = kp.RestoreStopped(ses.Binding)
 	if v, ok := kp.procs.Load(ses.Pid); ok {
 		p := v.(*Process)
-		ses.RestoredBy, ses.Usage, ses.Options = p.restoredBy, p.usedSoFar(), p.currentOptions()
+		ses.RestoredBy, ses.Usage, ses.Options, ses.Restore = p.restoredBy, p.usedSoFar(), p.currentOptions(), p.restore
 		ses.Working, _ = p.Working()
 		kp.describeWorktree(ses, p)
 	}

@@ -273,7 +273,7 @@ func setNativeID(tx *bolt.Tx, k session.Key, native string) error {
 		if kb == nil {
 			return nil
 		}
-		if kb.Bucket(keyTurns) == nil {
+		if kb.Bucket(keyTurns) == nil && kb.Get(keyAside) == nil {
 			// Nothing else is kept for the key: drop it so Keys stops
 			// listing it.
 			return convs.DeleteBucket(name)
@@ -282,6 +282,10 @@ func setNativeID(tx *bolt.Tx, k session.Key, native string) error {
 	}
 	kb, err := convs.CreateBucketIfNotExists(name)
 	if err != nil {
+		return err
+	}
+	// A set-aside session that is the key's again is no longer aside.
+	if err := dropAside(kb, native); err != nil {
 		return err
 	}
 	return kb.Put(keyNative, []byte(native))

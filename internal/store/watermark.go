@@ -170,30 +170,39 @@ func (s *Store) ForkSource(k session.Key) (native string, wms map[string]channel
 		if native == "" {
 			return nil
 		}
-		prefix := joinKey(k.String())
-		c := tx.Bucket(bucketWatermarks).Cursor()
-		for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
-			parts, err := splitKey(key[len(prefix):], 2)
-			if err != nil {
-				return fmt.Errorf("watermark key %x: %w", key, err)
-			}
-			var w channel.Watermark
-			if err := json.Unmarshal(v, &w); err != nil {
-				return fmt.Errorf("watermark %x: %w", key, err)
-			}
-			if own, ok := w.For(native); ok {
-				if wms == nil {
-					wms = map[string]channel.Watermark{}
-				}
-				wms[parts[1]] = own
-			}
-		}
-		return nil
+		var err error
+		wms, err = ownWatermarks(tx, k, native)
+		return err
 	})
 	if err != nil {
 		return "", nil, fmt.Errorf("store: fork source %q: %w", k, err)
 	}
 	return native, wms, nil
+}
+
+// ownWatermarks are key k's watermarks that belong to native session
+// native, by thread ("" the main timeline); nil when none does.
+func ownWatermarks(tx *bolt.Tx, k session.Key, native string) (map[string]channel.Watermark, error) {
+	var wms map[string]channel.Watermark
+	prefix := joinKey(k.String())
+	c := tx.Bucket(bucketWatermarks).Cursor()
+	for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
+		parts, err := splitKey(key[len(prefix):], 2)
+		if err != nil {
+			return nil, fmt.Errorf("watermark key %x: %w", key, err)
+		}
+		var w channel.Watermark
+		if err := json.Unmarshal(v, &w); err != nil {
+			return nil, fmt.Errorf("watermark %x: %w", key, err)
+		}
+		if own, ok := w.For(native); ok {
+			if wms == nil {
+				wms = map[string]channel.Watermark{}
+			}
+			wms[parts[1]] = own
+		}
+	}
+	return wms, nil
 }
 
 // InheritWatermarks files wms (by thread, as ForkSource returns them) under
