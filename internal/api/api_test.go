@@ -39,18 +39,22 @@ func TestMain(m *testing.M) {
 	os.Exit(runRecorded(m))
 }
 
-// peerMain GETs /v1/health over sock and prints "<status> <body>", or
+// peerMain GETs /v1/health over sock (as uid 65534 with
+// RESIDENTD_TEST_PEER_NOBODY set) and prints "<status> <body>", or
 // "dial-error <err>" when it cannot connect.
 func peerMain(sock string) int {
-	// Drop to nobody before dialing: SO_PEERCRED records who connected.
-	for _, drop := range []func() error{
-		func() error { return syscall.Setgroups(nil) },
-		func() error { return syscall.Setgid(65534) },
-		func() error { return syscall.Setuid(65534) },
-	} {
-		if err := drop(); err != nil {
-			fmt.Printf("drop to uid 65534: %v\n", err)
-			return 1
+	// Drop to nobody before dialing, when asked: SO_PEERCRED records who
+	// connected.
+	if os.Getenv("RESIDENTD_TEST_PEER_NOBODY") != "" {
+		for _, drop := range []func() error{
+			func() error { return syscall.Setgroups(nil) },
+			func() error { return syscall.Setgid(65534) },
+			func() error { return syscall.Setuid(65534) },
+		} {
+			if err := drop(); err != nil {
+				fmt.Printf("drop to uid 65534: %v\n", err)
+				return 1
+			}
 		}
 	}
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -493,7 +497,7 @@ func TestPeerUIDRefused(t *testing.T) {
 	asNobody := func(sock string) string {
 		t.Helper()
 		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), "RESIDENTD_TEST_PEER="+sock)
+		cmd.Env = append(os.Environ(), "RESIDENTD_TEST_PEER="+sock, "RESIDENTD_TEST_PEER_NOBODY=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("peer helper: %v: %s", err, out)
