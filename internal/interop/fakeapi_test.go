@@ -3,27 +3,16 @@ package interop
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 )
 
 // fakeAPI is a small Anthropic Messages API on 127.0.0.1: it streams a fixed
 // reply to every POST /v1/messages and records every request it gets.
 type fakeAPI struct {
-	srv   *httptest.Server
-	reply string
-
-	mu    sync.Mutex
-	reqs  []apiRequest
-	stall chan struct{} // when set, model calls block until it is closed or the client goes away
-	// stalled is signalled (non-blocking) each time a model call starts stalling.
-	stalled chan struct{}
-	// aborted is signalled (non-blocking) when a stalled call's client hangs up.
-	aborted chan struct{}
+	fakeModel
 	// tool, when set, makes the model ask for one tool call in the turn
 	// whose user message holds tool.marker; the model's next call (carrying
 	// the tool's result) gets the reply.
@@ -116,7 +105,7 @@ func (m apiMessage) text() string {
 
 func newFakeAPI(t testing.TB, reply string) *fakeAPI {
 	t.Helper()
-	f := &fakeAPI{reply: reply, stalled: make(chan struct{}, 8), aborted: make(chan struct{}, 8)}
+	f := &fakeAPI{fakeModel: newFakeModel(reply)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.close)
 	return f
@@ -128,41 +117,6 @@ func (f *fakeAPI) URL() string { return f.srv.URL }
 // env is the environment that points claude at f, with a dummy key.
 func (f *fakeAPI) env() map[string]string {
 	return map[string]string{"ANTHROPIC_BASE_URL": f.URL(), "ANTHROPIC_API_KEY": "dummy"}
-}
-
-func (f *fakeAPI) close() {
-	f.mu.Lock()
-	if f.stall != nil {
-		close(f.stall)
-		f.stall = nil
-	}
-	f.mu.Unlock()
-	f.srv.Close()
-}
-
-// stallModel makes model calls hang until release is called.
-func (f *fakeAPI) stallModel() (release func()) {
-	ch := make(chan struct{})
-	f.mu.Lock()
-	f.stall = ch
-	f.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			if f.stall == ch {
-				f.stall = nil
-			}
-			f.mu.Unlock()
-			close(ch)
-		})
-	}
-}
-
-func (f *fakeAPI) requests() []apiRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]apiRequest(nil), f.reqs...)
 }
 
 // modelCalls returns the decoded POST /v1/messages bodies whose messages
@@ -203,31 +157,15 @@ func (f *fakeAPI) calls(from int) []messagesRequest {
 }
 
 func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	f.reqs = append(f.reqs, apiRequest{Method: r.Method, Path: r.URL.Path, Body: body})
-	stall := f.stall
-	f.mu.Unlock()
+	body, stall := f.record(r)
 
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"input_tokens": 42}`)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-		if stall != nil {
-			select {
-			case f.stalled <- struct{}{}:
-			default:
-			}
-			select {
-			case <-stall:
-			case <-r.Context().Done():
-				select {
-				case f.aborted <- struct{}{}:
-				default:
-				}
-				return
-			}
+		if !f.wait(r, stall) {
+			return
 		}
 		var req messagesRequest
 		_ = json.Unmarshal(body, &req)

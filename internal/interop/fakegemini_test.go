@@ -3,11 +3,9 @@ package interop
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -24,11 +22,7 @@ import (
 // one that got plain text would be retried with backoff for more than a
 // minute before gemini-cli gave up on it.
 type fakeGemini struct {
-	srv   *httptest.Server
-	reply string
-
-	mu   sync.Mutex
-	reqs []apiRequest
+	fakeModel // its stall switch unused: gemini's calls are not cancelled in these tests
 }
 
 // geminiRequest is the part of a generateContent request the tests read.
@@ -62,20 +56,14 @@ const sideAnswer = `{"complexity_reasoning":"a short chat reply","complexity_sco
 
 func newFakeGemini(t testing.TB, reply string) *fakeGemini {
 	t.Helper()
-	f := &fakeGemini{reply: reply}
+	f := &fakeGemini{fakeModel: newFakeModel(reply)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+	t.Cleanup(f.close)
 	return f
 }
 
 // URL is the base URL to hand gemini-cli; always on 127.0.0.1.
 func (f *fakeGemini) URL() string { return f.srv.URL }
-
-func (f *fakeGemini) requests() []apiRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]apiRequest(nil), f.reqs...)
-}
 
 // turns returns the decoded streamGenerateContent bodies (the turns
 // themselves, not the side calls), in order.
@@ -96,10 +84,7 @@ func (f *fakeGemini) turns(t testing.TB) []geminiRequest {
 }
 
 func (f *fakeGemini) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	f.reqs = append(f.reqs, apiRequest{Method: r.Method, Path: r.URL.Path, Body: body})
-	f.mu.Unlock()
+	body, _ := f.record(r)
 	var req geminiRequest
 	_ = json.Unmarshal(body, &req)
 	in := len(body) / 4 // a real model's count grows with the conversation

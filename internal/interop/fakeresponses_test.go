@@ -3,11 +3,9 @@ package interop
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -16,16 +14,7 @@ import (
 // and records every request it gets. Each answer reports the same usage
 // (codexCallUsage), so a turn's usage is a multiple of it.
 type fakeResponses struct {
-	srv   *httptest.Server
-	reply string
-
-	mu    sync.Mutex
-	reqs  []apiRequest
-	stall chan struct{} // when set, model calls block until it is closed or the client goes away
-	// stalled is signalled (non-blocking) each time a model call starts stalling.
-	stalled chan struct{}
-	// aborted is signalled (non-blocking) when a stalled call's client hangs up.
-	aborted chan struct{}
+	fakeModel
 	// scripts make the model ask for tool calls: in a turn whose user
 	// message holds a script's marker, the call after the k-th tool output
 	// asks for its calls[k], the one after the last output gets the reply.
@@ -148,7 +137,7 @@ func (q responsesRequest) side() bool {
 
 func newFakeResponses(t testing.TB, reply string) *fakeResponses {
 	t.Helper()
-	f := &fakeResponses{reply: reply, stalled: make(chan struct{}, 8), aborted: make(chan struct{}, 8)}
+	f := &fakeResponses{fakeModel: newFakeModel(reply)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.close)
 	return f
@@ -156,41 +145,6 @@ func newFakeResponses(t testing.TB, reply string) *fakeResponses {
 
 // URL is the base URL of the API (…/v1) to hand the CLI; always on 127.0.0.1.
 func (f *fakeResponses) URL() string { return f.srv.URL + "/v1" }
-
-func (f *fakeResponses) close() {
-	f.mu.Lock()
-	if f.stall != nil {
-		close(f.stall)
-		f.stall = nil
-	}
-	f.mu.Unlock()
-	f.srv.Close()
-}
-
-// stallModel makes model calls hang until release is called.
-func (f *fakeResponses) stallModel() (release func()) {
-	ch := make(chan struct{})
-	f.mu.Lock()
-	f.stall = ch
-	f.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			if f.stall == ch {
-				f.stall = nil
-			}
-			f.mu.Unlock()
-			close(ch)
-		})
-	}
-}
-
-func (f *fakeResponses) requests() []apiRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]apiRequest(nil), f.reqs...)
-}
 
 // calls returns the decoded POST /v1/responses bodies of the agent's turns
 // (side calls left out) from the from-th request on, in order.
@@ -238,11 +192,7 @@ func (f *fakeResponses) turnCalls(t testing.TB, marker string) []responsesReques
 }
 
 func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	f.reqs = append(f.reqs, apiRequest{Method: r.Method, Path: r.URL.Path, Body: body})
-	stall := f.stall
-	f.mu.Unlock()
+	body, stall := f.record(r)
 
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/responses" {
 		w.Header().Set("Content-Type", "application/json")
@@ -260,20 +210,8 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 		f.answer(w, `{"title": "A fake title"}`)
 		return
 	}
-	if stall != nil {
-		select {
-		case f.stalled <- struct{}{}:
-		default:
-		}
-		select {
-		case <-stall:
-		case <-r.Context().Done():
-			select {
-			case f.aborted <- struct{}{}:
-			default:
-			}
-			return
-		}
+	if !f.wait(r, stall) {
+		return
 	}
 	if i, n := f.nextTool(q); i >= 0 {
 		f.toolCall(w, f.scripts[i].calls[n], fmt.Sprintf("call_fake_%d_%d", i+1, n+1))
