@@ -357,26 +357,9 @@ func TestClaudeStopLeavesNoChildren(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("turn: %v", r.err)
 	}
-	tree := descendants(r.start.Pid)
-	var names []string
-	native := false
-	for _, p := range tree {
-		c := cmdline(p)
-		names = append(names, c)
-		if strings.Contains(c, "claude-agent-sdk-linux") || strings.Contains(c, "--output-format stream-json") {
-			native = true
-		}
-	}
-	t.Logf("agent tree before stop: %d processes: %q", len(tree), names)
-	if len(tree) < 2 || !native {
-		t.Fatalf("agent tree %q: want the node agent and its native claude child", names)
-	}
-	h.close()
-	if left := waitGone(tree, 10*time.Second); len(left) > 0 {
-		for _, p := range left {
-			t.Errorf("pid %d still running after stop: %s", p, cmdline(p))
-		}
-	}
+	stopLeavesNoChildren(t, h, r.start.Pid, "the node agent and its native claude child", func(c string) bool {
+		return strings.Contains(c, "claude-agent-sdk-linux") || strings.Contains(c, "--output-format stream-json")
+	})
 }
 
 // TestClaudePermissionAsked: the fake model asks claude-agent-acp to run a

@@ -291,27 +291,9 @@ func TestCodexStopLeavesNoChildren(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("turn: %v", r.err)
 	}
-	tree := descendants(r.start.Pid)
-	var names []string
-	native := false
-	for _, p := range tree {
-		c := cmdline(p)
-		native = native || strings.HasSuffix(c, "/bin/codex app-server")
-		if len(c) > 100 {
-			c = c[:100] + "…"
-		}
-		names = append(names, c)
-	}
-	t.Logf("agent tree before stop: %d processes: %q", len(tree), names)
-	if len(tree) < 2 || !native {
-		t.Fatalf("agent tree %q: want codex-acp and the native Codex app server it starts", names)
-	}
-	h.close()
-	if left := waitGone(tree, 10*time.Second); len(left) > 0 {
-		for _, p := range left {
-			t.Errorf("pid %d still running after stop: %s", p, cmdline(p))
-		}
-	}
+	stopLeavesNoChildren(t, h, r.start.Pid, "codex-acp and the native Codex app server it starts", func(c string) bool {
+		return strings.HasSuffix(c, "/bin/codex app-server")
+	})
 }
 
 // TestCodexWithoutCredentials: with no login and no provider of its own

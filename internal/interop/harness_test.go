@@ -271,3 +271,31 @@ func testCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// stopLeavesNoChildren checks that the agent process pid started a tree
+// of at least two processes, one of them native (its command line), and
+// that closing h leaves none of them running.
+func stopLeavesNoChildren(t *testing.T, h *harness, pid int, want string, native func(cmdline string) bool) {
+	t.Helper()
+	tree := descendants(pid)
+	var names []string
+	found := false
+	for _, p := range tree {
+		c := cmdline(p)
+		found = found || native(c)
+		if len(c) > 100 {
+			c = c[:100] + "…"
+		}
+		names = append(names, c)
+	}
+	t.Logf("agent tree before stop: %d processes: %q", len(tree), names)
+	if len(tree) < 2 || !found {
+		t.Fatalf("agent tree %q: want %s", names, want)
+	}
+	h.close()
+	if left := waitGone(tree, 10*time.Second); len(left) > 0 {
+		for _, p := range left {
+			t.Errorf("pid %d still running after stop: %s", p, cmdline(p))
+		}
+	}
+}
