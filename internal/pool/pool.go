@@ -356,6 +356,7 @@ type Checkout[S Session] struct {
 	p        *Pool[S]
 	e        *entry[S]
 	released bool
+	borrowed bool // Borrow's: no turn, so the process's last use stays
 }
 
 // AcquireOptions are optional parts of an Acquire.
@@ -917,7 +918,9 @@ func (p *Pool[S]) Release(c *Checkout[S], keep bool) {
 			// max_live was lowered while it ran.
 			stopped = p.stopLocked(e, ReasonCapacity)
 		default:
-			e.lastUsed = p.cfg.Now()
+			if !c.borrowed {
+				e.lastUsed = p.cfg.Now()
+			}
 			p.setLocked(e, ready)
 		}
 	}
@@ -1121,6 +1124,28 @@ func (p *Pool[S]) Exclusive(ctx context.Context, k session.Key, queued func(hold
 	}
 	var once sync.Once
 	return func() { once.Do(func() { p.releaseKey(e) }) }, stopped, nil
+}
+
+// Borrow takes key k's idle process for work of the daemon's own that is
+// no turn (an idle compaction, a cache keep-alive), only when nothing waits
+// for it: no turn holds or waits for the key, none waits for a slot, and
+// the process neither works nor has died. Release gives it back with its
+// last use as it was, so the policy's view of the key's idleness does not
+// change; turns that come meanwhile wait for it as for any turn. False:
+// not now.
+func (p *Pool[S]) Borrow(k session.Key) (*Checkout[S], bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.entries[k]
+	if p.closed || e == nil || e.state != ready || e.held || len(e.waiters) > 0 || len(e.excl) > 0 || len(p.slotQ) > 0 || dead(e.sess) {
+		return nil, false
+	}
+	if idle, _ := idleSince(e); !idle {
+		return nil, false
+	}
+	e.held, e.holder = true, ""
+	p.setLocked(e, busy)
+	return &Checkout[S]{Key: k, Session: e.sess, p: p, e: e, borrowed: true}, true
 }
 
 // Info describes one key's process for the sessions listing.

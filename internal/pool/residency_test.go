@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/residency"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -282,4 +283,73 @@ func TestShedStopsThePolicysVictim(t *testing.T) {
 		t.Fatalf("decisions %+v", ds)
 	}
 	p.Release(busy, true)
+}
+
+// TestBorrowKeepsTheLastUse: the daemon's own work on an idle process
+// (Borrow) leaves its last use as it was, so the reaper lets it go when it
+// would have; a turn that comes meanwhile waits and gets it warm; Borrow
+// refuses a held key, a key with no process and any key while turns wait
+// for a slot.
+func TestBorrowKeepsTheLastUse(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	p, _, ev := newPool(t, Config{MaxLive: 2, IdleTimeout: 30 * time.Minute, ReapInterval: time.Hour, Now: clock})
+	p.Release(acquire(t, p, key(0)), true)
+	if _, ok := p.Borrow(key(1)); ok {
+		t.Fatal("borrowed a key with no process")
+	}
+	advance(20 * time.Minute)
+	b, ok := p.Borrow(key(0))
+	if !ok || b.Session == nil {
+		t.Fatal("could not borrow an idle process")
+	}
+	if _, ok := p.Borrow(key(0)); ok {
+		t.Fatal("borrowed a key twice")
+	}
+	prompt(t, b) // the daemon's own prompt
+	turn := start(t, p, key(0))
+	turn.heard(t, Wait{Position: 1})
+	turn.waiting(t)
+	advance(5 * time.Minute)
+	p.Release(b, true)
+	co := turn.checkout(t)
+	if co.Lease.Shape != lease.Warm {
+		t.Fatalf("the turn that waited for the borrowed process: %s, want warm", co.Lease.Shape)
+	}
+	advance(time.Minute)
+	p.Release(co, true) // the turn's end is the last use
+	b, ok = p.Borrow(key(0))
+	if !ok {
+		t.Fatal("could not borrow again")
+	}
+	advance(10 * time.Minute)
+	p.Release(b, true)
+	advance(19 * time.Minute)
+	if n := p.ReapIdle(); n != 0 {
+		t.Fatalf("reaped %d 29 min after the turn's end: the borrow counted as a use", n)
+	}
+	advance(time.Minute)
+	if n := p.ReapIdle(); n != 1 {
+		t.Fatalf("reaped %d 30 min after the turn's end, want 1: the borrow moved the last use", n)
+	}
+	if got := ev.wait(t); got != key(0).String()+" idle" {
+		t.Fatalf("evicted %s", got)
+	}
+	// Turns waiting for a slot: no borrowing, of an idle process (the
+	// policy picks no victim, so it stays) or a busy one.
+	p.SetLimits(Limits{MaxLive: 2, IdleTimeout: 30 * time.Minute, Residency: &byChannel{}})
+	p.Release(acquire(t, p, key(1)), true)
+	busy := acquire(t, p, key(3))
+	waiting := start(t, p, key(2))
+	waiting.heard(t, Wait{Slot: true, Position: 1})
+	if _, ok := p.Borrow(key(1)); ok {
+		t.Fatal("borrowed an idle process while a turn waits for a slot")
+	}
+	if _, ok := p.Borrow(key(3)); ok {
+		t.Fatal("borrowed a busy key")
+	}
+	p.Release(busy, false) // stopped: its slot goes to the waiting turn
+	p.Release(waiting.checkout(t), true)
 }
