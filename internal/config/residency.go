@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/residency"
 )
 
@@ -67,6 +68,20 @@ func (b Binding) TTL() (ttl time.Duration, auto bool) {
 		return residency.TTL1h, false
 	}
 	return residency.TTL5m, false
+}
+
+// CostTTL is Cost for a process whose cache TTL is ttl: its cache writes
+// at the 1-hour price (CacheWrite1h, else 1.6 times CacheWrite) when ttl
+// is an hour or more.
+func (p Prices) CostTTL(in, out, cacheRead, cacheWrite int64, ttl time.Duration) apitype.Amount {
+	if ttl >= residency.TTL1h {
+		if p.CacheWrite1h > 0 {
+			p.CacheWrite = p.CacheWrite1h
+		} else {
+			p.CacheWrite *= 1.6
+		}
+	}
+	return p.Cost(in, out, cacheRead, cacheWrite)
 }
 
 // Compaction is who times the binding's idle compaction.

@@ -108,6 +108,7 @@ type Keeper struct {
 
 	procs sync.Map // agent pid -> *Process, while it lives
 	sp    spares   // the bindings' spare processes (spare.go)
+	res   resState // what the residency policy is told (residency.go)
 
 	// mu guards health, keyLoops, keyOpts, seen and warned. It is
 	// innermost: nothing else is locked under it.
