@@ -404,6 +404,11 @@ const (
 	// CapabilityAgentTools: the pushes the agent tools read (roster,
 	// project, activity) and the tool endpoints (docs/TOOLS.md).
 	CapabilityAgentTools = "agent_tools"
+	// CapabilityWorktrees: a binding's workspace may be worktree: each key
+	// works in a git worktree of its own (worktree in the sessions listing,
+	// worktrees, reset_worktree in start fresh, 409
+	// worktree_has_changes, the roster tool's worktrees).
+	CapabilityWorktrees = "worktrees"
 )
 
 // Usage is the token usage the agent reported for a turn.
@@ -643,6 +648,10 @@ type Session struct {
 	// Residency is what the residency policy knows of the process and its
 	// reason to keep it.
 	Residency *SessionResidency `json:"residency,omitempty"`
+	// Worktree is the key's own git worktree the session works in (a
+	// binding with workspace worktree); absent when it works in the
+	// binding's dir.
+	Worktree *Worktree `json:"worktree,omitempty"`
 }
 
 // SessionResidency is what the daemon's residency policy knows of one
@@ -667,6 +676,50 @@ type SessionResidency struct {
 	// bytes its prompts and replies carried in this process ("estimate").
 	ContextTokens int64  `json:"context_tokens"`
 	ContextSource string `json:"context_source"`
+}
+
+// MaxWorktreeFiles bounds the changed files a Worktree lists.
+const MaxWorktreeFiles = 50
+
+// Worktree is one key's git worktree: in a session's row, in the sessions
+// listing's worktrees and in the roster tool's answer.
+type Worktree struct {
+	Channel    string `json:"channel_id"`
+	Binding    string `json:"binding_id"`
+	ThreadRoot string `json:"thread_root_id,omitempty"`
+	// Path is its folder, the cwd of the key's sessions; Branch the branch
+	// checked out there; Repository the repository it is a worktree of
+	// (the binding's dir); Base the commit it was made at.
+	Path       string    `json:"path"`
+	Branch     string    `json:"branch"`
+	Repository string    `json:"repository"`
+	Base       string    `json:"base"`
+	Created    time.Time `json:"created_at"`
+	// Changes counts the uncommitted changes git status lists (modified,
+	// added, deleted, renamed and untracked files); Changed lists the first
+	// MaxWorktreeFiles of them as git status --porcelain does ("XY path").
+	Changes int      `json:"changes"`
+	Changed []string `json:"changed,omitempty"`
+	// StatusError says why git status did not answer (within its bound,
+	// or the folder is gone): Changes is unknown then.
+	StatusError string `json:"status_error,omitempty"`
+	// BindingRemoved: its binding is no longer configured; it was left in
+	// place because it has uncommitted changes (or its removal failed).
+	BindingRemoved bool `json:"binding_removed,omitempty"`
+}
+
+// WorktreeReset is what start fresh with reset_worktree did to the key's
+// worktree.
+type WorktreeReset struct {
+	Path   string `json:"path"`
+	Branch string `json:"branch"`
+	// Removed: the folder was removed (false when it was gone already).
+	Removed bool `json:"removed"`
+	// BranchKept names the branch that keeps the commits the worktree's
+	// branch had that the repository's HEAD has not (<branch>.reset-<UTC
+	// time>); absent when every commit was in HEAD and the branch was
+	// deleted.
+	BranchKept string `json:"branch_kept,omitempty"`
 }
 
 // SessionOptions is GET and PUT /v1/sessions/options: a key's own session
@@ -725,6 +778,9 @@ type Sessions struct {
 	Sessions []Session `json:"sessions"`
 	// Spares are the bindings' spare processes, by binding then age.
 	Spares []Spare `json:"spares"`
+	// Worktrees are every key's git worktree (bindings with workspace
+	// worktree), live or not, by key.
+	Worktrees []Worktree `json:"worktrees"`
 }
 
 // FreshRequest is POST /v1/sessions/fresh.
@@ -734,12 +790,20 @@ type FreshRequest struct {
 	// ThreadRoot names a thread's own session (a binding of scope
 	// thread); absent or null: the channel's.
 	ThreadRoot *string `json:"thread_root_id,omitempty"`
+	// ResetWorktree also resets the key's git worktree: removed (refused,
+	// 409 worktree_has_changes, when it has uncommitted changes), so the
+	// next session gets a new one from the repository's HEAD. Without it
+	// start fresh keeps the worktree as it is.
+	ResetWorktree bool `json:"reset_worktree,omitempty"`
 }
 
 // FreshResponse says whether a process was (or, behind a running turn,
 // will be) stopped.
 type FreshResponse struct {
 	StoppedProcess bool `json:"stopped_process"`
+	// Worktree is what reset_worktree did; absent without it, or when the
+	// key had no worktree.
+	Worktree *WorktreeReset `json:"worktree,omitempty"`
 }
 
 // ConfigReload is the answer of POST /v1/config/reload: what the reloaded
@@ -804,6 +868,9 @@ type Binding struct {
 	// Scope: channel (one session per channel) or thread (a thread's
 	// mentions have a session of their own).
 	Scope string `json:"scope"`
+	// Workspace: shared (every key in the binding's dir) or worktree
+	// (each key in a git worktree of its own).
+	Workspace string `json:"workspace"`
 }
 
 // Bindings is GET /v1/bindings.
@@ -925,6 +992,12 @@ const (
 	CodeInvalidConfig     = "invalid_config"   // the reloaded config file does not load or validate; the config in force stays
 	CodeNoConfigFile      = "no_config_file"   // the daemon runs on the built-in default config: there is no file to reload
 	CodePolicyRefused     = "policy_refused"   // the agent ended the turn itself (stop reason cancelled, nobody cancelled it) after a permission request was refused
+	// CodeWorktreeHasChanges: a reset of a key's worktree refused, as it
+	// has uncommitted changes (the message lists them); nothing was done.
+	CodeWorktreeHasChanges = "worktree_has_changes"
+	// CodeWorktreeFailed: a key's worktree could not be made or found (git
+	// failed: the message says why), so its session could not open.
+	CodeWorktreeFailed = "worktree_failed"
 
 	// Agent tool endpoints.
 	CodeToolsDisabled     = "tools_disabled"

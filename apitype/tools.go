@@ -51,6 +51,9 @@ type Roster struct {
 	Channel string   `json:"channel_id"`
 	Pushed  bool     `json:"pushed"` // false: the desktop app never pushed one
 	Members []Member `json:"members"`
+	// Worktrees are the git worktrees the channel's keys work in (every
+	// binding's, threads' too), with their uncommitted changes.
+	Worktrees []Worktree `json:"worktrees"`
 }
 
 // Activity is one project event as the desktop app pushes it.

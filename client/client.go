@@ -518,6 +518,21 @@ func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
 	return out.Sessions, err
 }
 
+// Worktrees lists every key's git worktree (bindings with workspace
+// worktree), with its uncommitted changes.
+func (c *Client) Worktrees(ctx context.Context) ([]apitype.Worktree, error) {
+	out, err := c.Listing(ctx)
+	return out.Worktrees, err
+}
+
+// Listing is the whole sessions listing: the live sessions, the spares
+// and the keys' worktrees.
+func (c *Client) Listing(ctx context.Context) (apitype.Sessions, error) {
+	var out apitype.Sessions
+	err := c.do(ctx, http.MethodGet, "/v1/sessions", nil, &out)
+	return out, err
+}
+
 // Bindings lists the configured bindings.
 func (c *Client) Bindings(ctx context.Context) ([]apitype.Binding, error) {
 	var out apitype.Bindings
@@ -532,6 +547,16 @@ func (c *Client) Fresh(ctx context.Context, channelID, binding string) (bool, er
 	var out apitype.FreshResponse
 	err := c.do(ctx, http.MethodPost, "/v1/sessions/fresh", apitype.FreshRequest{Channel: channelID, Binding: binding}, &out)
 	return out.StoppedProcess, err
+}
+
+// FreshWith starts the key req names fresh, as Fresh and FreshThread do;
+// with req.ResetWorktree it also resets the key's git worktree, refused
+// (409 worktree_has_changes, nothing done) while it has uncommitted
+// changes.
+func (c *Client) FreshWith(ctx context.Context, req apitype.FreshRequest) (apitype.FreshResponse, error) {
+	var out apitype.FreshResponse
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/fresh", req, &out)
+	return out, err
 }
 
 // FreshThread starts a thread's own session over (a binding of scope

@@ -368,10 +368,11 @@ func runStatus(ctx context.Context, e *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	ss, err := c.Sessions(ctx)
+	listing, err := c.Listing(ctx)
 	if err != nil {
 		return err
 	}
+	ss := listing.Sessions
 	fmt.Fprintf(stdout, "residentd %s (pid %d): %d/%d live, %d busy, %d queued\n", h.Version, h.Pid, h.Live, h.MaxLive, h.Busy, h.Queued)
 	if f := h.StorageFull; f != nil {
 		fmt.Fprintf(stdout, "state file %s: its disk is full since %s, %d writes refused (storage_full); free space there: %s\n",
@@ -434,7 +435,46 @@ func runStatus(ctx context.Context, e *cmdEnv) error {
 			s.Turns["cold"], s.Turns["warm"], s.Turns["restored"], by,
 			(time.Duration(s.IdleS) * time.Second).Round(time.Second), s.Pid, humanBytes(s.RSSBytes), s.Native)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printWorktrees(stdout, listing.Worktrees)
+}
+
+// printWorktrees is status's table of the keys' worktrees: each key's
+// branch, its uncommitted changes (? when git status did not answer) and
+// folder; nothing when there are none.
+func printWorktrees(stdout io.Writer, wts []apitype.Worktree) error {
+	if len(wts) == 0 {
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKTREE OF\tBRANCH\tCHANGES\tPATH")
+	for _, w := range wts {
+		key := w.Channel + "/" + w.Binding
+		if w.ThreadRoot != "" {
+			key += "#" + w.ThreadRoot
+		}
+		changes := strconv.Itoa(w.Changes)
+		if w.StatusError != "" {
+			changes = "?"
+		}
+		note := ""
+		if w.BindingRemoved {
+			note = "  (binding removed; left for its uncommitted changes)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%s\n", key, w.Branch, changes, w.Path, note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, w := range wts {
+		if w.StatusError != "" {
+			fmt.Fprintf(stdout, "worktree %s: git status: %s\n", w.Path, w.StatusError)
+		}
+	}
+	return nil
 }
 
 type optionsFlags struct {
@@ -509,12 +549,14 @@ func humanBytes(n int64) string {
 
 type freshFlags struct {
 	keyFlags
-	thread string
+	thread        string
+	resetWorktree bool
 }
 
 func (f *freshFlags) bind(fs *flag.FlagSet) {
 	f.keyFlags.bind(fs)
 	fs.StringVar(&f.thread, "thread", "", "a thread's root message id: start the thread's own session fresh (a binding with scope thread)")
+	fs.BoolVar(&f.resetWorktree, "reset-worktree", false, "also reset the key's git worktree (workspace worktree): removed so the next session gets a new one from HEAD; refused while it has uncommitted changes")
 }
 
 func runFresh(ctx context.Context, e *cmdEnv, f *freshFlags) error {
@@ -522,18 +564,35 @@ func runFresh(ctx context.Context, e *cmdEnv, f *freshFlags) error {
 		return errSynopsis
 	}
 	key := f.channel + "/" + f.binding
-	var stopped bool
-	var err error
+	req := apitype.FreshRequest{Channel: f.channel, Binding: f.binding, ResetWorktree: f.resetWorktree}
 	if f.thread != "" {
 		key += "#" + f.thread
-		stopped, err = e.client.FreshThread(ctx, f.channel, f.binding, f.thread)
+		req.ThreadRoot = &f.thread
+	}
+	var out apitype.FreshResponse
+	var err error
+	if f.resetWorktree {
+		out, err = e.client.FreshWith(ctx, req)
+	} else if f.thread != "" { // the calls of a daemon from before worktrees
+		out.StoppedProcess, err = e.client.FreshThread(ctx, f.channel, f.binding, f.thread)
 	} else {
-		stopped, err = e.client.Fresh(ctx, f.channel, f.binding)
+		out.StoppedProcess, err = e.client.Fresh(ctx, f.channel, f.binding)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s starts fresh (process stopped: %v)\n", key, stopped)
+	fmt.Fprintf(e.stdout, "%s starts fresh (process stopped: %v)\n", key, out.StoppedProcess)
+	switch w := out.Worktree; {
+	case f.resetWorktree && w == nil:
+		fmt.Fprintf(e.stdout, "%s has no worktree to reset\n", key)
+	case w != nil:
+		fmt.Fprintf(e.stdout, "worktree %s reset (folder removed: %v); ", w.Path, w.Removed)
+		if w.BranchKept != "" {
+			fmt.Fprintf(e.stdout, "branch %s had commits HEAD has not: kept as %s\n", w.Branch, w.BranchKept)
+		} else {
+			fmt.Fprintf(e.stdout, "branch %s deleted (HEAD has all its commits)\n", w.Branch)
+		}
+	}
 	return nil
 }
 

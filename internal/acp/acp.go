@@ -260,6 +260,9 @@ type Agent struct {
 	// policy answers permission requests: Spec.Permission, until
 	// SetPermission (a config reload) changes it.
 	policy atomic.Value // permission.Policy
+	// cwd is the working directory the session requests carry: Spec.Dir,
+	// until SetCwd names a key's (a key's own worktree).
+	cwd atomic.Pointer[workDir]
 
 	// Lock order: mu, then a route's mu (releaseEarlyLocked and reopen
 	// hand over from one to the other), then what a route's on and
@@ -326,6 +329,16 @@ type route struct {
 	compacted      bool
 	announced      bool
 	lastCompaction string // the id of the last compaction_update that completed
+
+	// dir is the working directory the session was opened with: its
+	// file requests are confined to it (nil: the agent's Spec.Dir).
+	dir *workDir
+}
+
+// workDir is a session's working directory: as sent (cwd) and with its
+// symlinks resolved (root, the file requests' confinement).
+type workDir struct {
+	cwd, root string
 }
 
 func (s *Spec) defaults() {
@@ -396,6 +409,7 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	a.promptID.Store(promptIDBase)
 	a.servers.Store(&spec.MCPServers)
 	a.policy.Store(spec.Permission)
+	a.cwd.Store(&workDir{cwd: dir, root: root})
 	if err := a.spawn(path); err != nil {
 		return nil, err
 	}
@@ -676,26 +690,77 @@ func (a *Agent) SetMCPServers(servers []sdk.McpServer) {
 
 func (a *Agent) mcpServers() []sdk.McpServer { return *a.servers.Load() }
 
-// NewSession runs session/new with cwd = Spec.Dir and returns the native id.
+// SetCwd sets the working directory the next session/new, session/load,
+// session/resume and session/fork carry, and to which that session's file
+// requests are confined: a key's own worktree, say, on a process started
+// (as a spare is) in its binding's dir. The process's own working
+// directory stays Spec.Dir. dir must exist.
+func (a *Agent) SetCwd(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("acp: session working dir %q: %w", dir, err)
+	}
+	root, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return fmt.Errorf("acp: session working dir %q: %w", dir, err)
+	}
+	a.cwd.Store(&workDir{cwd: abs, root: root})
+	return nil
+}
+
+// Cwd is the working directory the next session request carries.
+func (a *Agent) Cwd() string { return a.cwd.Load().cwd }
+
+// Dir is the process's own working directory (Spec.Dir, absolute).
+func (a *Agent) Dir() string { return a.spec.Dir }
+
+// SessionCwd is the working directory session native was opened with
+// (Spec.Dir for a session this agent did not open).
+func (a *Agent) SessionCwd(native string) string { return a.dirOf(native).cwd }
+
+// dirOf is session native's working directory: the one it was opened
+// with, else Spec.Dir.
+func (a *Agent) dirOf(native string) *workDir {
+	a.mu.Lock()
+	r := a.routes[native]
+	a.mu.Unlock()
+	if r != nil {
+		r.mu.Lock()
+		d := r.dir
+		r.mu.Unlock()
+		if d != nil {
+			return d
+		}
+	}
+	return &workDir{cwd: a.spec.Dir, root: a.root}
+}
+
+// NewSession runs session/new with the cwd SetCwd set (Spec.Dir until
+// then) and returns the native id.
 func (a *Agent) NewSession(ctx context.Context) (string, error) {
-	resp, err := a.conn.NewSession(ctx, sdk.NewSessionRequest{Meta: a.meta, Cwd: a.spec.Dir, McpServers: a.mcpServers()})
+	dir := a.cwd.Load()
+	resp, err := a.conn.NewSession(ctx, sdk.NewSessionRequest{Meta: a.meta, Cwd: dir.cwd, McpServers: a.mcpServers()})
 	if err != nil {
 		return "", a.callErr(ctx, "new session", err)
 	}
 	native := string(resp.SessionId)
-	a.opened(native, resp.ConfigOptions, resp.Modes)
+	a.opened(native, dir, resp.ConfigOptions, resp.Modes)
 	return native, nil
 }
 
-// opened routes native, a session the agent just opened, with the options
-// and modes it listed, and hands it the updates that came before its id.
-func (a *Agent) opened(native string, listed []sdk.SessionConfigOption, modes *sdk.SessionModeState) {
+// opened routes native, a session the agent just opened in dir, with the
+// options and modes it listed, and hands it the updates that came before
+// its id.
+func (a *Agent) opened(native string, dir *workDir, listed []sdk.SessionConfigOption, modes *sdk.SessionModeState) {
 	a.mu.Lock()
 	r, ok := a.routes[native]
 	if !ok {
 		r = &route{}
 		a.routes[native] = r
 	}
+	r.mu.Lock()
+	r.dir = dir
+	r.mu.Unlock()
 	a.releaseEarlyLocked(native, r)
 	r.setOptions(options(listed))
 	r.setModes(modes)
@@ -704,8 +769,8 @@ func (a *Agent) opened(native string, listed []sdk.SessionConfigOption, modes *s
 // LoadSession runs session/load; the history the agent replays meanwhile is
 // swallowed because the caller already has it.
 func (a *Agent) LoadSession(ctx context.Context, native string) error {
-	return a.reopen(ctx, native, "load", func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
-		resp, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.mcpServers()})
+	return a.reopen(ctx, native, "load", func(dir string) ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
+		resp, err := a.conn.LoadSession(ctx, sdk.LoadSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: dir, McpServers: a.mcpServers()})
 		return resp.ConfigOptions, resp.Modes, err
 	})
 }
@@ -713,8 +778,8 @@ func (a *Agent) LoadSession(ctx context.Context, native string) error {
 // ResumeSession runs session/resume for native: the agent reopens the
 // session without replaying its history. Use it when CanResume.
 func (a *Agent) ResumeSession(ctx context.Context, native string) error {
-	return a.reopen(ctx, native, "resume", func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
-		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: a.spec.Dir, McpServers: a.mcpServers()})
+	return a.reopen(ctx, native, "resume", func(dir string) ([]sdk.SessionConfigOption, *sdk.SessionModeState, error) {
+		resp, err := a.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(native), Cwd: dir, McpServers: a.mcpServers()})
 		return resp.ConfigOptions, resp.Modes, err
 	})
 }
@@ -736,7 +801,8 @@ func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) 
 	if servers == nil {
 		servers = []sdk.UnstableMcpServer{}
 	}
-	resp, err := a.conn.UnstableForkSession(ctx, sdk.UnstableForkSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(source), Cwd: a.spec.Dir, McpServers: servers})
+	dir := a.cwd.Load()
+	resp, err := a.conn.UnstableForkSession(ctx, sdk.UnstableForkSessionRequest{Meta: a.meta, SessionId: sdk.SessionId(source), Cwd: dir.cwd, McpServers: servers})
 	if err != nil {
 		return "", a.callErr(ctx, fmt.Sprintf("fork session %q", source), err)
 	}
@@ -752,14 +818,16 @@ func (a *Agent) ForkSession(ctx context.Context, source string) (string, error) 
 			_ = json.Unmarshal(raw, &listed)
 		}
 	}
-	a.opened(native, listed, resp.Modes)
+	a.opened(native, dir, listed, resp.Modes)
 	return native, nil
 }
 
-// reopen routes native while call (session/load or session/resume) runs,
-// swallowing what the agent replays, and unroutes it if call fails; call
-// returns the config options and modes the agent listed.
-func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]sdk.SessionConfigOption, *sdk.SessionModeState, error)) error {
+// reopen routes native while call (session/load or session/resume, with
+// the cwd SetCwd set) runs, swallowing what the agent replays, and unroutes
+// it if call fails; call returns the config options and modes the agent
+// listed.
+func (a *Agent) reopen(ctx context.Context, native, how string, call func(cwd string) ([]sdk.SessionConfigOption, *sdk.SessionModeState, error)) error {
+	dir := a.cwd.Load()
 	r := &route{loading: true}
 	a.mu.Lock()
 	old, existed := a.routes[native]
@@ -773,7 +841,7 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 		a.routes[native] = r
 		a.releaseEarlyLocked(native, r)
 	}
-	listed, modes, err := call()
+	listed, modes, err := call(dir.cwd)
 	// The SDK returns only after the notifications sent before the response
 	// were handled, so the whole replay has been swallowed by now, unless
 	// the agent goes on replaying after its answer: see afterReplay.
@@ -782,6 +850,9 @@ func (a *Agent) reopen(ctx context.Context, native, how string, call func() ([]s
 	}
 	r.mu.Lock()
 	r.loading = false
+	if err == nil {
+		r.dir = dir
+	}
 	r.mu.Unlock()
 	if err == nil {
 		r.setOptions(options(listed))

@@ -384,7 +384,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 	resp := sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}
 	inside := true
 	for _, l := range tc.Locations {
-		if _, err := a.confine(l.Path, true); err != nil {
+		if _, err := a.confine(native, l.Path, true); err != nil {
 			inside = false
 		}
 	}
@@ -430,7 +430,7 @@ func (c *client) RequestPermission(ctx context.Context, p sdk.RequestPermissionR
 }
 
 func (c *client) ReadTextFile(ctx context.Context, p sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
-	path, err := c.a.confine(p.Path, false)
+	path, err := c.a.confine(string(p.SessionId), p.Path, false)
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, fmt.Errorf("acp: read %q: %w", p.Path, err)
 	}
@@ -460,7 +460,7 @@ func (c *client) WriteTextFile(ctx context.Context, p sdk.WriteTextFileRequest) 
 	if pol := c.a.Permission(); !pol.AllowsFiles() {
 		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: refused by permission policy %q; set permission \"allow\" on the binding to let agents write files", p.Path, pol)
 	}
-	path, err := c.a.confine(p.Path, true)
+	path, err := c.a.confine(string(p.SessionId), p.Path, true)
 	if err != nil {
 		return sdk.WriteTextFileResponse{}, fmt.Errorf("acp: write %q: %w", p.Path, err)
 	}
@@ -470,12 +470,15 @@ func (c *client) WriteTextFile(ctx context.Context, p sdk.WriteTextFileRequest) 
 	return sdk.WriteTextFileResponse{}, nil
 }
 
-// confine resolves path (relative ones against Spec.Dir) through symlinks
-// and refuses anything outside the agent's working directory. For a write
-// the file may not exist yet, so its parent directory is resolved instead.
-func (a *Agent) confine(path string, write bool) (string, error) {
+// confine resolves path (relative ones against session native's working
+// directory) through symlinks and refuses anything outside that
+// directory: the one the session was opened with (SetCwd), else Spec.Dir.
+// For a write the file may not exist yet, so its parent directory is
+// resolved instead.
+func (a *Agent) confine(native, path string, write bool) (string, error) {
+	dir := a.dirOf(native)
 	if !filepath.IsAbs(path) {
-		path = filepath.Join(a.spec.Dir, path)
+		path = filepath.Join(dir.cwd, path)
 	}
 	path = filepath.Clean(path)
 	resolved, err := filepath.EvalSymlinks(path)
@@ -489,9 +492,9 @@ func (a *Agent) confine(path string, write bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rel, err := filepath.Rel(a.root, resolved)
+	rel, err := filepath.Rel(dir.root, resolved)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", fmt.Errorf("path resolves to %q, outside the agent's working directory %q; file access is confined to it", resolved, a.root)
+		return "", fmt.Errorf("path resolves to %q, outside the agent's working directory %q; file access is confined to it", resolved, dir.root)
 	}
 	return resolved, nil
 }

@@ -124,6 +124,10 @@ var (
 	stateDirective = lazyRegexp(`\[\[state:([0-9a-z.]+)\]\]`)
 	// callsDirective makes the turn N model calls, each reported on its own.
 	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
+	// writeCwdDirective makes the agent write a file into its session's
+	// cwd with a tool of its own (not through the client), as coding
+	// agents edit the working tree they were given.
+	writeCwdDirective = lazyRegexp(`\[\[write-cwd:([^\]]+)\]\]`)
 )
 
 func lazyRegexp(expr string) func() *regexp.Regexp {
@@ -968,6 +972,10 @@ func (b *builtin) directives(ctx context.Context, id, text string) (refused int)
 	for _, m := range writeDirective().FindAllStringSubmatch(text, -1) {
 		_, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: acp.SessionId(id), Path: m[1], Content: "written by builtin\n"})
 		b.thought(ctx, id, "write "+m[1], "", err)
+	}
+	for _, m := range writeCwdDirective().FindAllStringSubmatch(text, -1) {
+		path, err := b.writeCwd(id, m[1])
+		b.thought(ctx, id, "write-cwd "+m[1], path, err)
 	}
 	for _, m := range noticeDirective().FindAllStringSubmatch(text, -1) {
 		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "notice", "severity": m[1], "title": "builtin " + m[1] + " notice", "description": "asked for by a directive"})

@@ -238,3 +238,47 @@ func TestRequestsAlreadyWaitingAtStart(t *testing.T) {
 		t.Errorf("Main returned %d after stdin EOF", got)
 	}
 }
+
+// TestWriteCwd: [[write-cwd:NAME]] writes NAME into the session's cwd
+// itself, saying which session wrote it; a name that leaves the cwd is
+// refused.
+func TestWriteCwd(t *testing.T) {
+	ctx := context.Background()
+	conn, c := runInProcess(t, "agent")
+	if _, err := conn.Initialize(ctx, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}); err != nil {
+		t.Fatal(err)
+	}
+	cwd, outside := t.TempDir(), t.TempDir()
+	ns, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: cwd, McpServers: []acp.McpServer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := "[[write-cwd:src/notes.txt]] [[write-cwd:../escape.txt]] [[write-cwd:" + filepath.Join(outside, "abs.txt") + "]]"
+	if _, err := conn.Prompt(ctx, acp.PromptRequest{SessionId: ns.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock(prompt)}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(cwd, "src", "notes.txt"))
+	if err != nil || string(got) != "written by builtin session "+string(ns.SessionId)+"\n" {
+		t.Fatalf("src/notes.txt: %q, %v", got, err)
+	}
+	for _, p := range []string{filepath.Join(filepath.Dir(cwd), "escape.txt"), filepath.Join(outside, "abs.txt")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was written: a write-cwd name left the session's cwd", p)
+		}
+	}
+	var thoughts []string
+	for _, n := range c.take() {
+		if u := n.Update.AgentThoughtChunk; u != nil && u.Content.Text != nil {
+			thoughts = append(thoughts, u.Content.Text.Text)
+		}
+	}
+	want := []string{"write-cwd src/notes.txt ok: " + filepath.Join(cwd, "src", "notes.txt"), "write-cwd ../escape.txt error:", "write-cwd " + filepath.Join(outside, "abs.txt") + " error:"}
+	if len(thoughts) != len(want) {
+		t.Fatalf("thoughts %q, want %d", thoughts, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(thoughts[i], w) {
+			t.Errorf("thought %d %q, want it to start %q", i, thoughts[i], w)
+		}
+	}
+}

@@ -143,3 +143,20 @@ func (b *builtin) switchMode(ctx context.Context, id, mode string) {
 	_ = b.send(ctx, id, acp.SessionUpdate{CurrentModeUpdate: &acp.SessionCurrentModeUpdate{SessionUpdate: "current_mode_update", CurrentModeId: acp.SessionModeId(mode)}})
 	b.thought(ctx, id, "switch-mode "+mode, "", nil)
 }
+
+// writeCwd writes the file name (a path inside the session's cwd) there
+// itself, as an agent's own edit tool does: "written by builtin session
+// <id>", one line. It returns the path written.
+func (b *builtin) writeCwd(id, name string) (string, error) {
+	b.mu.Lock()
+	cwd := b.sessions[id].Cwd
+	b.mu.Unlock()
+	if !filepath.IsLocal(name) {
+		return "", fmt.Errorf("write-cwd %q: the name must be a relative path inside the session's cwd", name)
+	}
+	path := filepath.Join(cwd, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte("written by builtin session "+id+"\n"), 0o644)
+}

@@ -42,6 +42,17 @@ func TestMain(m *testing.M) {
 // peerMain GETs /v1/health over sock and prints "<status> <body>", or
 // "dial-error <err>" when it cannot connect.
 func peerMain(sock string) int {
+	// Drop to nobody before dialing: SO_PEERCRED records who connected.
+	for _, drop := range []func() error{
+		func() error { return syscall.Setgroups(nil) },
+		func() error { return syscall.Setgid(65534) },
+		func() error { return syscall.Setuid(65534) },
+	} {
+		if err := drop(); err != nil {
+			fmt.Printf("drop to uid 65534: %v\n", err)
+			return 1
+		}
+	}
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -466,30 +477,23 @@ func TestStaleAndLiveSocket(t *testing.T) {
 }
 
 // TestPeerUIDRefused runs a client as uid 65534: it cannot reach the real
-// socket (its directory is 0700), and on a socket it can reach the
-// server's peer check answers 403.
+// socket (its directory is 0700), and on a socket it can reach (an
+// abstract one, which has no file modes) the server's peer check answers
+// 403. The helper starts as root and drops to 65534 itself, so no path on
+// the way to a binary it could execute is needed (CI's / and /tmp are 0700).
 func TestPeerUIDRefused(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a client under another uid (CI runs as root)")
 	}
 	e := newEnv(t)
-
-	// The test binary lives in a 0700 build dir: copy it where nobody can run it.
-	open := testkit.ShortDir(t)
-	if err := os.Chmod(open, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, _ := os.Executable()
-	bin := filepath.Join(open, "peer")
-	data := testkit.ReadFile(t, self)
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
 	asNobody := func(sock string) string {
 		t.Helper()
-		cmd := exec.Command(bin)
+		cmd := exec.Command(self)
 		cmd.Env = append(os.Environ(), "RESIDENTD_TEST_PEER="+sock)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("peer helper: %v: %s", err, out)
@@ -497,22 +501,21 @@ func TestPeerUIDRefused(t *testing.T) {
 		return string(out)
 	}
 
+	if fi, err := os.Stat(filepath.Dir(e.sock)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("socket dir: %v, %v; want mode 0700", fi, err)
+	}
 	if out := asNobody(e.sock); !strings.HasPrefix(out, "dial-error") || !strings.Contains(out, "permission denied") {
 		t.Fatalf("uid 65534 on the 0700 socket dir: %q, want permission denied", out)
 	}
 
-	sock := filepath.Join(open, "open.sock")
-	ln, err := net.Listen("unix", sock)
+	ln, err := net.Listen("unix", fmt.Sprintf("@residentd-peer-test-%d", os.Getpid()))
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(sock, 0o666); err != nil {
 		t.Fatal(err)
 	}
 	hs := &http.Server{Handler: e.srv.srv.Handler, ConnContext: e.srv.srv.ConnContext}
 	go hs.Serve(ln)
 	defer hs.Close()
-	out := asNobody(sock)
+	out := asNobody(ln.Addr().String())
 	if !strings.HasPrefix(out, "403 ") || !strings.Contains(out, `"forbidden"`) || !strings.Contains(out, "peer uid 65534") {
 		t.Fatalf("uid 65534 through the guard: %q, want 403 forbidden", out)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/testkit"
+	"github.com/residentd/residentd/internal/workspace"
 )
 
 // capEnv is a daemon started from a config file with a binding for each
@@ -53,8 +54,10 @@ func newCapEnv(t *testing.T) *capEnv {
 	steer.Bursts = config.BurstsSteer
 	thread := builtin("b-thread")
 	thread.Scope = config.ScopeThread
+	wt := builtin("b-wt")
+	wt.Dir, wt.Workspace = testkit.GitRepo(t), workspace.Worktree
 	cfg := config.Config{
-		Bindings: []config.Binding{builtin("b-builtin", "--cost", "0.4"), ask, co, steer, thread},
+		Bindings: []config.Binding{builtin("b-builtin", "--cost", "0.4"), ask, co, steer, thread, wt},
 		Runs:     config.Runs{Keepalive: config.Duration(200 * time.Millisecond)},
 		Budgets:  config.Budgets{Timezone: "UTC", Bindings: map[string]float64{"b-builtin": 100}},
 	}
@@ -398,6 +401,41 @@ var capabilityProbes = []struct {
 		e.want(t, http.StatusOK, http.MethodPut, "/v1/channels/ch-tools/roster", `{"members":[{"handle":"aiko","kind":"user","reachable":true}]}`)
 		e.want(t, http.StatusOK, http.MethodPut, "/v1/channels/ch-tools/project", `{"project":"p1"}`)
 		e.want(t, http.StatusOK, http.MethodPost, "/v1/projects/p1/activity", `{"items":[{"kind":"ci","summary":"refund spec failed on main","link":"https://ci.example/42","at":"2026-12-01T09:00:00Z"}]}`)
+	}},
+	{apitype.CapabilityWorktrees, func(t *testing.T, e *capEnv) {
+		if b := e.want(t, http.StatusOK, http.MethodGet, "/v1/bindings", ""); !strings.Contains(b, `"id":"b-wt"`) || !strings.Contains(b, `"workspace":"worktree"`) {
+			t.Fatalf("bindings: %s", b)
+		}
+		e.want(t, http.StatusAccepted, http.MethodPost, "/v1/turns?stream=false", `{"channel_id":"ch-wt","binding_id":"b-wt","run_id":"run-wt","text":"@agent [[write-cwd:notes.txt]]"}`)
+		if end := e.end(t, "run-wt"); end.Event != apitype.EventDone {
+			t.Fatalf("run-wt ended %+v", end)
+		}
+		var l apitype.Sessions
+		if err := json.Unmarshal([]byte(e.want(t, http.StatusOK, http.MethodGet, "/v1/sessions", "")), &l); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Worktrees) != 1 || l.Worktrees[0].Changes != 1 || len(l.Worktrees[0].Changed) != 1 || l.Worktrees[0].Changed[0] != "?? notes.txt" {
+			t.Fatalf("worktrees %+v, want ch-wt's with the agent's notes.txt", l.Worktrees)
+		}
+		var row *apitype.Worktree
+		for _, s := range l.Sessions {
+			if s.Channel == "ch-wt" {
+				row = s.Worktree
+			}
+		}
+		if row == nil || row.Path != l.Worktrees[0].Path || row.Branch != "residentd/b-wt/ch-wt" {
+			t.Fatalf("ch-wt's session row has worktree %+v", row)
+		}
+		fresh := `{"channel_id":"ch-wt","binding_id":"b-wt","reset_worktree":true}`
+		if r := e.want(t, http.StatusConflict, http.MethodPost, "/v1/sessions/fresh", fresh); !strings.Contains(r, `"code":"worktree_has_changes"`) || !strings.Contains(r, "notes.txt") {
+			t.Fatalf("reset of a worktree with changes: %s", r)
+		}
+		if err := os.Remove(filepath.Join(row.Path, "notes.txt")); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.want(t, http.StatusOK, http.MethodPost, "/v1/sessions/fresh", fresh); !strings.Contains(r, `"removed":true`) {
+			t.Fatalf("reset of a clean worktree: %s", r)
+		}
 	}},
 	{apitype.CapabilityDurableRuns, func(t *testing.T, e *capEnv) {
 		turn := `{"channel_id":"ch-dur","binding_id":"b-builtin","run_id":"run-dur","message_id":"m-dur","text":"@agent remember"}`

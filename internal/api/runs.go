@@ -24,7 +24,7 @@ var Features = []string{
 	apitype.CapabilityAttachments, apitype.CapabilityMessageDelete,
 	apitype.CapabilityBurstsCoalesce, apitype.CapabilityBurstsSteer, apitype.CapabilityContextHeld, apitype.CapabilityThreadScope,
 	apitype.CapabilitySessionOptions, apitype.CapabilityBudgets, apitype.CapabilityExactMoney,
-	apitype.CapabilityConfigReload, apitype.CapabilityTraces, apitype.CapabilityAgentTools,
+	apitype.CapabilityConfigReload, apitype.CapabilityTraces, apitype.CapabilityAgentTools, apitype.CapabilityWorktrees,
 }
 
 // APIVersion is the local API's version: /v1 only grows (new endpoints,

@@ -61,8 +61,13 @@ type Sessions interface {
 	Sessions() []apitype.Session
 	// Spares lists the bindings' spare processes (no key yet).
 	Spares() []apitype.Spare
-	// Fresh starts a key over; it reports whether a process was stopped.
-	Fresh(k session.Key) (bool, error)
+	// FreshKey starts a key over, and with resetWorktree resets its git
+	// worktree; it reports whether a process was stopped and what the
+	// reset did.
+	FreshKey(k session.Key, resetWorktree bool) (apitype.FreshResponse, error)
+	// Worktrees lists the keys' git worktrees, of one channel when ch is
+	// not "".
+	Worktrees(ch string) []apitype.Worktree
 	SessionOptions(k session.Key) (apitype.SessionOptions, error)
 	SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error)
 	Bindings() []apitype.Binding
@@ -358,7 +363,7 @@ func statusOf(code string) int {
 		return http.StatusUnprocessableEntity
 	case apitype.CodeNoConfigFile:
 		return http.StatusConflict
-	case apitype.CodeRunInUse, apitype.CodeRunEnded, apitype.CodeAlreadyAnswered:
+	case apitype.CodeRunInUse, apitype.CodeRunEnded, apitype.CodeAlreadyAnswered, apitype.CodeWorktreeHasChanges:
 		return http.StatusConflict
 	case apitype.CodeEventsGone:
 		return http.StatusGone
@@ -432,7 +437,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.keys.Sessions(), Spares: s.keys.Spares()})
+	writeJSON(w, http.StatusOK, apitype.Sessions{Sessions: s.keys.Sessions(), Spares: s.keys.Spares(), Worktrees: s.keys.Worktrees("")})
 }
 
 // reload reads the daemon's config file again: 200 with what changed and
@@ -462,8 +467,8 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		}
 		k.Thread = *req.ThreadRoot
 	}
-	had, err := s.keys.Fresh(k)
-	reply(w, http.StatusOK, apitype.FreshResponse{StoppedProcess: had}, err)
+	out, err := s.keys.FreshKey(k, req.ResetWorktree)
+	reply(w, http.StatusOK, out, err)
 }
 
 // keyOf is the (channel, binding) key a request names; both are required.

@@ -20,6 +20,7 @@ type Capabilities interface {
 // toolsAPI serves the desktop pushes and the capability-scoped tool reads.
 type toolsAPI struct {
 	d    Channel
+	keys Sessions     // the channel's worktrees, for the roster; nil: none
 	caps Capabilities // nil: the tool endpoints answer 503
 }
 
@@ -29,7 +30,7 @@ const toolsPrefix = "/v1/tools/"
 // registerTools adds the roster/activity push endpoints and the tool
 // endpoints the MCP server calls.
 func (s *Server) registerTools(mux *http.ServeMux, caps Capabilities) {
-	t := &toolsAPI{d: s.inbox, caps: caps}
+	t := &toolsAPI{d: s.inbox, keys: s.keys, caps: caps}
 	mux.HandleFunc("PUT /v1/channels/{channel}/roster", t.putRoster)
 	mux.HandleFunc("PUT /v1/channels/{channel}/project", t.putProject)
 	mux.HandleFunc("POST /v1/projects/{project}/activity", t.postActivity)
@@ -158,7 +159,11 @@ func (t *toolsAPI) roster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	members, pushed, err := t.d.Roster(ch)
-	reply(w, http.StatusOK, apitype.Roster{Channel: ch, Pushed: pushed, Members: members}, err)
+	wts := []apitype.Worktree{}
+	if t.keys != nil && err == nil {
+		wts = t.keys.Worktrees(ch)
+	}
+	reply(w, http.StatusOK, apitype.Roster{Channel: ch, Pushed: pushed, Members: members, Worktrees: wts}, err)
 }
 
 func (t *toolsAPI) activity(w http.ResponseWriter, r *http.Request) {

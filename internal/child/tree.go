@@ -136,11 +136,13 @@ func validMark(s string) bool {
 }
 
 // own is every agent this process started and has not reaped yet: the
-// orphan reaper must leave their zombies to their own reaper.
+// orphan reaper must leave their zombies to their own reaper. helpers are
+// the other children it waits for itself (Run), until they are reaped.
 var own = struct {
 	sync.Mutex
-	procs map[int]*Process
-}{procs: map[int]*Process{}}
+	procs   map[int]*Process
+	helpers map[int]bool
+}{procs: map[int]*Process{}, helpers: map[int]bool{}}
 
 // lookup returns the live agent with pid, or nil.
 func lookup(pid int) *Process {

@@ -107,7 +107,7 @@ func endAdopted(d time.Duration) int {
 // parent) without a live agent of this process on the way.
 func adopted(pid, self int, parent map[int]int) bool {
 	for range maxAncestors {
-		if pid == self || lookup(pid) != nil {
+		if pid == self || lookup(pid) != nil || helper(pid) {
 			return false
 		}
 		pp, ok := parent[pid]
@@ -136,7 +136,7 @@ func reapOrphans() int {
 		}
 		own.Lock()
 		_, mine := own.procs[st.Pid]
-		if !mine {
+		if !mine && !own.helpers[st.Pid] {
 			var ws syscall.WaitStatus
 			if pid, _ := syscall.Wait4(st.Pid, &ws, syscall.WNOHANG, nil); pid == st.Pid {
 				n++

@@ -22,6 +22,7 @@ import (
 	"github.com/residentd/residentd/internal/permission"
 	"github.com/residentd/residentd/internal/regfile"
 	"github.com/residentd/residentd/internal/run"
+	"github.com/residentd/residentd/internal/workspace"
 )
 
 // Duration is a time.Duration written as "30m" in JSON.
@@ -152,7 +153,17 @@ type Binding struct {
 	// False keeps spares at initialize, for less memory (claude-agent-acp
 	// starts the Claude Code CLI for a session).
 	SpareSession *bool `json:"spare_session,omitempty"`
+
+	// Workspace is where the binding's sessions work: "shared" (the
+	// default: every key in dir) or "worktree" (each key in a git worktree
+	// of its own of dir, which must then be a repository's top folder with
+	// a commit; see internal/workspace).
+	Workspace string `json:"workspace,omitempty"`
 }
+
+// WorktreeOn reports whether each key of the binding works in a git
+// worktree of its own.
+func (b Binding) WorktreeOn() bool { return b.Workspace == workspace.Worktree }
 
 // SpareSessionOn reports whether the binding's spares open a session
 // ahead.
@@ -326,6 +337,17 @@ type Config struct {
 	// processes, the residency policy's victims first.
 	MaxMemory      Bytes   `json:"max_memory,omitempty"`
 	MemoryPressure float64 `json:"memory_pressure,omitempty"`
+	// WorkspaceRoot is the folder the keys' git worktrees are made in (a
+	// binding with workspace "worktree"); default <state_dir>/worktrees.
+	WorkspaceRoot string `json:"workspace_root,omitempty"`
+}
+
+// WorktreeRoot is the folder the keys' worktrees are made in.
+func (c *Config) WorktreeRoot() string {
+	if c.WorkspaceRoot != "" {
+		return c.WorkspaceRoot
+	}
+	return filepath.Join(c.StateDir, "worktrees")
 }
 
 // DefaultAttachmentMaxBytes bounds one attachment when attachments.max_bytes
@@ -678,6 +700,9 @@ func (c *Config) SetDefaults() {
 		if b.Scope == "" {
 			b.Scope = ScopeChannel
 		}
+		if b.Workspace == "" {
+			b.Workspace = workspace.Shared
+		}
 		if b.BriefEvery == 0 {
 			b.BriefEvery = 10
 		}
@@ -706,6 +731,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.checkResidency(); err != nil {
 		return err
+	}
+	if d := c.WorkspaceRoot; d != "" && !filepath.IsAbs(d) {
+		return fmt.Errorf("%w: workspace_root %q must be an absolute path", ErrInvalid, d)
 	}
 	if c.MaxProcesses > 0 && c.MaxProcesses < c.MaxLive {
 		return fmt.Errorf("%w: max_processes %d is below max_live %d; it caps the key-bound processes and the spares together", ErrInvalid, c.MaxProcesses, c.MaxLive)
@@ -759,6 +787,9 @@ func (c *Config) Validate() error {
 		if err := b.checkResidency(); err != nil {
 			return err
 		}
+		if err := c.checkWorkspace(b); err != nil {
+			return err
+		}
 		if n := b.Spares(); n < 0 || n > MaxSpare {
 			return fmt.Errorf("%w: binding %q: spare %d must be 0 to %d", ErrInvalid, b.ID, n, MaxSpare)
 		}
@@ -778,6 +809,31 @@ func (c *Config) Validate() error {
 		seen[b.ID] = true
 	}
 	return c.Budgets.validate(seen)
+}
+
+// checkWorkspace refuses a workspace mode that is neither shared nor
+// worktree, and a worktree binding whose dir cannot give worktrees (not
+// the top folder of a git repository with a commit) or holds the
+// folder the worktrees are made in.
+func (c *Config) checkWorkspace(b Binding) error {
+	switch b.Workspace {
+	case "", workspace.Shared:
+		return nil
+	case workspace.Worktree:
+	default:
+		return fmt.Errorf("%w: binding %q: workspace %q: use shared or worktree", ErrInvalid, b.ID, b.Workspace)
+	}
+	if b.Dir == "" {
+		return fmt.Errorf("%w: binding %q: workspace \"worktree\" needs dir: the git repository each key gets a worktree of", ErrInvalid, b.ID)
+	}
+	if err := workspace.CheckRepo(b.Dir); err != nil {
+		return fmt.Errorf("%w: binding %q: workspace \"worktree\": %w", ErrInvalid, b.ID, err)
+	}
+	root := c.WorktreeRoot()
+	if rel, err := filepath.Rel(b.Dir, root); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("%w: binding %q: the worktrees' folder %q is inside its dir %q, where each would show as a change of the repository; set workspace_root elsewhere", ErrInvalid, b.ID, root, b.Dir)
+	}
+	return nil
 }
 
 func (b Budgets) validate(bindings map[string]bool) error {

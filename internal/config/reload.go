@@ -54,6 +54,7 @@ var BindingClasses = map[string]Class{
 	"scope": NextTurn,
 	"spare": AtOnce, "spare_at_start": Restart, "spare_session": NewProcesses,
 	"cache_ttl": NewProcesses, "idle_compaction": NewProcesses, "restore_keeps_cache": AtOnce, "keep_alive": AtOnce,
+	"workspace": NewSession,
 }
 
 // SettingClasses is how each daemon setting (its JSON path) takes effect on
@@ -69,6 +70,7 @@ var SettingClasses = map[string]Class{
 	"cgroups": Restart, "budgets": AtOnce,
 	"attachments.dir": Restart, "attachments.max_bytes": Restart, "attachments.max_per_message": Restart, "attachments.max_per_push": Restart,
 	"residency": AtOnce, "max_memory": AtOnce, "memory_pressure": AtOnce,
+	"workspace_root": Restart,
 }
 
 // Change is one setting that differs between two configs.

@@ -12,6 +12,7 @@ import (
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/workspace"
 )
 
 // errorCodes names each class of daemon error with its stable API code
@@ -43,6 +44,8 @@ var errorCodes = []struct {
 	{ErrBackoff, apitype.CodeAgentBackoff},
 	{ErrBudgetExceeded, apitype.CodeBudgetExceeded},
 	{ErrInvalidOption, apitype.CodeInvalidOption},
+	{workspace.ErrUncommitted, apitype.CodeWorktreeHasChanges},
+	{workspace.ErrUnavailable, apitype.CodeWorktreeFailed},
 	{ErrShuttingDown, apitype.CodeShuttingDown},
 	{pool.ErrClosed, apitype.CodeShuttingDown},
 	{ErrPolicyRefused, apitype.CodePolicyRefused},

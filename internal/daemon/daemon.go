@@ -313,26 +313,49 @@ func (d *Daemon) guardFraming(binding, system string) {
 // process and forgets its saved native session, conversation and
 // watermarks, so the next turn is cold with a snapshot. Turns queued behind
 // the cancelled one run after the reset, on a new process. It reports
-// whether there was a process to stop.
+// whether there was a process to stop. The key's worktree stays as it is.
 func (d *Daemon) Fresh(k session.Key) (bool, error) {
+	out, err := d.FreshKey(k, false)
+	return out.StoppedProcess, err
+}
+
+// FreshKey is Fresh, and with resetWorktree it also resets the key's git
+// worktree (its next session gets a new one, from the repository's HEAD):
+// refused, with nothing done, when the worktree has uncommitted changes
+// (workspace.ErrUncommitted, the message listing them); changes made by
+// the key's agent while its turn is stopped refuse it too, the key's
+// session then kept.
+func (d *Daemon) FreshKey(k session.Key, resetWorktree bool) (apitype.FreshResponse, error) {
+	var out apitype.FreshResponse
 	if _, ok := d.conf().Binding(k.Binding); !ok {
-		return false, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
+		return out, fmt.Errorf("%w %q", ErrUnknownBinding, k.Binding)
+	}
+	if resetWorktree {
+		if err := d.keeper.CheckWorktreeReset(k); err != nil {
+			return out, fmt.Errorf("start fresh %q: %w", k, err)
+		}
 	}
 	release, had, err := d.pool.Exclusive(context.Background(), k, func(holder string) {
 		d.cancelRun(holder, errFresh)
 	})
 	if errors.Is(err, pool.ErrClosed) {
-		return false, ErrShuttingDown
+		return out, ErrShuttingDown
 	}
 	if err != nil {
-		return false, fmt.Errorf("start fresh %q: %w", k, err)
+		return out, fmt.Errorf("start fresh %q: %w", k, err)
 	}
 	defer release()
-	if err := d.st.Forget(k); err != nil {
-		return had, fmt.Errorf("start fresh %q: %w", k, err)
+	out.StoppedProcess = had
+	if resetWorktree {
+		if out.Worktree, err = d.keeper.ResetWorktree(context.Background(), k); err != nil {
+			return out, fmt.Errorf("start fresh %q: %w", k, err)
+		}
 	}
-	d.log.Info("started fresh", zap.String("key", k.String()), zap.Bool("stopped_process", had))
-	return had, nil
+	if err := d.st.Forget(k); err != nil {
+		return out, fmt.Errorf("start fresh %q: %w", k, err)
+	}
+	d.log.Info("started fresh", zap.String("key", k.String()), zap.Bool("stopped_process", had), zap.Bool("worktree_reset", out.Worktree != nil))
+	return out, nil
 }
 
 // Keeper is the keeper of the daemon's agent processes: the serve command

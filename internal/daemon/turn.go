@@ -349,7 +349,7 @@ func (t *turn) input(req apitype.TurnRequest, listed []string) lease.Input {
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,
 			Supervised: b.Supervised, Resident: b.Resident, ThreadRootID: req.ThreadRoot,
-			ChannelAgents: agents, MaxRecipients: maxRcpt, Text: req.Text,
+			ChannelAgents: agents, MaxRecipients: maxRcpt, Worktree: t.prep.Worktree, Text: req.Text,
 		},
 		Listed:       listed,
 		KeepsSession: b.KeepsSession(),

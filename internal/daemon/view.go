@@ -63,6 +63,10 @@ func (d *Daemon) Sessions() []apitype.Session {
 // Spares lists the bindings' spare processes (the keeper's).
 func (d *Daemon) Spares() []apitype.Spare { return d.keeper.Spares() }
 
+// Worktrees lists the keys' git worktrees, of channel ch only when it is
+// not "" (the keeper's).
+func (d *Daemon) Worktrees(ch string) []apitype.Worktree { return d.keeper.Worktrees(ch) }
+
 // SessionOptions returns key k's session options (the keeper's).
 func (d *Daemon) SessionOptions(k session.Key) (apitype.SessionOptions, error) {
 	return d.keeper.SessionOptions(k)
@@ -81,7 +85,7 @@ func (d *Daemon) Bindings() []apitype.Binding {
 			ID: b.ID, Handle: b.Handle, Runtime: b.Runtime, Command: b.Command,
 			Supervised: b.Supervised, Resident: b.Resident, Restore: b.RestoreOn(),
 			RestoreMethod: b.RestoreMethod, BriefPlacement: string(b.BriefPlacement), SessionOptions: b.SessionOptions,
-			Scope: b.Scope,
+			Scope: b.Scope, Workspace: b.Workspace,
 		})
 	}
 	return out

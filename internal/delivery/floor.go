@@ -24,6 +24,17 @@ type Facts struct {
 	Resident      bool    `json:"resident"`
 	ChannelAgents []Agent `json:"channel_agents"` // encoded as [] when empty
 	MaxRecipients int     `json:"max_recipients"`
+	// Worktree is the key's own git worktree, when the session works in
+	// one; absent otherwise.
+	Worktree *Worktree `json:"worktree,omitempty"`
+}
+
+// Worktree is where a session works when its key has a git worktree of its
+// own (a binding with workspace "worktree"): the folder (the session's
+// cwd) and the branch checked out there.
+type Worktree struct {
+	Path   string `json:"path"`
+	Branch string `json:"branch"`
 }
 
 // Mention is what a framing-placement turn says about the mention itself:
@@ -48,7 +59,7 @@ const (
 // Facts returns the part of p that never changes for a key.
 func (p Payload) Facts() Facts {
 	return Facts{ChannelID: p.ChannelID, BindingID: p.BindingID, Runtime: p.Runtime, Supervised: p.Supervised,
-		Resident: p.Resident, ChannelAgents: p.ChannelAgents, MaxRecipients: p.MaxRecipients}
+		Resident: p.Resident, ChannelAgents: p.ChannelAgents, MaxRecipients: p.MaxRecipients, Worktree: p.Worktree}
 }
 
 // Mention returns the part of p that is new with every mention.

@@ -24,7 +24,10 @@ type Payload struct {
 	ThreadRootID  *string `json:"thread_root_id"` // null when not in a thread
 	ChannelAgents []Agent `json:"channel_agents"` // encoded as [] when empty
 	MaxRecipients int     `json:"max_recipients"`
-	Text          string  `json:"text"`
+	// Worktree is the key's own git worktree, when the session works in
+	// one (a fact: it never changes for the session); absent otherwise.
+	Worktree *Worktree `json:"worktree,omitempty"`
+	Text     string    `json:"text"`
 	// Author is who posted the mention, when known; only the mention line
 	// of the framing placement carries it.
 	Author string `json:"-"`

@@ -167,3 +167,25 @@ func BenchmarkUserTurn(b *testing.B) {
 		_ = UserTurn(p, DefaultBrief, block)
 	}
 }
+
+// TestWorktreeFact: a session that works in its key's worktree is told the
+// folder and the branch as a fact, after the others (and in the
+// turn-placement payload before the text); without one the lines are as
+// they always were.
+func TestWorktreeFact(t *testing.T) {
+	p := specPayload()
+	p.Worktree = &Worktree{Path: "/home/ann/.local/state/residentd/worktrees/b-claude/ch-backend", Branch: "residentd/b-claude/ch-backend"}
+	wt := `"worktree":{"path":"/home/ann/.local/state/residentd/worktrees/b-claude/ch-backend","branch":"residentd/b-claude/ch-backend"}`
+	if got, want := p.Facts().JSON(), `{"channel_id":"ch-backend","binding_id":"b-claude","runtime":"cli:claude:agent","supervised":true,"resident":true,"channel_agents":[{"handle":"@claude","reachable":true}],"max_recipients":3,`+wt+`}`; got != want {
+		t.Errorf("facts = %s\nwant %s", got, want)
+	}
+	if got := p.JSON(); !strings.Contains(got, `"max_recipients":3,`+wt+`,"text":`) {
+		t.Errorf("payload = %s, want the worktree between max_recipients and text", got)
+	}
+	if got := p.Mention().JSON(); strings.Contains(got, "worktree") {
+		t.Errorf("the mention line carries the worktree: %s", got)
+	}
+	if q := specPayload(); strings.Contains(q.JSON()+q.Facts().JSON(), "worktree") {
+		t.Error("a session without a worktree is told of one")
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
+	"github.com/residentd/residentd/internal/workspace"
 )
 
 // Errors a turn may meet preparing its process.
@@ -109,6 +110,8 @@ type Keeper struct {
 	procs sync.Map // agent pid -> *Process, while it lives
 	sp    spares   // the bindings' spare processes (spare.go)
 	res   resState // what the residency policy is told (residency.go)
+
+	ws *workspace.Manager // the keys' git worktrees (worktree.go)
 
 	// mu guards health, keyLoops, keyOpts, seen and warned. It is
 	// innermost: nothing else is locked under it.
@@ -209,6 +212,7 @@ func New(o Options) (*Keeper, error) {
 	kp.ctx, kp.cancel = context.WithCancel(context.Background())
 	kp.reportPolicies()
 	sweepLeftovers(kp.st, kp.log)
+	kp.openWorkspaces(o.Config)
 	kp.cgroups = openCgroups(o.Config, kp.st.MarkPrefix(), kp.log)
 	// Said at startup, before anyone mentions an agent that cannot start.
 	for _, c := range kp.BindingCommands() {
@@ -295,6 +299,7 @@ func (kp *Keeper) SetConfig(c *config.Config) {
 	old := kp.cfg.Load()
 	kp.cfg.Store(c)
 	kp.reconfigureSpares(old, c)
+	kp.retireWorktrees(c)
 	if kp.cgroups == nil {
 		return
 	}

@@ -474,9 +474,11 @@ type preopened struct {
 // tools' capability goes unbound (SpareMCPServers). A binding with tools
 // but no way to issue one opens nothing ahead; a failure only logs, and
 // the spare stays without a session. A binding with spare_session false
-// opens none.
+// opens none, nor does a worktree binding: a session's cwd is fixed when
+// it opens, and it is the key's worktree, unknown before a turn takes
+// the spare.
 func (kp *Keeper) preopen(ctx context.Context, p *agentProc, b config.Binding, log *zap.Logger) {
-	if !b.SpareSessionOn() {
+	if !b.SpareSessionOn() || b.WorktreeOn() {
 		return
 	}
 	servers := []sdk.McpServer{}

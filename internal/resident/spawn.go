@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/tracing"
+	"github.com/residentd/residentd/internal/workspace"
 )
 
 // Process is one agent process serving one native session; the pool holds
@@ -51,6 +53,8 @@ type Process struct {
 	policyMode string
 
 	restoredBy string // "resume" or "load" when the process reopened a saved session, "fork" when it forked its channel's
+
+	wt atomic.Pointer[workspace.Record] // the key's worktree its session works in; nil: the binding's dir
 
 	// binding is what the process was started with; served what its last
 	// turn was prepared with (guarded by mu). They differ after a config
@@ -209,7 +213,7 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 		return nil, lease.Cold, err
 	}
 	defer func() {
-		if err != nil && ctx.Err() == nil && !errors.Is(err, pool.ErrClosed) {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, pool.ErrClosed) && !errors.Is(err, workspace.ErrUnavailable) {
 			kp.spawnFailed(b.ID, err)
 		}
 	}()
@@ -283,6 +287,11 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 		// dropped, after the restore so that its close does not compete
 		// with it. A restore that ends cold starts on it instead.
 		keyServers()
+		wt, err := kp.reopenIn(ctx, a, k, want) // the cwd it opened with
+		if err != nil {
+			a.Close()
+			return nil, lease.Cold, err
+		}
 		how, err := kp.restore(ctx, a, b, want, log)
 		if how != "" {
 			kp.dropPre(ap, pre, log)
@@ -293,13 +302,25 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 			return nil, lease.Cold, err
 		}
 		if how != "" {
-			return kp.live(&Process{a: a, key: k, between: bw, native: want, restoredBy: how, binding: b, served: b}), lease.Restored, nil
+			p := &Process{a: a, key: k, between: bw, native: want, restoredBy: how, binding: b, served: b}
+			p.wt.Store(wt)
+			return kp.live(p), lease.Restored, nil
 		}
+	}
+	// A new session (a fork, session/new) works where the binding says
+	// now: the key's worktree, or its dir.
+	wt, err := kp.newIn(ctx, a, k, b)
+	if err != nil {
+		a.Close()
+		return nil, lease.Cold, err
 	}
 	if want == "" && k.Thread != "" && a.CanFork() && b.KeepsSession() {
 		// A thread key's first session: a fork of its channel's.
 		keyServers()
 		s, err := kp.fork(ctx, a, k, b, bw, log)
+		if err == nil && s != nil {
+			err = kp.openedIn(s, wt)
+		}
 		if err != nil {
 			a.Close()
 			return nil, lease.Restored, err
@@ -308,6 +329,10 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 			kp.dropPre(ap, pre, log)
 			return s, lease.Restored, nil
 		}
+	}
+	if pre != nil && a.SessionCwd(pre.native) != a.Cwd() {
+		kp.dropPre(ap, pre, log) // opened ahead in another cwd than the key's
+		pre = nil
 	}
 	if pre != nil {
 		if s := kp.usePre(ap, pre, k, b, keyRelease, log); s != nil {
@@ -331,7 +356,12 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 	// (saveNative when the turn fails), which carries the agent record too
 	// (RecordAgent waits for the next write): a cold turn costs the turn's
 	// commit and its run's.
-	return kp.live(&Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}), lease.Cold, nil
+	p := &Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), binding: b, served: b}
+	if err := kp.openedIn(p, wt); err != nil {
+		a.Close()
+		return nil, lease.Cold, err
+	}
+	return kp.live(p), lease.Cold, nil
 }
 
 // usePre gives key k the session spare process ap opened ahead: its
@@ -672,6 +702,7 @@ func (kp *Keeper) watchExit(a *acp.Agent, k session.Key, log *zap.Logger, releas
 	a.OnExit(func() {
 		defer kp.wg.Done()
 		kp.procs.Delete(a.Pid())
+		kp.exitedWorktree(k)
 		release()
 		if err := kp.st.ForgetAgent(a.Pid()); err != nil {
 			log.Warn("forget agent record failed", zap.Int("pid", a.Pid()), zap.Error(err))

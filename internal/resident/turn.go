@@ -9,6 +9,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/session"
 )
@@ -24,6 +25,9 @@ type Prepared struct {
 	// Facts is the key's facts JSON the process was last given (brief in
 	// the framing): a warm turn says only when they changed.
 	Facts string
+	// Worktree is the key's worktree the session works in (a fact of the
+	// key's), nil when it works in the binding's dir.
+	Worktree *delivery.Worktree
 }
 
 // Prepare readies process p for a turn of key k: it takes what of binding b
@@ -46,7 +50,7 @@ func (kp *Keeper) Prepare(ctx context.Context, limit time.Duration, k session.Ke
 	}
 	kp.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
 	n, due, facts := p.Brief()
-	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts}, nil
+	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts, Worktree: p.worktreeFact()}, nil
 }
 
 // Settlement is how a turn that reached the agent ended.

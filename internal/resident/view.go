@@ -23,6 +23,7 @@ func (kp *Keeper) Describe(ses *apitype.Session) {
 		p := v.(*Process)
 		ses.RestoredBy, ses.Usage, ses.Options = p.restoredBy, p.usedSoFar(), p.currentOptions()
 		ses.Working, _ = p.Working()
+		kp.describeWorktree(ses, p)
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package store owns residentd's bbolt file: conversations, native session
-// ids, watermarks, channel messages, roster, activity and started agents.
+// ids, watermarks, channel messages, roster, activity, started agents and
+// the keys' worktrees.
 //
 // Schema version: 7. The layout of the file:
 //
@@ -48,6 +49,8 @@
 //	  <run id>                   -> RunRecord (JSON): accepted, running or ended
 //	runs_ended                   (since version 7)
 //	  <ended_at><run id>         -> empty: the ended runs, oldest first, for pruning
+//	worktrees                    (no migration: Open adds it)
+//	  <key>                      -> workspace.Record (JSON): the key's git worktree (a binding with workspace "worktree")
 //
 // <day> is the budget day as 2006-01-02; <scope> is "binding" or "channel".
 // Composite keys (<key>, <session><channel><thread>, <thread>, <day><scope><id>) are
@@ -395,7 +398,10 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		p, err := ensureMarkPrefix(tx)
 		prefix = p
-		return err
+		if err != nil {
+			return err
+		}
+		return ensureWorktrees(tx)
 	})
 	if err != nil {
 		_ = db.Close()

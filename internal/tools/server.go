@@ -82,7 +82,7 @@ func NewServer(cfg Config) *mcp.Server {
 	}, b.history)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolRoster,
-		Description: "Members and agents of this session's chat channel (handle, kind, reachable), as the chat app last reported them.",
+		Description: "Members and agents of this session's chat channel (handle, kind, reachable), as the chat app last reported them, and the git worktrees its agents work in (folder, branch, uncommitted changes).",
 	}, b.roster)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolActivity,
@@ -187,15 +187,15 @@ func RenderHistory(p apitype.HistoryPage) string {
 	return b.String()
 }
 
-// RenderRoster is channel_roster's text rendering.
+// RenderRoster is channel_roster's text rendering: the members, then the
+// git worktrees the channel's agents work in, when there are any.
 func RenderRoster(r apitype.Roster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Members of channel %s %s:\n", r.Channel, delivery.UntrustedLabel)
-	if !r.Pushed {
+	switch {
+	case !r.Pushed:
 		b.WriteString("(the chat app has not reported this channel's members)")
-		return b.String()
-	}
-	if len(r.Members) == 0 {
+	case len(r.Members) == 0:
 		b.WriteString("(no members)")
 	}
 	for i, m := range r.Members {
@@ -207,6 +207,20 @@ func RenderRoster(r apitype.Roster) string {
 			reach = "not reachable"
 		}
 		fmt.Fprintf(&b, "- %s (%s, %s)", m.Handle, m.Kind, reach)
+	}
+	if len(r.Worktrees) > 0 {
+		fmt.Fprintf(&b, "\nGit worktrees the agents of channel %s work in (each key its own folder and branch):", r.Channel)
+	}
+	for _, w := range r.Worktrees {
+		who := "binding " + w.Binding
+		if w.ThreadRoot != "" {
+			who += " in thread " + w.ThreadRoot
+		}
+		changes := fmt.Sprintf("%d uncommitted changes", w.Changes)
+		if w.StatusError != "" {
+			changes = "changes unknown: " + w.StatusError
+		}
+		fmt.Fprintf(&b, "\n- %s: %s on branch %s, %s", who, w.Path, w.Branch, changes)
 	}
 	return b.String()
 }
