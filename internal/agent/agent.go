@@ -98,6 +98,10 @@ var (
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// contextDirective adds N tokens to the session's context in use, as
+	// files an agent reads fill its context: a large context without a
+	// prompt of that size (the daemon's idle compaction wants 200,000).
+	contextDirective = lazyRegexp(`\[\[context:([0-9]+)\]\]`)
 	// slashCompact is a prompt of "/compact" alone, as claude-agent-acp
 	// takes its slash command: the session compacts and says so with
 	// compaction_update.
@@ -866,7 +870,7 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 		if compactDirective().MatchString(text) || slashCompact().MatchString(text) {
 			s.used = out
 		} else {
-			s.used += in + out
+			s.used += in + out + contextTokens(text)
 		}
 		used := s.used
 		b.mu.Unlock()
@@ -885,6 +889,17 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 		_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	}
 	return in, out, spentIn, spentOut
+}
+
+// contextTokens is what a [[context:N]] directive in text adds to the
+// context in use, 0 without one.
+func contextTokens(text string) int {
+	if m := contextDirective().FindStringSubmatch(text); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			return n
+		}
+	}
+	return 0
 }
 
 // SteeringMethod is the extension request that adds text to a session's

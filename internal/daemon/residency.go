@@ -22,6 +22,10 @@ import (
 // at the idle sessions' caches.
 const DefaultTendEvery = 5 * time.Second
 
+// ReasonSparesFirst is the reason a spare is stopped for memory: spares
+// go before any key's process.
+const ReasonSparesFirst = "spares first"
+
 // PressureFile is where the kernel reports memory pressure (PSI).
 const PressureFile = "/proc/pressure/memory"
 
@@ -48,7 +52,7 @@ func decisionOf(r pool.Reason) string {
 // decided hears the pool's residency decisions: counted and logged.
 func (d *Daemon) decided(x pool.Decision) {
 	what := decisionOf(x.Reason)
-	d.m.ResidencyDecided(x.Policy, what, x.Why)
+	d.m.ResidencyDecided(x.Key.Key.Binding, x.Policy, what, x.Why)
 	fields := []zap.Field{zap.String("key", x.Key.Key.String()), zap.String("policy", x.Policy), zap.String("decision", what), zap.String("why", x.Why),
 		zap.Duration("idle", x.At.Sub(x.Key.LastUsed)), zap.Int64("context_tokens", x.Key.ContextTokens), zap.Int64("memory_bytes", x.Key.MemoryBytes)}
 	if !x.Key.LastRequest.IsZero() {
@@ -112,12 +116,10 @@ func (d *Daemon) shedMemory() {
 			return
 		}
 		log := d.log.Named("residency").With(zap.String("limit", over))
-		if binding, ok := d.keeper.ShedSpare(); ok {
-			d.m.ResidencyDecided("rule", "memory", "spares first")
-			log.Info("memory over its limit: stopped a spare", zap.String("binding", binding))
-		} else if k, ok := d.pool.Shed(pool.ReasonMemory); ok {
-			log.Info("memory over its limit: stopped an idle process", zap.String("key", k.String()))
-		} else {
+		if binding, pid, ok := d.keeper.ShedSpare(); ok {
+			d.m.ResidencyDecided(binding, "rule", "memory", ReasonSparesFirst)
+			log.Info("residency decision", zap.String("binding", binding), zap.Int("pid", pid), zap.String("policy", "rule"), zap.String("decision", "memory"), zap.String("why", ReasonSparesFirst))
+		} else if _, ok := d.pool.Shed(pool.ReasonMemory); !ok {
 			d.warnOnce("memory-nothing-idle", func() {
 				log.Warn("memory over its limit with no spare and no idle process to stop; the busy ones stop nothing until their turns end")
 			})
@@ -191,19 +193,22 @@ func (d *Daemon) tendCaches(ctx context.Context) {
 		if in.State != "idle" || in.Residency.Working {
 			continue
 		}
-		if what, text, by, why := d.tendDue(pol, now, in); what != "" {
-			d.tendOne(ctx, in, what, text, by, why)
+		if t := d.tendDue(pol, now, in); t != nil {
+			d.tendOne(ctx, in, *t)
 		}
 	}
 }
 
-// tendDue says what idle session in is due, if anything: what ("compact",
-// "keep_alive"), the prompt, who decided (the policy's name, or "rule")
-// and why.
-func (d *Daemon) tendDue(pol residency.Policy, now time.Time, in pool.Info) (what, text, by, why string) {
+// tending is the daemon's own prompt an idle session is due: what
+// ("compact", "keep_alive"), its text, who decided (the policy's name, or
+// "rule") and why.
+type tending struct{ what, text, by, why string }
+
+// tendDue says what idle session in is due, nil for nothing.
+func (d *Daemon) tendDue(pol residency.Policy, now time.Time, in pool.Info) *tending {
 	compact, minTokens, keepAlive, ok := d.keeper.Tending(in.Pid)
 	if !ok {
-		return "", "", "", ""
+		return nil
 	}
 	k := in.Residency
 	if compact != "" {
@@ -214,7 +219,7 @@ func (d *Daemon) tendDue(pol residency.Policy, now time.Time, in pool.Info) (wha
 			by = pol.Name()
 		}
 		if due {
-			return "compact", compact, by, why
+			return &tending{"compact", compact, by, why}
 		}
 	}
 	if keepAlive {
@@ -225,15 +230,15 @@ func (d *Daemon) tendDue(pol residency.Policy, now time.Time, in pool.Info) (wha
 			by = pol.Name()
 		}
 		if due {
-			return "keep_alive", resident.KeepAlivePrompt, by, why
+			return &tending{"keep_alive", resident.KeepAlivePrompt, by, why}
 		}
 	}
-	return "", "", "", ""
+	return nil
 }
 
 // tendOne sends the daemon's own prompt to in's idle session, when its
 // process is still the one decided on and nothing waits for it.
-func (d *Daemon) tendOne(ctx context.Context, in pool.Info, what, text, by, why string) {
+func (d *Daemon) tendOne(ctx context.Context, in pool.Info, t tending) {
 	co, ok := d.pool.Borrow(in.Key)
 	if !ok {
 		return
@@ -242,14 +247,16 @@ func (d *Daemon) tendOne(ctx context.Context, in pool.Info, what, text, by, why 
 	if co.Session.Pid() != in.Pid {
 		return
 	}
-	d.m.ResidencyDecided(by, what, why)
-	d.log.Named("residency").Info("residency decision", zap.String("key", in.Key.String()), zap.String("policy", by), zap.String("decision", what), zap.String("why", why),
+	d.m.ResidencyDecided(in.Key.Binding, t.by, t.what, t.why)
+	d.log.Named("residency").Info("residency decision", zap.String("key", in.Key.String()), zap.Int("pid", in.Pid), zap.String("policy", t.by), zap.String("decision", t.what), zap.String("why", t.why),
 		zap.Int64("context_tokens", in.Residency.ContextTokens), zap.Time("cache_expires", in.Residency.CacheExpires()))
 	limit := 10 * time.Minute
 	if b, ok := d.conf().Binding(in.Key.Binding); ok && b.TurnTimeout > 0 {
 		limit = time.Duration(b.TurnTimeout)
 	}
-	tctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the daemon's %s ran past the binding's turn_timeout (%s)", what, limit))
+	tctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the daemon's %s of %s ran past the binding's turn_timeout (%s)", t.what, in.Key, limit))
 	defer cancel()
-	_ = d.keeper.Tend(tctx, co.Session, what, text)
+	if err := d.keeper.Tend(tctx, co.Session, t.what, t.text); err != nil {
+		d.log.Named("residency").Warn("the daemon's own prompt on an idle session failed", zap.String("key", in.Key.String()), zap.String("decision", t.what), zap.Error(err))
+	}
 }

@@ -117,26 +117,38 @@ func (kp *Keeper) claudeLike(b config.Binding) bool {
 
 // residencyEnv adds to env (the binding's, KEY=VALUE) what a spawn of
 // claude-agent-acp asks of its cache and idle compaction: the TTL the
-// daemon chose (cache_ttl auto) and, unless the binding leaves compaction
-// to the agent or sets the delay itself, its own idle-compaction timer out
-// of reach.
+// binding's cache_ttl names or the daemon chose (auto), and, unless the
+// binding leaves compaction to the agent or sets the delay itself, its own
+// idle-compaction timer out of reach.
 func (kp *Keeper) residencyEnv(b config.Binding, env []string) []string {
 	if !kp.claudeLike(b) {
 		return env
 	}
-	if _, auto := b.TTL(); auto {
+	switch ttl, auto := b.TTL(); {
+	case auto:
 		ttl, why := kp.chooseTTL(b)
-		if ttl >= residency.TTL1h {
-			env = append(env, "ENABLE_PROMPT_CACHING_1H=1")
-		} else {
-			env = append(env, "FORCE_PROMPT_CACHING_5M=1")
-		}
-		kp.m.ResidencyDecided("ttl", "ttl_"+shortDur(ttl), why)
+		env = append(env, ttlEnv(ttl)...)
+		kp.m.ResidencyDecided(b.ID, "rule", "ttl_"+shortDur(ttl), why)
+	case b.CacheTTL != "":
+		env = append(env, ttlEnv(ttl)...)
 	}
 	if _, set := b.Env["CLAUDE_AGENT_ACP_IDLE_COMPACT_DELAY_MS"]; !set && b.Compaction() != config.CompactAgent {
 		env = append(env, "CLAUDE_AGENT_ACP_IDLE_COMPACT_DELAY_MS="+ttlEnvMax)
 	}
 	return env
+}
+
+// ttlEnv is what asks Claude Code for a cache TTL of ttl: the 1-hour
+// TTL (ENABLE_PROMPT_CACHING_1H) for an hour or more, else the 5-minute
+// one (FORCE_PROMPT_CACHING_5M, which it reads first, so it also wins over
+// a 1-hour TTL its account would choose). Each names both variables, so
+// what the daemon's own environment says of them is replaced: the last
+// value of a name is the one a child gets.
+func ttlEnv(ttl time.Duration) []string {
+	if ttl >= residency.TTL1h {
+		return []string{"FORCE_PROMPT_CACHING_5M=", "ENABLE_PROMPT_CACHING_1H=1"}
+	}
+	return []string{"ENABLE_PROMPT_CACHING_1H=", "FORCE_PROMPT_CACHING_5M=1"}
 }
 
 // shortDur is 5m or 1h as the settings write them.
@@ -365,8 +377,8 @@ func (kp *Keeper) SetMemoryTight(tight bool) {
 }
 
 // ShedSpare stops the oldest spare of any binding, for memory (spares go
-// before any key's process), and names its binding; false: none.
-func (kp *Keeper) ShedSpare() (string, bool) {
+// before any key's process), and names its binding and pid; false: none.
+func (kp *Keeper) ShedSpare() (string, int, bool) {
 	s := &kp.sp
 	s.mu.Lock()
 	var oldest *agentProc
@@ -377,14 +389,15 @@ func (kp *Keeper) ShedSpare() (string, bool) {
 	}
 	if oldest == nil {
 		s.mu.Unlock()
-		return "", false
+		return "", 0, false
 	}
 	s.ready[oldest.binding] = s.ready[oldest.binding][1:]
 	left := len(s.ready[oldest.binding])
 	s.mu.Unlock()
 	kp.m.SpareProcesses.WithLabelValues(oldest.binding).Set(float64(left))
+	pid := oldest.a.Pid()
 	kp.stopEach([]*agentProc{oldest}, "memory")
-	return oldest.binding, true
+	return oldest.binding, pid, true
 }
 
 // AgentMemoryTotal is the memory of every live agent, key-bound and
