@@ -29,10 +29,16 @@ const ReasonSparesFirst = "spares first"
 // PressureFile is where the kernel reports memory pressure (PSI).
 const PressureFile = "/proc/pressure/memory"
 
-// policyFor is the residency policy c names (Validate refused any other).
+// policyFor is the residency policy c names (Validate refused any other),
+// config.DefaultResidency when it names none. Whatever registers itself
+// with residency.Register can be named.
 func policyFor(c *config.Config) residency.Policy {
 	idle := time.Duration(c.IdleTimeout)
-	if p, err := residency.ByName(c.Residency, residency.Settings{Idle: idle}); err == nil {
+	name := c.Residency
+	if name == "" {
+		name = config.DefaultResidency
+	}
+	if p, err := residency.ByName(name, residency.Settings{Idle: idle}); err == nil {
 		return p
 	}
 	return residency.Timer{Idle: idle}

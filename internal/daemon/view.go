@@ -52,7 +52,7 @@ func (d *Daemon) Sessions() []apitype.Session {
 		}
 		d.keeper.Describe(&ses)
 		if in.State != "stopping" {
-			ses.Residency = &apitype.SessionResidency{Policy: d.conf().Residency, Keep: in.Keep}
+			ses.Residency = &apitype.SessionResidency{Policy: policyFor(d.conf()).Name(), Keep: in.Keep}
 			d.keeper.Residency(&ses, in.Residency)
 		}
 		out = append(out, ses)
