@@ -16,6 +16,7 @@ import (
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
+	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/session"
 	"github.com/residentd/residentd/internal/testkit"
 )
@@ -368,5 +369,50 @@ func TestKeepAliveOnlyWhereSetAndItPays(t *testing.T) {
 				t.Fatalf("cache expires %v after the keep-alive, want %v", after.CacheExpires, want)
 			}
 		})
+	}
+}
+
+// TestResidencyReloadsAtOnce: a reload that names another residency
+// policy puts it in force for the live processes at once: the listing's
+// policy and reason to keep change with no process restarted.
+func TestResidencyReloadsAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := dir + "/config.json"
+	b := testBinding(t, "b-builtin", dir)
+	b.CacheTTL = "1h"
+	cfg := config.Config{StateDir: dir, Residency: "timer", Bindings: []config.Binding{b}}
+	write := func() {
+		t.Helper()
+		data, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	load := daemontest.FileLoader(file, dir)
+	c, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := daemontest.New(t, c, daemontest.Options{Reload: load, ConfigFile: file, TendEvery: -1})
+	if r := d.Turn(context.Background(), apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent hi"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	before := d.Sessions()
+	if len(before) != 1 || before[0].Residency == nil || before[0].Residency.Policy != "timer" || before[0].Residency.Keep != "idle for less than 30m0s" {
+		t.Fatalf("before the reload: %+v", before)
+	}
+	cfg.Residency = "cache"
+	write()
+	if _, err := d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	after := d.Sessions()
+	if len(after) != 1 || after[0].Pid != before[0].Pid || after[0].Residency.Policy != "cache" || after[0].Residency.Keep != "cache alive" {
+		t.Fatalf("after the reload: %+v", after)
 	}
 }
