@@ -47,8 +47,12 @@ type harness struct {
 	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
 	backoffBase, backoffCap time.Duration
 	agentQuiet              time.Duration // how long an agent run waits for more output (0: the default)
-	mu                      sync.Mutex
-	evic                    []string // "key reason", in order
+	// tendEvery and pressure are the daemon's residency loop period (below
+	// 0: the test calls Tend) and PSI file (Options.TendEvery, PressureFile).
+	tendEvery time.Duration
+	pressure  string
+	mu        sync.Mutex
+	evic      []string // "key reason", in order
 	// spares hears of every spare process as it becomes ready (pid 0: one
 	// that failed to start).
 	spares chan readySpare
@@ -104,7 +108,7 @@ func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Conf
 
 func (h *harness) open() {
 	h.t.Helper()
-	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, AgentQuiet: h.agentQuiet, OnSpare: func(b string, pid int) {
+	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, AgentQuiet: h.agentQuiet, TendEvery: h.tendEvery, PressureFile: h.pressure, OnSpare: func(b string, pid int) {
 		select {
 		case h.spares <- readySpare{b, pid}:
 		default: // a test that waits for spares reads them long before 256
