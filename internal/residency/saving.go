@@ -27,7 +27,9 @@ import (
 // the figures (ReasonLabel cuts them off for a metrics label).
 type Saving struct {
 	Values Values // zero: DefaultValues
-	Prior  Prior  // zero: DefaultPrior
+	// Prior, nil for DefaultPrior, is a pointer so that a Saving stays
+	// comparable like the other policies.
+	Prior *Prior
 	// Idle, when set, is the longest a process whose cache has expired
 	// stays idle, whatever its start-up is worth (the daemon's
 	// idle_timeout: a desktop's memory is not the model's to spend
@@ -76,7 +78,14 @@ func (s Saving) values() Values {
 
 // Estimate is the policy's estimate for k at now.
 func (s Saving) Estimate(now time.Time, k Key) Estimate {
-	return s.values().Estimate(now, k, s.Prior.orDefault())
+	return s.values().Estimate(now, k, s.prior())
+}
+
+func (s Saving) prior() Prior {
+	if s.Prior == nil {
+		return DefaultPrior()
+	}
+	return s.Prior.orDefault()
 }
 
 // Victim is the idle key whose staying warm saves least; see Saving.
@@ -133,7 +142,7 @@ func (s Saving) KeepAlive(now time.Time, k Key) (bool, string) {
 	if k.Working {
 		return false, ReasonWorking
 	}
-	return KeepAlive(now, k, s.Prior)
+	return KeepAlive(now, k, s.prior())
 }
 
 // describe says in words what keeping the process is worth.

@@ -30,9 +30,7 @@ func TTLCost(keys []Key, ttl time.Duration, turnTokens int64, prior Prior) float
 
 // ChooseTTL picks a binding's cache TTL, 5 minutes or 1 hour, from its
 // keys' return gaps and contexts: the one of lower TTLCost (5 minutes on
-// a tie). With no keys yet it judges one key of turnTokens by the prior
-// alone, at Anthropic's price ratios: the choice is made at spawn and the
-// first process of the day may stay warm for hours. It is for an agent
+// a tie, and with no keys yet: the provider's default). It is for an agent
 // that lets the daemon choose (claude-agent-acp: ENABLE_PROMPT_CACHING_1H
 // in its environment at spawn); turnTokens is what a turn adds to the
 // context.
@@ -43,7 +41,7 @@ func ChooseTTL(keys []Key, turnTokens int64, prior Prior) (time.Duration, string
 	}
 	why := fmt.Sprintf("%d keys, %d gaps seen", len(keys), gaps)
 	if len(keys) == 0 {
-		keys, why = []Key{{ContextTokens: turnTokens}}, "no keys yet, by the prior"
+		return TTL5m, "5m, no keys yet: the provider's default"
 	}
 	c5, c1 := TTLCost(keys, TTL5m, turnTokens, prior), TTLCost(keys, TTL1h, turnTokens, prior)
 	why += fmt.Sprintf(": a return costs $%.4f expected with 5m, $%.4f with 1h", c5, c1)

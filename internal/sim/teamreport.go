@@ -202,7 +202,7 @@ func meanFigures(fs []TeamFigures) TeamFigures {
 
 // figureFields lists f's fields, for meanFigures.
 func figureFields(f *TeamFigures) []*float64 {
-	return []*float64{&f.Mentions, &f.Turns, &f.Cost, &f.CostPerMention, &f.CacheWriteTokens, &f.CacheReadTokens,
+	return []*float64{&f.Mentions, &f.Turns, &f.Ended, &f.Cost, &f.CostPerMention, &f.CacheWriteTokens, &f.CacheReadTokens,
 		&f.Cold, &f.Restores, &f.Warm, &f.Evictions, &f.CachesLost, &f.Reaped, &f.MeanStartedS, &f.P95StartedS,
 		&f.ProcessHours, &f.PeakMemoryMiB, &f.KeepAlives, &f.KeepAliveCost, &f.Spawns, &f.Spawns1h}
 }

@@ -93,6 +93,7 @@ func TeamPolicies() []PolicySpec {
 type TeamFigures struct {
 	Mentions         float64 `json:"mentions"`
 	Turns            float64 `json:"turns"`
+	Ended            float64 `json:"ended"` // turns that ended: every mention's, once
 	Cost             float64 `json:"cost"`
 	CostPerMention   float64 `json:"cost_per_mention"`
 	CacheWriteTokens float64 `json:"cache_write_tokens"`
@@ -383,6 +384,7 @@ func (e *engine) run() error {
 			ks := ev.key
 			e.pool.Release(ks.co, true)
 			ks.busy, ks.co, ks.lastEnd = false, nil, ev.at
+			e.f.Ended++
 		case evReap:
 			e.pool.ReapIdle()
 			if e.cell.KeepAlive {
@@ -394,6 +396,11 @@ func (e *engine) run() error {
 		}
 	}
 	e.set(e.end)
+	for _, ks := range e.keys {
+		if len(ks.waiting) > 0 || ks.busy {
+			return fmt.Errorf("sim: %s still has %d mention(s) waiting at the end of the days", ks.id, len(ks.waiting))
+		}
+	}
 	return nil
 }
 
