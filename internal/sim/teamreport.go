@@ -250,7 +250,14 @@ func (c TeamCellReport) writeTable(b *strings.Builder) {
 			base = p.CostPerMention
 		}
 	}
+	var ours, oracle float64
 	for _, p := range c.Policies {
+		switch p.Name {
+		case "saving":
+			ours = 1 - p.CostPerMention/base
+		case "oracle":
+			oracle = 1 - p.CostPerMention/base
+		}
 		saving := "–"
 		if base > 0 {
 			saving = fmt.Sprintf("%.1f %%", 100*(1-p.CostPerMention/base))
@@ -262,5 +269,8 @@ func (c TeamCellReport) writeTable(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %.4f | %s | %s | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | %.0f | %s | %.1f |\n",
 			p.Name, p.CostPerMention, saving, thousands(int(p.CacheWriteTokens+0.5)), p.Restores, p.Cold, p.CachesLost,
 			p.MeanStartedS, p.P95StartedS, p.ProcessHours, p.PeakMemoryMiB, spawns1h, p.KeepAlives)
+	}
+	if base > 0 && oracle > 0.001 {
+		fmt.Fprintf(b, "\nsaving's saving is %.0f %% of the oracle's\n", 100*ours/oracle)
 	}
 }
