@@ -221,7 +221,7 @@ func (r *TeamReport) WriteJSON(w io.Writer) error {
 func (r *TeamReport) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "team days: %d run(s), %.1f mentions a run; figures are means over the runs\n", r.Runs, r.Mentions)
-	fmt.Fprintf(&b, "saving: cost per mention below %s's\n", TeamBaseline)
+	fmt.Fprintf(&b, "the saving column: cost per mention below %s's; started: from the mention to its turn's started\n", TeamBaseline)
 	for _, c := range r.Cells {
 		c.writeTable(&b)
 	}
