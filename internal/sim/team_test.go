@@ -3,10 +3,14 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/residentd/residentd/internal/residency"
+	"github.com/residentd/residentd/internal/session"
 )
 
 // TestGenerateTeamShape: the same seed gives the same days; every
@@ -171,5 +175,78 @@ func TestTeamRejectsNoDays(t *testing.T) {
 	}
 	if _, err := PlayTeam(nil, o.Model, Cell{TTL: time.Hour}, TeamPolicies()[0]); err == nil {
 		t.Fatal("no mentions: no error")
+	}
+}
+
+// expiredFirst is the simple cache-aware rule: expired caches go
+// first (least recently used first), then the least recently used; a key
+// goes once its cache has expired.
+type expiredFirst struct{ weigh bool }
+
+func (p expiredFirst) Name() string { return "expired-first" }
+
+// Victim: with weigh, of each class the key least likely back before its
+// cache expires (from its mean return gap, exponential) times its
+// context: the second calibration rule.
+func (p expiredFirst) Victim(now time.Time, idle []residency.Key) residency.Choice {
+	c := residency.Choice{Index: -1, Reason: "calibration rule"}
+	best, bestExpired := 0.0, false
+	for i, k := range idle {
+		expired := !now.Before(k.CacheExpires())
+		v := float64(k.LastUsed.UnixNano())
+		if p.weigh {
+			mean := time.Hour
+			if len(k.Gaps) > 0 {
+				mean = 0
+				for _, g := range k.Gaps {
+					mean += g / time.Duration(len(k.Gaps))
+				}
+			}
+			left := max(k.CacheExpires().Sub(now), 0)
+			v = (1 - math.Exp(-left.Seconds()/mean.Seconds())) * float64(k.ContextTokens)
+		}
+		if !k.Working && (c.Index < 0 || expired && !bestExpired || expired == bestExpired && v < best) {
+			c.Index, best, bestExpired = i, v, expired
+		}
+	}
+	return c
+}
+
+func (p expiredFirst) Expire(now time.Time, k residency.Key) (bool, string) {
+	return !k.Working && !now.Before(k.CacheExpires()), "calibration rule"
+}
+
+// TestSavingAgainstSimpleRules: on the default team days, cache TTL 1 h
+// and a restore that loses the cache, the saving policy costs no more
+// than the two calibration rules, and the oracle no more than
+// any; -v prints each one's saving against today's policy.
+func TestSavingAgainstSimpleRules(t *testing.T) {
+	pols := pick(TeamPolicies(), TeamBaseline, "saving", "oracle")
+	for _, w := range []bool{false, true} {
+		name := "expired-first"
+		if w {
+			name += ", weighed"
+		}
+		pols = append(pols, PolicySpec{Name: name,
+			Make: func(func(session.Key, time.Time) (time.Time, bool)) residency.Policy { return expiredFirst{weigh: w} }})
+	}
+	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	days, err := TeamOptions{Params: DefaultTeamParams(), Seeds: seeds}.days()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := playCell(days, DefaultTeamModel(), Cell{TTL: residency.TTL1h}, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cost := map[string]float64{}
+	for _, p := range c.Policies {
+		cost[p.Name] = p.CostPerMention
+		t.Logf("%-22s $%.4f a mention, %.1f %% below %s, %.1f restores", p.Name, p.CostPerMention, 100*(1-p.CostPerMention/c.Policies[0].CostPerMention), TeamBaseline, p.Restores)
+	}
+	for name, x := range cost {
+		if x < cost["oracle"] || name != "oracle" && name != "saving" && name != TeamBaseline && x < cost["saving"] {
+			t.Errorf("%s costs $%.5f a mention: below the oracle ($%.5f) or saving ($%.5f)", name, x, cost["oracle"], cost["saving"])
+		}
 	}
 }
