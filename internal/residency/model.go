@@ -8,9 +8,10 @@ import (
 // perToken turns a price per million tokens into one per token.
 const perToken = 1e-6
 
-// tokenPrices are p per token, in dollars, what a price left at zero
-// taken at Anthropic's rate to Input (a cache read 0.1×, a 5-minute write
-// 1.25×, a 1-hour one 2×) and, with no price at all, OrRatios' ratios.
+// tokenPrices is p per token, in dollars: a price left at zero is taken
+// at Anthropic's rate to Input (a cache read 0.1×, a 5-minute write 1.25×,
+// a 1-hour one 2×) — a binding's config may name only its input price —
+// and with no price at all OrRatios' ratios, which still order keys.
 func (p Prices) tokenPrices() Prices {
 	if p.Input > 0 {
 		if p.CacheRead <= 0 {
