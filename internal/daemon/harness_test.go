@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -234,4 +235,16 @@ func (h *harness) ended(id string) *run.Run {
 		h.t.Fatalf("run %s never ended", id)
 	}
 	return r
+}
+
+// writeConfigFile writes cfg to file as the JSON config file a reload reads.
+func writeConfigFile(t *testing.T, file string, cfg config.Config) {
+	t.Helper()
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -385,16 +385,7 @@ func TestResidencyReloadsAtOnce(t *testing.T) {
 	b := testBinding(t, "b-builtin", dir)
 	b.CacheTTL = "1h"
 	cfg := config.Config{StateDir: dir, Residency: "timer", Bindings: []config.Binding{b}}
-	write := func() {
-		t.Helper()
-		data, err := json.Marshal(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func() { t.Helper(); writeConfigFile(t, file, cfg) }
 	write()
 	load := daemontest.FileLoader(file, dir)
 	c, err := load()
