@@ -25,17 +25,7 @@ import (
 // only when the test calls Tend, its info logs kept in logs.
 func newResidencyHarness(t *testing.T, c *fakeClock, tweak ...func(*config.Config)) (*harness, *observer.ObservedLogs) {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := &config.Config{StateDir: dir, AgentGrace: config.Duration(2 * time.Second)}
-	cfg.Bindings = []config.Binding{testBinding(t, "b-builtin", dir)}
-	for _, f := range tweak {
-		f(cfg)
-	}
-	core, logs := observer.New(zap.InfoLevel)
-	h := &harness{t: t, dir: dir, cfg: cfg, now: c.Now, log: zap.New(core), tendEvery: -1, spares: make(chan readySpare, 256)}
-	h.open()
-	t.Cleanup(h.close)
-	return h, logs
+	return newResidencyHarnessPSI(t, c, "", tweak...)
 }
 
 // withBinding adds a built-in agent binding id whose cache lives ttl.
@@ -241,7 +231,7 @@ func TestMemoryLimitShedsSparesThenLeastSaving(t *testing.T) {
 }
 
 // newResidencyHarnessPSI is newResidencyHarness reading memory pressure
-// from the file psi.
+// from the file psi ("": the kernel's, where it has one).
 func newResidencyHarnessPSI(t *testing.T, c *fakeClock, psi string, tweak ...func(*config.Config)) (*harness, *observer.ObservedLogs) {
 	t.Helper()
 	dir := t.TempDir()
