@@ -49,6 +49,16 @@ func TestFreshAndShutdownEndBackgroundWork(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The run opens on the first of the agent's two chunks: the stop
+			// comes once both are in, so the test asks whether they are kept.
+			testkit.WaitFor(t, 20*time.Second, func() bool {
+				for _, l := range ar.Read(0, false).Lines {
+					if strings.Contains(string(l), "after the prompt returned") {
+						return true
+					}
+				}
+				return false
+			}, testkit.Waiting("the agent's second chunk after the prompt"))
 			wantCode, wantWord := apitype.CodeCancelled, "started fresh"
 			switch stop {
 			case "fresh":
