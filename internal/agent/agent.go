@@ -318,15 +318,22 @@ func blockForever() {
 // of the prompt answers written, so that what the agent says "after the
 // prompt returned" comes after its answer on the wire.
 type lockedWriter struct {
-	mu       sync.Mutex
-	w        io.Writer
-	answers  int           // prompt answers written so far
-	answered chan struct{} // closed and replaced when one is written
+	mu        sync.Mutex
+	w         io.Writer
+	answers   int           // prompt answers written so far
+	answered  chan struct{} // closed and replaced when one is written
+	elicitFor string        // the session of the next elicitation request (elicit.go)
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if q := l.scoped(p); len(q) != len(p) {
+		if _, err := l.w.Write(q); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	n, err := l.w.Write(p)
 	if err == nil && isPromptAnswer(p) {
 		l.answers++
@@ -1054,6 +1061,7 @@ func (b *builtin) directives(ctx context.Context, id, text string) (refused int)
 	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
 		b.switchMode(ctx, id, m[1])
 	}
+	b.elicit(ctx, id, text)
 	return refused
 }
 

@@ -100,6 +100,10 @@ type Binding struct {
 	// PermissionTimeout is how long a permission request put to a person
 	// (policy ask or read-only+ask) waits before it is rejected; default 5m.
 	PermissionTimeout Duration `json:"permission_timeout,omitempty"`
+	// Approvers decides who may answer the agent's permission and
+	// elicitation requests: "any" (default), "author" (the mention's
+	// author) or a list of the chat's user ids.
+	Approvers Approvers `json:"approvers,omitzero"`
 
 	// Limits bound the agent's whole process tree.
 	Limits Limits `json:"limits,omitempty"`

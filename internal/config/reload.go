@@ -48,7 +48,7 @@ var BindingClasses = map[string]Class{
 	"restore": NextTurn, "restore_method": NextTurn, "start_timeout": NextTurn,
 	"session_options": NextTurn, "permission": NextTurn,
 	"tools": ReplaceProcess, "omit_own_posts": NextTurn,
-	"turn_timeout": NextTurn, "permission_timeout": NextTurn,
+	"turn_timeout": NextTurn, "permission_timeout": NextTurn, "approvers": AtOnce,
 	"limits": ReplaceProcess, "usage_totals": ReplaceProcess, "prices": NextTurn,
 	"retry_interrupted": NextTurn, "bursts": NextTurn,
 	"scope": NextTurn,

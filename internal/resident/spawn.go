@@ -503,7 +503,7 @@ func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	}
 	sort.Strings(env)
 	return acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, SessionMeta: kp.sessionMeta(b),
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, Elicit: kp.elicit, SessionMeta: kp.sessionMeta(b),
 		MCPServers: []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
 		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(), StartTimeout: startLimit(b),
 	}, nil
