@@ -53,6 +53,10 @@ type Spec struct {
 	// form is advertised and any that comes is answered cancel.
 	Elicit     ElicitFunc
 	MCPServers []sdk.McpServer
+	// SystemPrompt goes with every session request (new, load, resume,
+	// fork) as the session's system prompt (append), when the agent
+	// advertises that it takes one (SystemPromptTaken); "" sends none.
+	SystemPrompt string
 	// SessionMeta, called once initialize said who the agent is, returns
 	// the _meta to send with every session/new, session/load and
 	// session/resume: the agent's own session settings (a binding's
@@ -478,6 +482,7 @@ func (a *Agent) spawn(path string) error {
 	// connection and the logger are set.
 	pr, pw := io.Pipe()
 	a.in = &capsWriter{w: p.Stdin()}
+	a.in.sys.text = a.spec.SystemPrompt
 	a.conn = sdk.NewClientSideConnection(&client{a: a}, a.in, pr)
 	a.conn.SetLogger(newSlog(a.log))
 	// The pump ends when the agent's stdout does (the process exited or

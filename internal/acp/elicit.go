@@ -58,6 +58,7 @@ type elicitLine struct {
 // one) and reports whether it did; any other line goes on to the SDK.
 // Only the pump calls it.
 func (a *Agent) intercept(line []byte) bool {
+	a.in.sys.sniffInit(line)
 	form := bytes.Contains(line, []byte(`"`+MethodElicitationCreate+`"`))
 	if !form && !bytes.Contains(line, []byte(`"`+methodCancelRequest+`"`)) {
 		return false
