@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/coder/acp-go-sdk"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
 	"github.com/residentd/residentd/internal/testkit"
@@ -127,4 +132,52 @@ func TestClaude0101FramingInTheSystemPrompt(t *testing.T) {
 	}
 	t.Logf("before (turn): cold %d (conversation %d), warm %.0f, restored %d (conversation %d)", before.cold, before.coldConv, before.warm, before.restored, before.restoredConv)
 	t.Logf("after (system_prompt): cold %d (conversation %d), warm %.0f, restored %d (conversation %d)", after.cold, after.coldConv, after.warm, after.restored, after.restoredConv)
+}
+
+// TestClaude0101FramingSurvivesCompaction: the framing residentd's ACP
+// client sends as the system prompt (acp.Spec.SystemPrompt) stays in
+// claude-agent-acp 0.101's system text across a compaction (its /compact
+// command): the turn after it, whose history is the summary, has the
+// framing in the system text and in no message, and nothing sent it again.
+func TestClaude0101FramingSurvivesCompaction(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	api := newFakeAPI(t, "Looked into it: the retry count is set in webhook/config.go.")
+	api.sized = true
+	b := claude0101Binding(t, t.TempDir(), api.env())
+	var env []string
+	for k, v := range b.Env {
+		env = append(env, k+"="+v)
+	}
+	a, err := acp.Start(ctx, acp.Spec{Command: b.Command, Args: b.Args, Env: env, Dir: t.TempDir(), SystemPrompt: claudeFraming, MCPServers: []sdk.McpServer{}},
+		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if !a.SystemPromptTaken() {
+		t.Fatal("claude-agent-acp 0.101 does not advertise sessionCapabilities.systemPrompt")
+	}
+	native, err := a.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{floorMention(1), "/compact", floorMention(2)} {
+		if _, err := a.Prompt(ctx, native, text, func(acp.Update) {}); err != nil {
+			t.Fatalf("prompt %q: %v", text, err)
+		}
+	}
+	after := api.mainCalls(t, "turn 2:", "")
+	if len(after) == 0 {
+		t.Fatal("no main model call carries turn 2")
+	}
+	sys, msgs := systemAndMessages(t, after[0])
+	t.Logf("turn after /compact: system text has the framing %v, messages have it %v, messages still hold turn 1 %v (%d bytes)",
+		strings.Contains(sys, claudeFraming), strings.Contains(msgs, claudeFraming), strings.Contains(msgs, "turn 1:"), len(after[0]))
+	if !strings.Contains(sys, claudeFraming) || strings.Contains(msgs, claudeFraming) {
+		t.Errorf("after the compaction the framing is in the system text %v, in the messages %v; want only the system text", strings.Contains(sys, claudeFraming), strings.Contains(msgs, claudeFraming))
+	}
+	if strings.Contains(msgs, floorMention(1)) {
+		t.Errorf("the turn after /compact still carries turn 1 verbatim: no compaction happened")
+	}
 }
