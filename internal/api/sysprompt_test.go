@@ -94,6 +94,20 @@ func TestFramingInTheSystemPrompt(t *testing.T) {
 		t.Errorf("cold prompt %q…, restored prompt %q…", got[0][:40], got[3][:40])
 	}
 
+	// The brief in the turn: the cold turn is its replay, the framing in
+	// the system prompt all the same.
+	e3 := newEnv(t, func(c *config.Config) {
+		c.Bindings[0].Args = append(c.Bindings[0].Args, "--system-prompt")
+		c.Bindings[0].BriefPlacement = delivery.InTurn
+	})
+	for i, want := range []string{"builtin turn=1 framing=no users=1 assistants=0 mention=m1 context=0 system=yes", "builtin turn=2 framing=no users=0 assistants=0 mention=m2 context=0 system=yes"} {
+		id := []string{"m1", "m2"}[i]
+		done, err := e3.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: id, Text: "@agent " + id}, nil)
+		if err != nil || done.Text != want {
+			t.Errorf("brief in the turn, %s: %q, %v; want %q", id, done.Text, err, want)
+		}
+	}
+
 	// The same agent, told to keep the framing in the turn.
 	e2 := newEnv(t, func(c *config.Config) {
 		c.Bindings[0].Args = append(c.Bindings[0].Args, "--system-prompt")

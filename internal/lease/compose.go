@@ -241,7 +241,7 @@ func Compose(in Input) (Output, error) {
 	out.BriefSent = true
 	out.BriefCount = in.BriefCount
 
-	if !framed && !blank && !catchUp {
+	if !framed && !replay && !catchUp {
 		out.Text = turn
 		return out, nil
 	}
