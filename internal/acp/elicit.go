@@ -55,10 +55,13 @@ type elicitLine struct {
 }
 
 // intercept takes line when it is an elicitation request (or withdraws
-// one) and reports whether it did; any other line goes on to the SDK.
-// Only the pump calls it.
+// one) and reports whether it did; any other line goes on to the SDK. It
+// also reads the initialize answer's system prompt capability
+// (sysprompt.go) on its way to the SDK. Only the pump calls it.
 func (a *Agent) intercept(line []byte) bool {
-	a.in.sys.sniffInit(line)
+	if a.in != nil { // nil only for an Agent a test made by hand
+		a.in.sys.sniffInit(line)
+	}
 	form := bytes.Contains(line, []byte(`"`+MethodElicitationCreate+`"`))
 	if !form && !bytes.Contains(line, []byte(`"`+methodCancelRequest+`"`)) {
 		return false

@@ -96,6 +96,9 @@ func (s *sysPrompt) add(p []byte) []byte {
 // one: each session it opens then has Spec.SystemPrompt, and the framing
 // stays out of the first turn.
 func (a *Agent) SystemPromptTaken() bool {
+	if a.in == nil {
+		return false
+	}
 	s := &a.in.sys
 	s.mu.Lock()
 	defer s.mu.Unlock()
