@@ -148,14 +148,15 @@ func (a *Agent) sessionOf(id string) string {
 // elicitReply is the JSON-RPC response line to form request id.
 func elicitReply(id json.RawMessage, ans apitype.ElicitationAnswer) []byte {
 	res := struct {
-		Action  string         `json:"action"`
-		Content map[string]any `json:"content,omitempty"`
+		Action  string `json:"action"`
+		Content any    `json:"content,omitempty"` // an accept's, {} when empty
 	}{Action: ans.Action}
 	if ans.Action == apitype.ElicitAccept {
-		res.Content = ans.Content
-		if res.Content == nil {
-			res.Content = map[string]any{}
+		content := ans.Content
+		if content == nil {
+			content = map[string]any{}
 		}
+		res.Content = content
 	}
 	line, _ := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
