@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -79,5 +80,57 @@ func TestClaude0101Elicitation(t *testing.T) {
 	t.Logf("tool result: %s; reply %q", result, done.Text)
 	if !strings.Contains(result, "staging") || strings.Contains(result, "is_error=true") {
 		t.Errorf("the model got the tool result %q; want the answer staging", result)
+	}
+}
+
+// TestCodexElicitation: in Codex's plan collaboration mode (the session
+// option collaboration_mode) the fake model calls request_user_input;
+// codex-acp 2.6 asks it as an elicitation, which reaches the run's stream;
+// the person's answer reaches the model as the tool's output.
+func TestCodexElicitation(t *testing.T) {
+	t.Parallel()
+	h, api := codexHarness(t, "Deploying to staging.", func(b *config.Binding) {
+		b.SessionOptions = map[string]string{"collaboration_mode": "plan"}
+	})
+	api.scripts = []toolScript{{marker: "ASK-PLEASE", calls: []codexTool{{name: "request_user_input", args: map[string]any{
+		"questions": []any{map[string]any{"id": "env", "header": "Env", "question": "Which environment should I deploy to?",
+			"options": []any{map[string]any{"label": "staging", "description": "the test cluster"}, map[string]any{"label": "production", "description": "the real one"}}}},
+	}}}}}
+	ctx := testCtx(t)
+	var asked *apitype.ElicitationRequest
+	done, err := h.d.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-codex", Author: "u-ana", Text: "@codex deploy it ASK-PLEASE"}, func(ev apitype.Event) {
+		if ev.Event == apitype.EventElicitationRequest {
+			asked = ev.Elicitation
+			t.Logf("form: %q %s", ev.Elicitation.Message, ev.Elicitation.Schema)
+			var schema struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			}
+			_ = json.Unmarshal(ev.Elicitation.Schema, &schema)
+			content := map[string]any{}
+			for name := range schema.Properties {
+				if name == "env" {
+					content[name] = "staging"
+				}
+			}
+			if err := h.d.AnswerElicitation(ev.RunID, ev.Elicitation.ID, apitype.ElicitationAnswer{Action: apitype.ElicitAccept, Content: content, AnsweredBy: "u-ana"}); err != nil {
+				t.Errorf("answer: %v", err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("turn: %v", err)
+	}
+	if asked == nil {
+		t.Fatal("no elicitation_request reached the stream")
+	}
+	var outputs []string
+	for _, q := range api.turnCalls(t, "ASK-PLEASE") {
+		for _, o := range q.outputs() {
+			outputs = append(outputs, o)
+		}
+	}
+	t.Logf("tool outputs: %q; reply %q", outputs, done.Text)
+	if !strings.Contains(strings.Join(outputs, "\n"), "staging") {
+		t.Errorf("the model got %q; want the answer staging", outputs)
 	}
 }
