@@ -1038,8 +1038,8 @@ type Error struct {
 }
 
 // MaxIDBytes is the longest id the API takes, in bytes of UTF-8: channel,
-// binding, message, thread root, run, permission request, option and
-// project ids. An id is valid UTF-8 without control characters; anything
+// binding, message, thread root, run, permission and elicitation request,
+// option, project and user (author, answered_by) ids. An id is valid UTF-8 without control characters; anything
 // else is refused with CodeInvalidID naming the field.
 const MaxIDBytes = 256
 

@@ -57,7 +57,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
 	}
-	if err := checkIDs(field("channel_id", req.Channel), field("binding_id", req.Binding), field("message_id", req.MessageID), field("thread_root_id", thread), field("run_id", req.RunID)); err != nil {
+	if err := checkIDs(field("channel_id", req.Channel), field("binding_id", req.Binding), field("message_id", req.MessageID), field("thread_root_id", thread), field("run_id", req.RunID), field("author", req.Author)); err != nil {
 		fail(w, err)
 		return
 	}
