@@ -188,3 +188,23 @@ func TestApproversDecideWhoAnswers(t *testing.T) {
 		t.Errorf("run %+v, %v", r, err)
 	}
 }
+
+// TestElicitationOff: a binding with elicitation off advertises no form;
+// a form its agent sends anyway is cancelled at once, and no request
+// reaches the run.
+func TestElicitationOff(t *testing.T) {
+	off := false
+	e := newEnv(t, func(c *config.Config) {
+		c.Bindings[0].Elicitation = &off
+		c.Bindings[0].PermissionTimeout = config.Duration(1 << 40)
+	})
+	evs := e.asked(t, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", MessageID: "m1", RunID: "run-off", Text: "@agent [[elicit:deploy]]"}, func(ev apitype.Event) {
+		t.Errorf("a request reached the run: %+v", ev)
+	})
+	if got := thoughtOf(evs, "elicit deploy"); got != "elicit deploy ok: cancel" {
+		t.Errorf("the agent got %q", got)
+	}
+	if ev := eventOf(evs, apitype.EventElicitationRequest); ev != nil {
+		t.Errorf("elicitation_request %+v", ev)
+	}
+}

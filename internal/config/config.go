@@ -110,6 +110,10 @@ type Binding struct {
 	// elicitation requests: "any" (default), "author" (the mention's
 	// author) or a list of the chat's user ids.
 	Approvers Approvers `json:"approvers,omitzero"`
+	// Elicitation tells the agent at initialize that a person may be asked
+	// to fill in a form (ACP elicitation); on by default. Off, no form is
+	// advertised, and claude-agent-acp keeps its AskUserQuestion tool off.
+	Elicitation *bool `json:"elicitation,omitempty"`
 
 	// Limits bound the agent's whole process tree.
 	Limits Limits `json:"limits,omitempty"`

@@ -48,7 +48,7 @@ var BindingClasses = map[string]Class{
 	"restore": NextTurn, "restore_method": NextTurn, "start_timeout": NextTurn,
 	"session_options": NextTurn, "permission": NextTurn,
 	"tools": ReplaceProcess, "omit_own_posts": NextTurn,
-	"turn_timeout": NextTurn, "permission_timeout": NextTurn, "approvers": AtOnce,
+	"turn_timeout": NextTurn, "permission_timeout": NextTurn, "approvers": AtOnce, "elicitation": ReplaceProcess,
 	"limits": ReplaceProcess, "usage_totals": ReplaceProcess, "prices": NextTurn,
 	"retry_interrupted": NextTurn, "bursts": NextTurn,
 	"scope": NextTurn,
@@ -204,7 +204,8 @@ func keepRestart(o, n reflect.Value, prefix string) {
 func (b *Binding) SameProcess(n *Binding) bool {
 	return b.Command == n.Command && slices.Equal(b.Args, n.Args) && maps.Equal(b.Env, n.Env) && b.Dir == n.Dir &&
 		b.Resident == n.Resident && b.SavedSession == n.SavedSession && samePtr(b.Tools, n.Tools) &&
-		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals && b.SystemPlacement == n.SystemPlacement
+		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals && b.SystemPlacement == n.SystemPlacement &&
+		b.Forms() == n.Forms()
 }
 
 func samePtr[T comparable](a, b *T) bool {

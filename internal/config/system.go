@@ -8,6 +8,10 @@ const (
 	SystemInTurn   = "turn"          // the first turn of a cold or restored process
 )
 
+// Forms reports whether b's agents are told that a person may fill in a
+// form (Elicitation, on by default).
+func (b Binding) Forms() bool { return b.Elicitation == nil || *b.Elicitation }
+
 // SystemPrompt is the text a session of b gets as its system prompt when
 // its agent takes one: the framing, and the brief after it when the brief
 // goes in the framing. "" when b puts the framing in the turn, or has

@@ -507,7 +507,7 @@ func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	}
 	sort.Strings(env)
 	return acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, Elicit: kp.elicit, SessionMeta: kp.sessionMeta(b),
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, Elicit: kp.formsOf(b), SessionMeta: kp.sessionMeta(b),
 		SystemPrompt: kp.systemPrompt(b),
 		MCPServers:   []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
 		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(), StartTimeout: startLimit(b),
@@ -779,4 +779,13 @@ func (kp *Keeper) systemPrompt(b config.Binding) string {
 		return ""
 	}
 	return text
+}
+
+// formsOf is the ElicitFunc b's agents get: none when b turns forms off, so
+// none is advertised.
+func (kp *Keeper) formsOf(b config.Binding) acp.ElicitFunc {
+	if !b.Forms() {
+		return nil
+	}
+	return kp.elicit
 }
