@@ -63,9 +63,9 @@ func (l Limits) withDefaults() Limits {
 // Errors callers tell apart with errors.Is.
 var (
 	ErrInUse           = errors.New("run id already in use")
-	ErrUnknownRequest  = errors.New("no such permission request")
+	ErrUnknownRequest  = errors.New("no such permission or elicitation request")
 	ErrBadOption       = errors.New("not one of the options the agent offered")
-	ErrAlreadyAnswered = errors.New("permission request already answered")
+	ErrAlreadyAnswered = errors.New("request already answered")
 )
 
 // Run is one turn's run. The daemon creates it with Registry.New, reports
