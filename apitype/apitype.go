@@ -721,10 +721,37 @@ type Session struct {
 	// Options are the session's config options (model, mode, …) with their
 	// current values, as the agent lists them.
 	Options map[string]string `json:"options,omitempty"`
+	// Residency is what the residency policy knows of the process and its
+	// reason to keep it.
+	Residency *SessionResidency `json:"residency,omitempty"`
 	// Worktree is the key's own git worktree the session works in (a
 	// binding with workspace worktree); absent when it works in the
 	// binding's dir.
 	Worktree *Worktree `json:"worktree,omitempty"`
+}
+
+// SessionResidency is what the daemon's residency policy knows of one
+// live process: its provider prompt cache (the daemon's estimate), its
+// context, and why the policy keeps it now.
+type SessionResidency struct {
+	Policy string `json:"policy"` // the daemon's residency setting: timer, cache, …
+	// Keep is the policy's current reason to keep the process (or to let
+	// it go at the reaper's next look): "in a turn" while busy.
+	Keep string `json:"keep"`
+	// CacheTTLS is the TTL the process's cache is taken to have (its
+	// binding's cache_ttl when it started), in seconds.
+	CacheTTLS float64 `json:"cache_ttl_seconds"`
+	// LastRequest is when the agent last sent its provider a request as
+	// far as the daemon sees (its last prompt's end, or its last output
+	// between prompts); CacheExpires is LastRequest plus the TTL. Both are
+	// absent before its first prompt.
+	LastRequest  *time.Time `json:"last_request_at,omitempty"`
+	CacheExpires *time.Time `json:"cache_expires,omitempty"`
+	// ContextTokens is the session's context: what the agent's last
+	// usage_update said (ContextSource "agent"), else a quarter of the
+	// bytes its prompts and replies carried in this process ("estimate").
+	ContextTokens int64  `json:"context_tokens"`
+	ContextSource string `json:"context_source"`
 }
 
 // MaxWorktreeFiles bounds the changed files a Worktree lists.

@@ -452,7 +452,57 @@ func runStatus(ctx context.Context, e *cmdEnv) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printResidency(stdout, ss, time.Now()); err != nil {
+		return err
+	}
 	return printWorktrees(stdout, listing.Worktrees)
+}
+
+// printResidency is status's table of what the residency policy knows of
+// each live process at now: its context, its provider cache's estimated
+// expiry, and the policy's reason to keep it; nothing when no process has
+// a residency (none live, or a daemon from before it).
+func printResidency(stdout io.Writer, ss []apitype.Session, now time.Time) error {
+	policy := ""
+	for _, s := range ss {
+		if s.Residency != nil {
+			policy = s.Residency.Policy
+		}
+	}
+	if policy == "" {
+		return nil
+	}
+	fmt.Fprintf(stdout, "\nresidency policy %s\n", policy)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tCONTEXT\tCACHE TTL\tCACHE\tKEEP")
+	for _, s := range ss {
+		r := s.Residency
+		if r == nil {
+			continue
+		}
+		key := s.Channel + "/" + s.Binding
+		if s.ThreadRoot != "" {
+			key += "#" + s.ThreadRoot
+		}
+		ctx := fmt.Sprintf("%d", r.ContextTokens)
+		if r.ContextSource == "estimate" {
+			ctx = "~" + ctx // a quarter of the bytes sent and received
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", key, ctx, time.Duration(r.CacheTTLS*float64(time.Second)), cacheState(r, now), r.Keep)
+	}
+	return tw.Flush()
+}
+
+// cacheState says when r's provider cache expires (the daemon's estimate)
+// as seen at now.
+func cacheState(r *apitype.SessionResidency, now time.Time) string {
+	switch {
+	case r.CacheExpires == nil:
+		return "none yet"
+	case r.CacheExpires.After(now):
+		return "expires in " + r.CacheExpires.Sub(now).Round(time.Second).String()
+	}
+	return "expired " + now.Sub(*r.CacheExpires).Round(time.Second).String() + " ago"
 }
 
 // printWorktrees is status's table of the keys' worktrees: each key's

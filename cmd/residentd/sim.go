@@ -17,6 +17,14 @@ type simFlags struct {
 	prefix, evictAt, limit int
 	out, writeCh, readCh   string
 	json, keep             bool
+	team                   teamFlags
+}
+
+// teamFlags are sim --team's: the team's days and what is printed.
+type teamFlags struct {
+	on                bool
+	seeds             int
+	trace, writeTrace string
 }
 
 func (f *simFlags) bind(fs *flag.FlagSet) {
@@ -39,12 +47,19 @@ func (f *simFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.writeCh, "write-channel", "", "write the channel as JSON lines to FILE")
 	fs.StringVar(&f.readCh, "channel", "", "read the channel from FILE (JSON lines) instead of generating it")
 	fs.BoolVar(&f.keep, "keep", false, "keep the state directory (agent records, bbolt files) and print its path")
+	fs.BoolVar(&f.team.on, "team", false, "replay a team's two working days through the pool under each residency policy instead")
+	fs.IntVar(&f.team.seeds, "seeds", 10, "with --team: generated days played (seeds 1..N); the figures are their means")
+	fs.StringVar(&f.team.trace, "trace", "", "with --team: play the mentions of FILE (TIME CHANNEL [BINDING] a line) instead")
+	fs.StringVar(&f.team.writeTrace, "write-trace", "", "with --team: write the first seed's mentions to FILE in the trace format")
 }
 
 // runSim reproduces the token measurement through the real daemon: it
 // generates (or reads) a channel, plays it to one binding per strategy with
 // the built-in agent recording what it receives, and prints the table.
 func runSim(ctx context.Context, e *cmdEnv, f *simFlags) error {
+	if f.team.on {
+		return runTeamSim(e, f)
+	}
 	p, stdout, stderr := f.p, e.stdout, e.stderr
 	var msgs []sim.Message
 	var err error
@@ -115,4 +130,48 @@ func writeFile(path string, fn func(io.Writer) error) error {
 		return fmt.Errorf("sim: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// runTeamSim is sim --team: the residency policies on a team's days, in
+// virtual time through the real pool, priced by the provider's cache.
+func runTeamSim(e *cmdEnv, f *simFlags) error {
+	o := sim.TeamOptions{Params: sim.DefaultTeamParams(), Model: sim.DefaultTeamModel()}
+	if f.team.trace != "" {
+		file, err := os.Open(f.team.trace)
+		if err != nil {
+			return fmt.Errorf("sim: %w", err)
+		}
+		o.Trace, err = sim.ReadTrace(file, o.Params.Binding)
+		file.Close()
+		if err != nil {
+			return err
+		}
+	} else {
+		if f.team.seeds < 1 {
+			return fmt.Errorf("%w: --seeds %d: at least 1", errUsage, f.team.seeds)
+		}
+		for s := 1; s <= f.team.seeds; s++ {
+			o.Seeds = append(o.Seeds, uint64(s))
+		}
+	}
+	if f.team.writeTrace != "" {
+		ms := o.Trace
+		if ms == nil {
+			var err error
+			if ms, err = sim.GenerateTeam(o.Params, o.Seeds[0]); err != nil {
+				return err
+			}
+		}
+		if err := writeFile(f.team.writeTrace, func(w io.Writer) error { return sim.WriteTrace(w, ms) }); err != nil {
+			return err
+		}
+	}
+	r, err := sim.RunTeam(o)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return r.WriteJSON(e.stdout)
+	}
+	return r.WriteMarkdown(e.stdout)
 }

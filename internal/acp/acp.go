@@ -328,10 +328,11 @@ type route struct {
 	calls    *Usage         // tokens of the model calls the agent reported one by one
 	tools    []ToolCallSeen // the prompt's tool calls (see Result.ToolCalls)
 
-	options []Option // the session's config options as the agent last listed them
-	modes   modes    // the session's modes as the agent last listed them
-	listed  bool     // the agent listed config options for the session at all
-	used    int      // context tokens in use at the last usage_update
+	options []Option     // the session's config options as the agent last listed them
+	modes   modes        // the session's modes as the agent last listed them
+	listed  bool         // the agent listed config options for the session at all
+	used    int          // context tokens in use at the last usage_update
+	inUse   atomic.Int64 // used, read without mu (ContextUsed)
 	// compacted: the agent compacted its history; the next prompt's result
 	// reports it, once. announced: it sends compaction_update, so a drop
 	// in use is no longer taken for one.

@@ -141,6 +141,7 @@ func (r *route) usage(su *wireUpdate) {
 		r.compacted = true
 	}
 	r.used = su.Used
+	r.inUse.Store(int64(su.Used))
 }
 
 // callUsage reads one model call's tokens from a usage_update's _meta

@@ -102,6 +102,14 @@ var (
 	// compactDirective makes the turn compact the session's context: its
 	// usage_update reports less in use than before.
 	compactDirective = lazyRegexp(`\[\[compact\]\]`)
+	// contextDirective adds N tokens to the session's context in use, as
+	// files an agent reads fill its context: a large context without a
+	// prompt of that size (the daemon's idle compaction wants 200,000).
+	contextDirective = lazyRegexp(`\[\[context:([0-9]+)\]\]`)
+	// slashCompact is a prompt of "/compact" alone, as claude-agent-acp
+	// takes its slash command: the session compacts and says so with
+	// compaction_update.
+	slashCompact = lazyRegexp(`^\s*/compact\s*$`)
 	// holdDirective makes the turn wait, after a first reply chunk, until
 	// the file it names exists: a turn a test can stop mid-prompt and
 	// that passes on its next attempt.
@@ -435,8 +443,9 @@ type builtin struct {
 	exit     chan int
 	stall    func() // stops reading stdin for good (stall-stdin)
 
-	mu       sync.Mutex
-	sessions map[string]*session
+	mu          sync.Mutex
+	compactions int // compaction_updates sent: each compaction's id is cmp-<n>
+	sessions    map[string]*session
 	// background: session -> its background work still running ([[background:D]],
 	// [[state:D]]), each ended early by session/cancel.
 	background map[string][]*bgWork
@@ -898,10 +907,10 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 		b.cost += b.opts.cost
 		spentIn, spentOut = b.spent[0], b.spent[1]
 		cost := b.cost
-		if compactDirective().MatchString(text) {
+		if compactDirective().MatchString(text) || slashCompact().MatchString(text) {
 			s.used = out
 		} else {
-			s.used += in + out
+			s.used += in + out + contextTokens(text)
 		}
 		used := s.used
 		b.mu.Unlock()
@@ -920,6 +929,17 @@ func (b *builtin) account(ctx context.Context, s *session, text, reply string) (
 		_ = b.send(ctx, string(s.ID), acp.SessionUpdate{UsageUpdate: uu})
 	}
 	return in, out, spentIn, spentOut
+}
+
+// contextTokens is what a [[context:N]] directive in text adds to the
+// context in use, 0 without one.
+func contextTokens(text string) int {
+	if m := contextDirective().FindStringSubmatch(text); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			return n
+		}
+	}
+	return 0
 }
 
 // SteeringMethod is the extension request that adds text to a session's
@@ -1015,9 +1035,13 @@ func (b *builtin) directives(ctx context.Context, id, text string) (refused int)
 	for _, m := range noticeDirective().FindAllStringSubmatch(text, -1) {
 		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "notice", "severity": m[1], "title": "builtin " + m[1] + " notice", "description": "asked for by a directive"})
 	}
-	if compactionDirective().MatchString(text) {
-		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "in_progress"})
-		done := map[string]any{"sessionUpdate": "compaction_update", "compactionId": "cmp-1", "status": "completed",
+	if compactionDirective().MatchString(text) || slashCompact().MatchString(text) {
+		b.mu.Lock()
+		b.compactions++
+		cid := fmt.Sprintf("cmp-%d", b.compactions)
+		b.mu.Unlock()
+		_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "compaction_update", "compactionId": cid, "status": "in_progress"})
+		done := map[string]any{"sessionUpdate": "compaction_update", "compactionId": cid, "status": "completed",
 			"summary": []map[string]string{{"type": "text", "text": "builtin summary of the session so far"}}}
 		_ = b.sendRaw(ctx, id, done)
 		_ = b.sendRaw(ctx, id, done)

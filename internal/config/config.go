@@ -153,6 +153,14 @@ type Binding struct {
 	// without it (the default) they start only after the binding's first
 	// turn since the daemon started.
 	SpareAtStart bool `json:"spare_at_start,omitempty"`
+	// Residency settings (residency.go): the provider cache's TTL, whether a
+	// restore keeps it, who times the agent's idle compaction, and cache
+	// keep-alives.
+	CacheTTL          string `json:"cache_ttl,omitempty"`
+	RestoreKeepsCache *bool  `json:"restore_keeps_cache,omitempty"`
+	IdleCompaction    string `json:"idle_compaction,omitempty"`
+	KeepAlive         bool   `json:"keep_alive,omitempty"`
+
 	// SpareSession has each spare open a session ahead (session/new, the
 	// channel tools' capability bound to no channel until a turn takes
 	// it), so a cold turn that takes the spare starts on it: default true.
@@ -211,13 +219,16 @@ const (
 	BurstsSteer    = "steer"
 )
 
-// Prices are per million tokens, in Currency (default USD).
+// Prices are per million tokens, in Currency (default USD). CacheWrite
+// is a cache write with the 5-minute TTL; CacheWrite1h one with the
+// 1-hour TTL (0: 1.6 times CacheWrite, Anthropic's ratio).
 type Prices struct {
-	Input      float64 `json:"input"`
-	Output     float64 `json:"output"`
-	CacheRead  float64 `json:"cache_read"`
-	CacheWrite float64 `json:"cache_write"`
-	Currency   string  `json:"currency,omitempty"`
+	Input        float64 `json:"input"`
+	Output       float64 `json:"output"`
+	CacheRead    float64 `json:"cache_read"`
+	CacheWrite   float64 `json:"cache_write"`
+	CacheWrite1h float64 `json:"cache_write_1h,omitempty"`
+	Currency     string  `json:"currency,omitempty"`
 }
 
 // Cost prices tokens.
@@ -329,6 +340,17 @@ type Config struct {
 	// Attachments are the files a pushed message may carry.
 	Attachments Attachments `json:"attachments,omitempty"`
 
+	// Residency names the policy that decides which agent processes stay
+	// warm (residency.ByName): "timer" (the default: idle_timeout, least
+	// recently used first) or "cache".
+	Residency string `json:"residency,omitempty"`
+	// MaxMemory caps the memory of every agent process tree together,
+	// spares included (0: none); MemoryPressure is the share of time, in
+	// percent over 10 s, the kernel's memory pressure (PSI "some") may
+	// reach (0: not watched). Past either, spares stop first, then idle
+	// processes, the residency policy's victims first.
+	MaxMemory      Bytes   `json:"max_memory,omitempty"`
+	MemoryPressure float64 `json:"memory_pressure,omitempty"`
 	// WorkspaceRoot is the folder the keys' git worktrees are made in (a
 	// binding with workspace "worktree"); default <state_dir>/worktrees.
 	WorkspaceRoot string `json:"workspace_root,omitempty"`
@@ -621,6 +643,9 @@ func (c *Config) SetDefaults() {
 	if c.YieldAfter == 0 {
 		c.YieldAfter = 4
 	}
+	if c.Residency == "" {
+		c.Residency = DefaultResidency
+	}
 	if c.Attachments.MaxBytes == 0 {
 		c.Attachments.MaxBytes = DefaultAttachmentMaxBytes
 	}
@@ -718,6 +743,9 @@ func (c *Config) Validate() error {
 	if d := c.Attachments.Dir; d != "" && !filepath.IsAbs(d) {
 		return fmt.Errorf("%w: attachments.dir %q must be an absolute path", ErrInvalid, d)
 	}
+	if err := c.checkResidency(); err != nil {
+		return err
+	}
 	if d := c.WorkspaceRoot; d != "" && !filepath.IsAbs(d) {
 		return fmt.Errorf("%w: workspace_root %q must be an absolute path", ErrInvalid, d)
 	}
@@ -746,7 +774,7 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%w: binding %q: system_file: %w; fix the path or use system", ErrInvalid, b.ID, err)
 			}
 		}
-		if p := b.Prices; p != nil && (p.Input < 0 || p.Output < 0 || p.CacheRead < 0 || p.CacheWrite < 0) {
+		if p := b.Prices; p != nil && (p.Input < 0 || p.Output < 0 || p.CacheRead < 0 || p.CacheWrite < 0 || p.CacheWrite1h < 0) {
 			return fmt.Errorf("%w: binding %q: prices must be 0 or more per million tokens, got %+v", ErrInvalid, b.ID, *p)
 		}
 		if err := b.Permission.Check(); err != nil {
@@ -774,6 +802,9 @@ func (c *Config) Validate() error {
 		case "", ScopeChannel, ScopeThread:
 		default:
 			return fmt.Errorf("%w: binding %q: scope %q: use channel or thread", ErrInvalid, b.ID, b.Scope)
+		}
+		if err := b.checkResidency(); err != nil {
+			return err
 		}
 		if err := c.checkWorkspace(b); err != nil {
 			return err
@@ -868,7 +899,7 @@ func (c *Config) numbers() []number {
 		i("max_live", c.MaxLive), d("idle_timeout", c.IdleTimeout), i("queue_len", c.QueueLen), d("queue_timeout", c.QueueTimeout),
 		d("agent_grace", c.AgentGrace), i("yield_after", c.YieldAfter), i("restore_failures", c.RestoreFailures),
 		d("restore_timeout", c.RestoreTimeout), d("background_limit", c.BackgroundLimit), d("agent_cancel_grace", c.AgentCancelGrace),
-		i("max_processes", c.MaxProcesses),
+		i("max_processes", c.MaxProcesses), {"max_memory", int64(c.MaxMemory), false},
 		i("context.fetch", c.Context.Fetch), i("context.limit", c.Context.Limit), i("context.max_chars", c.Context.MaxChars), i("context.max_ids", c.Context.MaxIDs),
 		i("runs.events", c.Runs.Events), i("runs.bytes", c.Runs.Bytes), d("runs.retention", c.Runs.Retention), i("runs.ended", c.Runs.Ended),
 		d("runs.keepalive", c.Runs.Keepalive), i("runs.pending_permissions", c.Runs.PendingPermissions),

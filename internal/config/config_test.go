@@ -125,6 +125,12 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		{"budget timezone", func(c *Config) { c.Budgets.Timezone = "Mars/Olympus" }, `budgets: timezone "Mars/Olympus"`},
 		{"budget reset", func(c *Config) { c.Budgets.Reset = "25:00" }, `reset "25:00" must be a time of day`},
 		{"budget warning share", func(c *Config) { c.Budgets.WarnAt = 80 }, "warn_at 80 must be a share between 0 and 1"},
+		{"residency policy", func(c *Config) { c.Residency = "lru" }, `residency: residency policy "lru" is not one of cache, `},
+		{"memory pressure", func(c *Config) { c.MemoryPressure = 100 }, "memory_pressure 100 must be a percentage"},
+		{"tiny max memory", func(c *Config) { c.MaxMemory = 4096 }, "max_memory 4096 bytes is too small"},
+		{"cache ttl", func(c *Config) { c.Bindings[0].CacheTTL = "an hour" }, `cache_ttl "an hour": use "5m", "1h"`},
+		{"zero cache ttl", func(c *Config) { c.Bindings[0].CacheTTL = "0s" }, `cache_ttl "0s"`},
+		{"idle compaction", func(c *Config) { c.Bindings[0].IdleCompaction = "never" }, `idle_compaction "never": use daemon, agent or off`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -285,6 +291,8 @@ func TestNumbersOutOfRangeRefused(t *testing.T) {
 		{`"budgets":{"warn_at":1.5}`, "warn_at 1.5 must be a share between 0 and 1"},
 		{`"budgets":{"channel_default":-5}`, "channel_default -5 must not be negative"},
 		{`"budgets":{"bindings":{"b":-1}}`, `binding "b": a daily limit must be more than 0`},
+		{`"max_memory":-1`, "max_memory -1 must not be negative"},
+		{`"memory_pressure":-5`, "memory_pressure -5 must be a percentage"},
 	}
 	bindingTests := []struct{ field, want string }{
 		{`"brief_every":-10`, `binding "b": brief_every -10 must not be negative`},
@@ -298,6 +306,7 @@ func TestNumbersOutOfRangeRefused(t *testing.T) {
 		{`"limits":{"cpu_weight":-1}`, "limits.cpu_weight -1 must be 1..10000"},
 		{`"limits":{"nofile":-1}`, "cannot unmarshal number -1"},
 		{`"prices":{"input":-3}`, "prices must be 0 or more"},
+		{`"prices":{"cache_write_1h":-6}`, "prices must be 0 or more"},
 	}
 	for _, bt := range bindingTests {
 		tests = append(tests, struct{ setting, want string }{`"bindings":[{"id":"b","handle":"@b","command":"x",` + bt.field + `}]`, bt.want})
@@ -397,5 +406,30 @@ func TestSpecialFilesRefused(t *testing.T) {
 	}
 	if _, err := (Binding{ID: "b", SystemFile: big}).Framing(); !errors.Is(err, regfile.ErrTooLarge) {
 		t.Errorf("Framing of %d bytes: %v", MaxFileBytes+1, err)
+	}
+}
+
+// TestBindingTTL: cache_ttl wins; unset, the TTL claude-agent-acp's CLI
+// takes from the binding's env, in the CLI's order; auto is the daemon's
+// choice, from 5 minutes.
+func TestBindingTTL(t *testing.T) {
+	for _, tt := range []struct {
+		b    Binding
+		want time.Duration
+		auto bool
+	}{
+		{Binding{}, 5 * time.Minute, false},
+		{Binding{CacheTTL: "3s"}, 3 * time.Second, false},
+		{Binding{CacheTTL: "1h", Env: map[string]string{"FORCE_PROMPT_CACHING_5M": "1"}}, time.Hour, false},
+		{Binding{CacheTTL: "auto"}, 5 * time.Minute, true},
+		{Binding{Env: map[string]string{"ENABLE_PROMPT_CACHING_1H": "1"}}, time.Hour, false},
+		{Binding{Env: map[string]string{"ENABLE_PROMPT_CACHING_1H": "0"}}, 5 * time.Minute, false},
+		{Binding{Env: map[string]string{"ENABLE_PROMPT_CACHING_1H": "true", "FORCE_PROMPT_CACHING_5M": "yes"}}, 5 * time.Minute, false},
+		{Binding{Env: map[string]string{"CLAUDE_CODE_PROMPT_CACHE_TTL": "1h"}}, time.Hour, false},
+		{ClaudeAgentACP(), time.Hour, false},
+	} {
+		if got, auto := tt.b.TTL(); got != tt.want || auto != tt.auto {
+			t.Errorf("TTL of %+v = %s %v, want %s %v", tt.b, got, auto, tt.want, tt.auto)
+		}
 	}
 }

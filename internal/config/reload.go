@@ -53,6 +53,7 @@ var BindingClasses = map[string]Class{
 	"retry_interrupted": NextTurn, "bursts": NextTurn,
 	"scope": NextTurn,
 	"spare": AtOnce, "spare_at_start": Restart, "spare_session": NewProcesses,
+	"cache_ttl": NewProcesses, "idle_compaction": NewProcesses, "restore_keeps_cache": AtOnce, "keep_alive": AtOnce,
 	"workspace": NewSession,
 }
 
@@ -68,6 +69,7 @@ var SettingClasses = map[string]Class{
 	"runs.keepalive": Restart, "runs.pending_permissions": Restart,
 	"cgroups": Restart, "budgets": AtOnce,
 	"attachments.dir": Restart, "attachments.max_bytes": Restart, "attachments.max_per_message": Restart, "attachments.max_per_push": Restart,
+	"residency": AtOnce, "max_memory": AtOnce, "memory_pressure": AtOnce,
 	"workspace_root": Restart,
 }
 

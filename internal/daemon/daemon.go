@@ -110,6 +110,12 @@ type Options struct {
 	// Tracer traces every run (tracing.Provider.Tracer); nil: no traces,
 	// at no cost.
 	Tracer trace.Tracer
+	// TendEvery is how often the daemon looks at the agents' memory and
+	// the idle sessions' caches (Tend): 0 is DefaultTendEvery, below 0
+	// never (tests call Tend themselves). PressureFile is the kernel's
+	// memory pressure (PSI) file, PressureFile by default.
+	TendEvery    time.Duration
+	PressureFile string
 }
 
 // Daemon runs turns. Create it with New; stop it with Close. It keeps
@@ -144,6 +150,12 @@ type Daemon struct {
 	reloadMu sync.Mutex // serializes reloads
 	load     func() (*config.Config, error)
 	file     string
+
+	// The residency loop (residency.go): memory limits, idle sessions'
+	// caches.
+	tendStop context.CancelFunc
+	tendDone chan struct{}
+	pressure string // the PSI file
 }
 
 // conf is the config in force: a snapshot nobody changes. A turn reads the
@@ -170,6 +182,10 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.cfg.Store(o.Config)
 	d.load, d.file = o.Reload, o.ConfigFile
+	d.pressure = o.PressureFile
+	if d.pressure == "" {
+		d.pressure = PressureFile
+	}
 	if o.Config.Context.Fetch > 0 {
 		d.log.Warn("context.fetch is no longer used and can be removed: a block reads every message the session has not seen, and its pointer counts all it leaves out", zap.Int("fetch", o.Config.Context.Fetch))
 	}
@@ -189,6 +205,7 @@ func New(o Options) (*Daemon, error) {
 	d.m.InitBindings(o.Config.BindingIDs())
 	d.pool = pool.New[*resident.Process](d.poolConfig(o), d.keeper)
 	d.keeper.RunSpares(d.pool.Live)
+	d.startTending(o.TendEvery)
 	d.m.SetGauges(d)
 	d.m.SetStore(d.st)
 	d.m.SetBudgets(budgetGauges{d.book})
@@ -216,6 +233,9 @@ func (d *Daemon) poolConfig(o Options) pool.Config {
 			_, ok := d.conf().Binding(k.Binding)
 			return !ok
 		},
+		Residency: policyFor(o.Config),
+		Describe:  d.keeper.ResidencyKey,
+		OnDecide:  d.decided,
 		OnEvict: func(k session.Key, r pool.Reason) {
 			d.m.Evicted(string(r))
 			if o.OnEvict != nil {
@@ -359,6 +379,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	}
 	d.mu.Unlock()
 	d.keeper.StopSpares() // no turn will take one now
+	d.stopTending()
 	if !already {
 		done := make(chan struct{})
 		go func() { d.wg.Wait(); close(done) }()

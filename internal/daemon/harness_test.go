@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,8 +48,12 @@ type harness struct {
 	// backoffBase and backoffCap shape the crash-loop backoff (0: defaults).
 	backoffBase, backoffCap time.Duration
 	agentQuiet              time.Duration // how long an agent run waits for more output (0: the default)
-	mu                      sync.Mutex
-	evic                    []string // "key reason", in order
+	// tendEvery and pressure are the daemon's residency loop period (below
+	// 0: the test calls Tend) and PSI file (Options.TendEvery, PressureFile).
+	tendEvery time.Duration
+	pressure  string
+	mu        sync.Mutex
+	evic      []string // "key reason", in order
 	// spares hears of every spare process as it becomes ready (pid 0: one
 	// that failed to start).
 	spares chan readySpare
@@ -104,7 +109,7 @@ func newHarnessAt(t *testing.T, now func() time.Time, tweak ...func(*config.Conf
 
 func (h *harness) open() {
 	h.t.Helper()
-	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, AgentQuiet: h.agentQuiet, OnSpare: func(b string, pid int) {
+	td, err := daemontest.Start(h.cfg, daemontest.Options{Log: h.log, Now: h.now, BackoffBase: h.backoffBase, BackoffCap: h.backoffCap, AgentQuiet: h.agentQuiet, TendEvery: h.tendEvery, PressureFile: h.pressure, OnSpare: func(b string, pid int) {
 		select {
 		case h.spares <- readySpare{b, pid}:
 		default: // a test that waits for spares reads them long before 256
@@ -230,4 +235,16 @@ func (h *harness) ended(id string) *run.Run {
 		h.t.Fatalf("run %s never ended", id)
 	}
 	return r
+}
+
+// writeConfigFile writes cfg to file as the JSON config file a reload reads.
+func writeConfigFile(t *testing.T, file string, cfg config.Config) {
+	t.Helper()
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

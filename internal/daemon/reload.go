@@ -70,7 +70,7 @@ func (d *Daemon) Reload() (apitype.ConfigReload, error) {
 	d.m.InitBindings(c.BindingIDs())
 	d.pool.SetLimits(pool.Limits{
 		MaxLive: c.MaxLive, IdleTimeout: time.Duration(c.IdleTimeout), QueueLen: c.QueueLen,
-		QueueTimeout: time.Duration(c.QueueTimeout), YieldAfter: c.YieldAfter,
+		QueueTimeout: time.Duration(c.QueueTimeout), YieldAfter: c.YieldAfter, Residency: policyFor(c),
 	})
 	stopped := d.pool.Sweep()
 

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -280,16 +279,7 @@ func TestReloadReplacesOrStopsSpares(t *testing.T) {
 	one := 1
 	b.Spare = &one
 	cfg := config.Config{Bindings: []config.Binding{b}}
-	write := func() {
-		t.Helper()
-		data, err := json.Marshal(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func() { t.Helper(); writeConfigFile(t, file, cfg) }
 	write()
 	load := daemontest.FileLoader(file, dir)
 	c, err := load()

@@ -51,6 +51,10 @@ func (d *Daemon) Sessions() []apitype.Session {
 			IdleS: in.Idle.Seconds(), Started: in.Started, Turns: in.Turns,
 		}
 		d.keeper.Describe(&ses)
+		if in.State != "stopping" {
+			ses.Residency = &apitype.SessionResidency{Policy: policyFor(d.conf()).Name(), Keep: in.Keep}
+			d.keeper.Residency(&ses, in.Residency)
+		}
 		out = append(out, ses)
 	}
 	return out

@@ -18,6 +18,7 @@ import (
 	"github.com/residentd/residentd/internal/delivery"
 	"github.com/residentd/residentd/internal/lease"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/residency"
 )
 
 // Known label values. They are initialised to zero in New so every series
@@ -121,17 +122,21 @@ type Metrics struct {
 	ToolCalls         *prometheus.CounterVec // binding, kind, outcome
 	PolicyModesSet    *prometheus.CounterVec // binding
 	Compactions       *prometheus.CounterVec // binding
-	Notices           *prometheus.CounterVec // binding, severity
-	AgentRuns         prometheus.Counter
-	StrayUpdates      *prometheus.CounterVec // binding
-	SpareProcesses    *prometheus.GaugeVec   // binding
-	SpareEvents       *prometheus.CounterVec // binding, event
-	StartTimeouts     *prometheus.CounterVec // binding, try
-	BudgetCrossings   *prometheus.CounterVec // scope, level
-	BudgetRefusals    *prometheus.CounterVec // scope
-	ConfigReloads     *prometheus.CounterVec // result
-	ReloadBindings    *prometheus.CounterVec // action
-	ReloadOK          prometheus.Gauge
+	// ResidencyDecisions counts what the residency policy and the daemon's
+	// cache rules decided: binding, policy, decision (evict, expire,
+	// memory, compact, keep_alive, ttl_5m, ttl_1h), reason.
+	ResidencyDecisions *prometheus.CounterVec
+	Notices            *prometheus.CounterVec // binding, severity
+	AgentRuns          prometheus.Counter
+	StrayUpdates       *prometheus.CounterVec // binding
+	SpareProcesses     *prometheus.GaugeVec   // binding
+	SpareEvents        *prometheus.CounterVec // binding, event
+	StartTimeouts      *prometheus.CounterVec // binding, try
+	BudgetCrossings    *prometheus.CounterVec // scope, level
+	BudgetRefusals     *prometheus.CounterVec // scope
+	ConfigReloads      *prometheus.CounterVec // result
+	ReloadBindings     *prometheus.CounterVec // action
+	ReloadOK           prometheus.Gauge
 
 	gauges *gaugeCollector
 }
@@ -205,6 +210,7 @@ func New(version string, g Gauges) *Metrics {
 	m.ToolCalls = reg.counterVec("residentd_agent_tool_calls_total", "Tool calls agents reported (session/update tool_call) or asked about, by binding, ACP kind and outcome: ran, failed or refused_by_agent (no permission request: by the last status the agent reported; refused_by_agent when the tool was not available to it), allowed_by_policy or refused_by_policy (asked; the binding's policy answered), asked_allowed or asked_rejected (asked a person; rejected also by the timeout, the pending limit or a cancel), unfinished (no final status nor answer by the turn's end).", "binding", "kind", "outcome")
 	m.PolicyModesSet = reg.counterVec("residentd_policy_modes_set_total", "Session modes set on agents (session/set_mode) to carry a binding's permission policy, by binding.", "binding")
 	m.Compactions = reg.counterVec("residentd_agent_compactions_total", "Turns during which the agent compacted its history (its context in use went down), by binding; the next warm turn carries the full brief again.", "binding")
+	m.ResidencyDecisions = reg.counterVec("residentd_residency_decisions_total", "Residency decisions, by binding, policy (timer, cache, …; rule for the daemon's own rules), decision (evict: the victim when a new key needed a slot; expire: the idle reaper's stop; memory: a stop for max_memory or memory_pressure, spares first with reason spares first; compact: an idle compaction the daemon sent; keep_alive: a cache keep-alive it sent; ttl_5m, ttl_1h: the cache TTL a spawn of a cache_ttl auto binding asked for) and the reason's fixed phrase (the words before its figures; the log line has them all).", "binding", "policy", "decision", "reason")
 	m.Notices = reg.counterVec("residentd_agent_notices_total", "Notices agents sent (ACP notice session updates), by binding and severity.", "binding", "severity")
 	m.AgentRuns = reg.counter("residentd_agent_runs_total", "Agent runs: output of an agent with no prompt in flight (a turn it started, background work ending), gathered into a run of kind agent.")
 	m.StrayUpdates = reg.counterVec("residentd_agent_stray_updates_total", "Session updates for a session id the agent never opened, which no run can carry (each also logged with the id), by binding.", "binding")
@@ -651,4 +657,11 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(writes))
 	ch <- prometheus.MustNewConstMetric(c.noSpace, prometheus.CounterValue, float64(noSpace))
 	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, full)
+}
+
+// ResidencyDecided counts one residency decision of policy on a process
+// of binding: what it decided and why. The reason's label is its fixed
+// phrase (residency.ReasonLabel), so its figures make no new series.
+func (m *Metrics) ResidencyDecided(binding, policy, decision, reason string) {
+	m.ResidencyDecisions.WithLabelValues(binding, policy, decision, residency.ReasonLabel(reason)).Inc()
 }

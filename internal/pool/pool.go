@@ -1,8 +1,9 @@
 // Package pool owns the live agent processes: one per (channel, binding)
-// key, at most MaxLive at once, reaped when idle, evicted least recently used
-// when a new key needs a slot, never while a turn runs. Slots are shared
-// fairly: while turns wait for one, a key that keeps its process busy yields
-// it after YieldAfter turns.
+// key, at most MaxLive at once, reaped when idle and evicted when a new key
+// needs a slot as its residency policy decides (by default the source's:
+// after IdleTimeout, least recently used first), never while a turn runs.
+// Slots are shared fairly: while turns wait for one, a key that keeps its
+// process busy yields it after YieldAfter turns.
 package pool
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/residentd/residentd/internal/lease"
+	"github.com/residentd/residentd/internal/residency"
 	"github.com/residentd/residentd/internal/session"
 )
 
@@ -21,8 +23,9 @@ import (
 type Reason string
 
 const (
-	ReasonIdle     Reason = "idle"     // idle longer than IdleTimeout
-	ReasonCapacity Reason = "capacity" // least recently used when a new key needed a slot
+	ReasonIdle     Reason = "idle"     // the residency policy let it go (by default: idle longer than IdleTimeout)
+	ReasonCapacity Reason = "capacity" // the policy's victim when a new key needed a slot (by default the least recently used)
+	ReasonMemory   Reason = "memory"   // the policy's victim when the processes' memory was over its limit (Shed)
 	ReasonYield    Reason = "yield"    // served YieldAfter turns in a row while other keys waited for a slot
 	ReasonCrash    Reason = "crash"    // the process exited by itself
 	ReasonFresh    Reason = "fresh"    // "start fresh" for the key
@@ -32,7 +35,7 @@ const (
 )
 
 // Reasons lists every eviction reason, for metrics that pre-create series.
-var Reasons = []Reason{ReasonIdle, ReasonCapacity, ReasonYield, ReasonCrash, ReasonFresh, ReasonShutdown, ReasonReplaced, ReasonRemoved}
+var Reasons = []Reason{ReasonIdle, ReasonCapacity, ReasonMemory, ReasonYield, ReasonCrash, ReasonFresh, ReasonShutdown, ReasonReplaced, ReasonRemoved}
 
 // Errors a caller can tell apart with errors.Is.
 var (
@@ -111,6 +114,34 @@ type Config struct {
 	// binding was removed): the one that ends a turn is stopped at Release,
 	// and Sweep stops the idle ones (reason removed).
 	Retired func(k session.Key) bool
+	// Residency decides which idle process goes when a new key needs a slot
+	// (its Victim, reason capacity; Shed's, reason memory) and when an idle
+	// one is reaped (its Expire, reason idle). nil is the source's timer,
+	// residency.Timer{Idle: IdleTimeout}, which follows IdleTimeout when
+	// SetLimits changes it.
+	Residency residency.Policy
+	// Describe tells the policy what is known of key k's process s;
+	// lastUsed is when it last worked (its last turn's end, or its
+	// background work's, whichever came later). The pool sets the Key's
+	// Key and Working itself. It is called with the pool's lock held: it
+	// must not call the pool. nil gives a Key with LastUsed and Working
+	// only.
+	Describe func(k session.Key, s Session, lastUsed time.Time) residency.Key
+	// OnDecide, when set, hears of every process a residency decision
+	// stopped (reasons idle, capacity and memory), with the policy's name
+	// and reason, once it is stopped and just before OnEvict hears of it
+	// (outside the pool's lock).
+	OnDecide func(Decision)
+}
+
+// Decision is a residency decision that stopped a process.
+type Decision struct {
+	Reason Reason // idle, capacity or memory
+	Policy string // the policy's Name
+	Why    string // the policy's reason, in words
+	At     time.Time
+	// Key is what the policy was told of the key (Key.Key names it).
+	Key residency.Key
 }
 
 func (c *Config) setDefaults() {
@@ -141,6 +172,31 @@ func (c *Config) setDefaults() {
 }
 
 func reapEvery(idle time.Duration) time.Duration { return min(idle/10, time.Minute) }
+
+// policyLocked is the residency policy in force.
+func (p *Pool[S]) policyLocked() residency.Policy {
+	if p.cfg.Residency != nil {
+		return p.cfg.Residency
+	}
+	return residency.Timer{Idle: p.cfg.IdleTimeout}
+}
+
+// describeLocked is what the policy knows of e's live process: idle since
+// when, or working.
+func (p *Pool[S]) describeLocked(e *entry[S]) residency.Key {
+	idle, since := idleSince(e)
+	if !idle {
+		since = e.lastUsed
+	}
+	var k residency.Key
+	if p.cfg.Describe != nil {
+		k = p.cfg.Describe(e.key, e.sess, since)
+	} else {
+		k.LastUsed = since
+	}
+	k.Key, k.Working = e.key, !idle
+	return k
+}
 
 // state is where a key's process is in its life.
 type state int
@@ -197,6 +253,8 @@ type entry[S Session] struct {
 	// streak counts the process's turns in a row that began while turns
 	// waited for a slot; a turn that began with none waiting resets it.
 	streak int
+	// decision is the residency decision stopping the process, if one is.
+	decision *Decision
 }
 
 type keyWaiter struct {
@@ -298,6 +356,7 @@ type Checkout[S Session] struct {
 	p        *Pool[S]
 	e        *entry[S]
 	released bool
+	borrowed bool // Borrow's: no turn, so the process's last use stays
 }
 
 // AcquireOptions are optional parts of an Acquire.
@@ -662,12 +721,10 @@ func (p *Pool[S]) takeSlot(ctx context.Context, e *entry[S], onWait func(Wait), 
 				return nil
 			}
 			if !p.anyStoppingLocked() {
-				if v := p.lruIdleLocked(); v != nil {
-					// The slot is ours only once the victim is reaped: never
-					// more than MaxLive processes at once. Queued first, we
-					// are the one its freed slot wakes.
-					evicted = p.stopLocked(v, ReasonCapacity)
-				}
+				// The slot is ours only once the victim is reaped: never
+				// more than MaxLive processes at once. Queued first, we
+				// are the one its freed slot wakes.
+				_, evicted = p.evictLocked(ReasonCapacity)
 			}
 		}
 		if me == nil {
@@ -748,19 +805,48 @@ func (p *Pool[S]) signalSlotLocked() {
 	}
 }
 
-// lruIdleLocked returns the least recently used idle process no turn holds.
-func (p *Pool[S]) lruIdleLocked() *entry[S] {
-	var best *entry[S]
-	var bestAt time.Time
+// idleLocked lists the idle processes no turn holds, in key order (so a
+// policy's ties fall the same way each time).
+func (p *Pool[S]) idleLocked() []*entry[S] {
+	var out []*entry[S]
 	for _, e := range p.entries {
 		if e.state != ready || e.held {
 			continue
 		}
-		if idle, since := idleSince(e); idle && (best == nil || since.Before(bestAt)) {
-			best, bestAt = e, since
+		if idle, _ := idleSince(e); idle {
+			out = append(out, e)
 		}
 	}
-	return best
+	sort.Slice(out, func(i, j int) bool { return out[i].key.String() < out[j].key.String() })
+	return out
+}
+
+// evictLocked stops the idle process the residency policy picks as its
+// victim, for reason r, and returns its key and the channel closed once it
+// is reaped; nil when the policy picks none (or none is idle).
+func (p *Pool[S]) evictLocked(r Reason) (session.Key, <-chan struct{}) {
+	idle := p.idleLocked()
+	if len(idle) == 0 {
+		return session.Key{}, nil
+	}
+	keys := make([]residency.Key, len(idle))
+	for i, e := range idle {
+		keys[i] = p.describeLocked(e)
+	}
+	pol := p.policyLocked()
+	c := pol.Victim(p.cfg.Now(), keys)
+	if c.Index < 0 || c.Index >= len(idle) {
+		return session.Key{}, nil
+	}
+	v := idle[c.Index]
+	return v.key, p.decideLocked(v, Decision{Reason: r, Policy: pol.Name(), Why: c.Reason, Key: keys[c.Index]})
+}
+
+// decideLocked stops e's process for the residency decision d.
+func (p *Pool[S]) decideLocked(e *entry[S], d Decision) <-chan struct{} {
+	d.At = p.cfg.Now()
+	e.decision = &d
+	return p.stopLocked(e, d.Reason)
 }
 
 // stopLocked moves e's process to stopping and stops it in a goroutine the
@@ -768,7 +854,8 @@ func (p *Pool[S]) lruIdleLocked() *entry[S] {
 // ""), then the entry is gone, its slot free and the slot queue woken. The
 // returned channel is closed at that point.
 func (p *Pool[S]) stopLocked(e *entry[S], r Reason) <-chan struct{} {
-	sess := e.sess
+	sess, decided := e.sess, e.decision
+	e.decision = nil
 	p.setLocked(e, stopping)
 	reaped := make(chan struct{})
 	e.gone = reaped
@@ -779,6 +866,9 @@ func (p *Pool[S]) stopLocked(e *entry[S], r Reason) <-chan struct{} {
 			en.EndWork(r)
 		}
 		sess.Close()
+		if decided != nil && p.cfg.OnDecide != nil {
+			p.cfg.OnDecide(*decided)
+		}
 		if r != "" {
 			p.cfg.OnEvict(e.key, r)
 		}
@@ -828,7 +918,9 @@ func (p *Pool[S]) Release(c *Checkout[S], keep bool) {
 			// max_live was lowered while it ran.
 			stopped = p.stopLocked(e, ReasonCapacity)
 		default:
-			e.lastUsed = p.cfg.Now()
+			if !c.borrowed {
+				e.lastUsed = p.cfg.Now()
+			}
 			p.setLocked(e, ready)
 		}
 	}
@@ -869,11 +961,12 @@ type Limits struct {
 	QueueLen     int
 	QueueTimeout time.Duration
 	YieldAfter   int
+	Residency    residency.Policy // nil: the timer of IdleTimeout
 }
 
-// SetLimits puts new limits in force at once: a lower MaxLive stops idle
-// processes (least recently used first, reason capacity) until the live
-// ones fit, and busy ones over it when their turn ends; a higher one lets
+// SetLimits puts new limits and residency policy in force at once: a lower
+// MaxLive stops idle processes (the policy's victims, reason capacity)
+// until the live ones fit, and busy ones over it when their turn ends; a higher one lets
 // waiting turns take the new slots. A turn already waiting for a slot
 // keeps the queue timeout it started with. Zero values take the defaults.
 func (p *Pool[S]) SetLimits(l Limits) {
@@ -886,12 +979,13 @@ func (p *Pool[S]) SetLimits(l Limits) {
 	if reap {
 		p.cfg.ReapInterval = reapEvery(c.IdleTimeout)
 	}
+	p.cfg.Residency = l.Residency
 	for over := p.slots - p.stoppingLocked() - p.cfg.MaxLive; over > 0 && !p.closed; over-- {
-		v := p.lruIdleLocked()
+		_, v := p.evictLocked(ReasonCapacity)
 		if v == nil {
 			break
 		}
-		stopped = append(stopped, p.stopLocked(v, ReasonCapacity))
+		stopped = append(stopped, v)
 	}
 	p.signalSlotLocked()
 	p.mu.Unlock()
@@ -938,19 +1032,19 @@ func (p *Pool[S]) Sweep() int {
 	return len(stopped)
 }
 
-// ReapIdle stops every process idle for longer than IdleTimeout, waits for
-// them to be reaped and returns how many it stopped. The reaper calls it;
-// tests call it with an injected clock.
+// ReapIdle stops every idle process the residency policy lets go (by
+// default: idle for IdleTimeout), waits for them to be reaped and returns
+// how many it stopped. The reaper calls it; tests call it with an injected
+// clock.
 func (p *Pool[S]) ReapIdle() int {
 	now := p.cfg.Now()
 	var stopped []<-chan struct{}
 	p.mu.Lock()
-	for _, e := range p.entries {
-		if e.state != ready || e.held {
-			continue
-		}
-		if idle, since := idleSince(e); idle && now.Sub(since) >= p.cfg.IdleTimeout {
-			stopped = append(stopped, p.stopLocked(e, ReasonIdle))
+	pol := p.policyLocked()
+	for _, e := range p.idleLocked() {
+		k := p.describeLocked(e)
+		if expire, why := pol.Expire(now, k); expire {
+			stopped = append(stopped, p.decideLocked(e, Decision{Reason: ReasonIdle, Policy: pol.Name(), Why: why, Key: k}))
 		}
 	}
 	p.mu.Unlock()
@@ -958,6 +1052,25 @@ func (p *Pool[S]) ReapIdle() int {
 		<-ch
 	}
 	return len(stopped)
+}
+
+// Shed stops the idle process the residency policy picks as its victim,
+// for reason r (the daemon's memory limit: ReasonMemory), and waits for its
+// reap; it reports the key it stopped, and false when none was idle or the
+// policy picked none.
+func (p *Pool[S]) Shed(r Reason) (session.Key, bool) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return session.Key{}, false
+	}
+	k, stopped := p.evictLocked(r)
+	p.mu.Unlock()
+	if stopped == nil {
+		return session.Key{}, false
+	}
+	<-stopped
+	return k, true
 }
 
 // Exclusive gives the caller sole access to key k: it waits for the key
@@ -1013,6 +1126,28 @@ func (p *Pool[S]) Exclusive(ctx context.Context, k session.Key, queued func(hold
 	return func() { once.Do(func() { p.releaseKey(e) }) }, stopped, nil
 }
 
+// Borrow takes key k's idle process for work of the daemon's own that is
+// no turn (an idle compaction, a cache keep-alive), only when nothing waits
+// for it: no turn holds or waits for the key, none waits for a slot, and
+// the process neither works nor has died. Release gives it back with its
+// last use as it was, so the policy's view of the key's idleness does not
+// change; turns that come meanwhile wait for it as for any turn. False:
+// not now.
+func (p *Pool[S]) Borrow(k session.Key) (*Checkout[S], bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.entries[k]
+	if p.closed || e == nil || e.state != ready || e.held || len(e.waiters) > 0 || len(e.excl) > 0 || len(p.slotQ) > 0 || dead(e.sess) {
+		return nil, false
+	}
+	if idle, _ := idleSince(e); !idle {
+		return nil, false
+	}
+	e.held, e.holder = true, ""
+	p.setLocked(e, busy)
+	return &Checkout[S]{Key: k, Session: e.sess, p: p, e: e, borrowed: true}, true
+}
+
 // Info describes one key's process for the sessions listing.
 type Info struct {
 	Key     session.Key
@@ -1022,6 +1157,11 @@ type Info struct {
 	Idle    time.Duration
 	Started time.Time
 	Turns   map[string]int // by shape
+	// Residency is what the policy knows of the process (Describe), and
+	// Keep its current reason to keep it: the policy's Expire for an idle
+	// one ("in a turn" for a busy one, "" for one stopping).
+	Residency residency.Key
+	Keep      string
 }
 
 // Sessions lists the processes alive now, sorted by key.
@@ -1029,6 +1169,7 @@ func (p *Pool[S]) Sessions() []Info {
 	now := p.cfg.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	pol := p.policyLocked()
 	var out []Info
 	for _, e := range p.entries {
 		if e.state != ready && e.state != busy && e.state != stopping {
@@ -1037,6 +1178,12 @@ func (p *Pool[S]) Sessions() []Info {
 		in := Info{Key: e.key, Pid: e.sess.Pid(), Native: e.sess.Native(), State: e.state.String(), Started: e.started, Turns: map[string]int{}}
 		if e.state == ready {
 			in.Idle = now.Sub(e.lastUsed)
+		}
+		if e.state != stopping {
+			in.Residency, in.Keep = p.describeLocked(e), "in a turn"
+			if e.state == ready {
+				_, in.Keep = pol.Expire(now, in.Residency)
+			}
 		}
 		for _, s := range lease.Shapes {
 			in.Turns[s.String()] = e.turns[s]
@@ -1140,5 +1287,5 @@ func (p *Pool[S]) Free(k session.Key) bool {
 	if e != nil && e.state != gone || len(p.slotQ) > 0 {
 		return false
 	}
-	return p.slots < p.cfg.MaxLive || !p.anyStoppingLocked() && p.lruIdleLocked() != nil
+	return p.slots < p.cfg.MaxLive || !p.anyStoppingLocked() && len(p.idleLocked()) > 0
 }

@@ -63,6 +63,8 @@ type between struct {
 
 	since time.Time // when the process began working, zero while it is not
 	over  bool      // it worked past background_limit (logged once)
+
+	res *procRes // the process's cache and compaction (residency.go); set at its start
 }
 
 // working reports whether the process works with no turn in flight — an

@@ -112,6 +112,7 @@ type Keeper struct {
 
 	procs sync.Map // agent pid -> *Process, while it lives
 	sp    spares   // the bindings' spare processes (spare.go)
+	res   resState // what the residency policy is told (residency.go)
 
 	ws *workspace.Manager // the keys' git worktrees (worktree.go)
 

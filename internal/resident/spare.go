@@ -321,7 +321,7 @@ func (kp *Keeper) fillSpares(ctx context.Context) time.Duration {
 			for _, list := range s.ready {
 				total += len(list)
 			}
-			full := live+total >= kp.conf().ProcessCap()
+			full := live+total >= kp.conf().ProcessCap() || kp.res.tight.Load()
 			s.mu.Unlock()
 			if !had || kp.now().Sub(last) >= idle || have >= w.n {
 				break

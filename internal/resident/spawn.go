@@ -190,7 +190,10 @@ func (s *Process) Prompt(ctx context.Context, text string, atts []channel.Attach
 		with = append(with, acp.Attachment{Message: a.Message, Author: a.Author, Name: a.Name, Type: a.Type, Size: a.Size, Path: a.Path})
 	}
 	s.between.prompted(ctx)
-	return s.a.PromptMeta(ctx, s.native, text, with, tracing.Meta(ctx), on)
+	done := s.prompting(text, true)
+	res, err := s.a.PromptMeta(ctx, s.native, text, with, tracing.Meta(ctx), on)
+	done(res)
+	return res, err
 }
 
 var _ pool.Session = (*Process)(nil)
@@ -202,7 +205,11 @@ var _ pool.Spawner[*Process] = (*Keeper)(nil)
 // pool's exited hook runs once the process has been reaped.
 func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *Process, shape lease.Shape, err error) {
 	ctx, span := tracing.Start(ctx, "spawn")
+	t0 := kp.now()
 	defer func() {
+		if err == nil {
+			kp.res.spawned(k.Binding, shape, kp.now().Sub(t0))
+		}
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("residentd.binding", k.Binding), attribute.String("residentd.shape", shape.String()))
 			if s != nil {
@@ -506,6 +513,7 @@ func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
+	env = kp.residencyEnv(b, env)
 	return acp.Spec{
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, Elicit: kp.formsOf(b), SessionMeta: kp.sessionMeta(b),
 		SystemPrompt: kp.systemPrompt(b),
@@ -653,7 +661,7 @@ func startTimedOut(ctx context.Context, err error) bool {
 
 // startOnce is one try of startAgent, with spec's start limit.
 func (kp *Keeper) startOnce(ctx context.Context, spec acp.Spec, b config.Binding, k session.Key, log *zap.Logger) (*agentProc, error) {
-	bw := &between{k: kp, key: k, log: log}
+	bw := &between{k: kp, key: k, log: log, res: procResOf(b, spec.Env)}
 	spec.Between = bw.add
 	spec.Stray = func(native string, n int) { kp.m.Stray(b.ID, n) }
 	// Its exit hook is counted from now: Close waits for an agent starting.

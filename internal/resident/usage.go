@@ -41,7 +41,7 @@ func (s *Process) turnUsage(b config.Binding, res acp.Result) apitype.Usage {
 		c := apitype.AmountOf(res.Cost.Amount)
 		u.Cost, u.Currency, u.CostSource = &c, res.Cost.Currency, "agent"
 	case res.Usage != nil && b.Prices != nil:
-		c := b.Prices.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+		c := b.Prices.CostTTL(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, s.res().ttl)
 		u.Cost, u.Currency, u.CostSource = &c, b.Prices.Currency, "prices"
 	}
 	if res.Usage == nil && res.Cost == nil {
