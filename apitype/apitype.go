@@ -20,6 +20,10 @@ type TurnRequest struct {
 	Text          string  `json:"text"`
 	ChannelAgents []Agent `json:"channel_agents,omitempty"`
 	MaxRecipients int     `json:"max_recipients,omitempty"`
+	// Author is the chat's user id of the person who wrote the mention
+	// (optional): a binding whose approvers are "author" lets only that
+	// person answer the run's permission and elicitation requests.
+	Author string `json:"author,omitempty"`
 	// *TraceContext is the client's W3C trace context, its fields inline
 	// (the HTTP headers of the same names win); nil when it sent none. A
 	// pointer keeps the request small enough for the daemon's closures
@@ -56,6 +60,8 @@ const (
 	EventUpdate             = "update"              // one update from the agent: Update
 	EventPermissionRequest  = "permission_request"  // the agent asks a person: Permission; answer it with POST /v1/runs/{id}/permissions/{request}
 	EventPermissionDecision = "permission_decision" // a permission request was answered: Decision
+	EventElicitationRequest = "elicitation_request" // the agent asks a person to fill in a form: Elicitation; answer it with POST /v1/runs/{id}/elicitations/{request}
+	EventElicitationAnswer  = "elicitation_answer"  // an elicitation request was answered (accepted, declined or cancelled): Elicited
 	EventBudget             = "budget"              // the turn's cost took a daily budget to its warning share or past it: Budget
 	// EventInterrupted: the daemon stopped (clean or killed) while attempt
 	// Attempt was in flight; the run goes on as attempt Attempt+1 (queued,
@@ -115,7 +121,10 @@ type Event struct {
 	Update     *Update             `json:"update,omitempty"`
 	Permission *PermissionRequest  `json:"permission,omitempty"`
 	Decision   *PermissionDecision `json:"decision,omitempty"`
-	Budget     *Budget             `json:"budget,omitempty"`
+	// Elicitation (elicitation_request) and Elicited (elicitation_answer).
+	Elicitation *ElicitationRequest `json:"elicitation,omitempty"`
+	Elicited    *ElicitationAnswer  `json:"elicited,omitempty"`
+	Budget      *Budget             `json:"budget,omitempty"`
 
 	// done
 	StopReason string         `json:"stop_reason,omitempty"`
@@ -250,6 +259,9 @@ const (
 	DecidedByTimeout = "timeout" // nobody answered within the binding's permission_timeout: rejected
 	DecidedByCancel  = "cancel"  // the run was cancelled while the request waited
 	DecidedByLimit   = "limit"   // the run already had runs.pending_permissions requests waiting: rejected at once, never put to a person
+	// DecidedByUnsupported: an elicitation whose form is outside the
+	// schema subset residentd checks, cancelled at once.
+	DecidedByUnsupported = "unsupported"
 )
 
 // PermissionDecision says how a permission request was answered.
@@ -259,18 +271,64 @@ type PermissionDecision struct {
 	OptionID  string `json:"option_id,omitempty"`  // the option chosen; empty when cancelled
 	Kind      string `json:"kind"`                 // the chosen option's kind, or "cancelled"
 	DecidedBy string `json:"decided_by"`
+	// AnsweredBy is the chat's user id of the person who answered
+	// (decided_by person), when the answer named one.
+	AnsweredBy string `json:"answered_by,omitempty"`
 }
 
 // PermissionAnswer is POST /v1/runs/{id}/permissions/{request}.
 type PermissionAnswer struct {
 	OptionID string `json:"option_id"`
+	// AnsweredBy is the chat's user id of the person answering; a binding
+	// whose approvers are not "any" requires it.
+	AnsweredBy string `json:"answered_by,omitempty"`
 }
 
 // PermissionAnswered acknowledges an answer.
 type PermissionAnswered struct {
-	RunID     string `json:"run_id"`
-	RequestID string `json:"request_id"`
-	OptionID  string `json:"option_id"`
+	RunID      string `json:"run_id"`
+	RequestID  string `json:"request_id"`
+	OptionID   string `json:"option_id"`
+	AnsweredBy string `json:"answered_by,omitempty"`
+}
+
+// ElicitationRequest is the agent asking a person to fill in a form
+// (ACP's elicitation/create, form mode): Schema is the form as the agent
+// sent it, a flat JSON Schema object (string, number, integer, boolean,
+// enum and multi-select properties; required).
+type ElicitationRequest struct {
+	ID         string          `json:"id"`
+	Message    string          `json:"message"`
+	Schema     json.RawMessage `json:"requested_schema"`
+	ToolCallID string          `json:"tool_call_id,omitempty"` // the tool call the form belongs to, when the agent named one
+	ExpiresAt  time.Time       `json:"expires_at"`             // cancelled automatically when nobody answers by then
+}
+
+// Elicitation answer actions, as ACP names them.
+const (
+	ElicitAccept  = "accept"  // the form filled in: Content
+	ElicitDecline = "decline" // the person refused
+	ElicitCancel  = "cancel"  // dismissed: nobody answered, the run ended, or the answer said so
+)
+
+// ElicitationAnswer is POST /v1/runs/{id}/elicitations/{request}, and how
+// an elicitation request was answered (the elicitation_answer event).
+type ElicitationAnswer struct {
+	RequestID string `json:"request_id,omitempty"` // set in the event
+	Action    string `json:"action"`               // accept, decline or cancel
+	// Content is the filled-in form (accept only); it must fit the
+	// request's requested_schema.
+	Content    map[string]any `json:"content,omitempty"`
+	DecidedBy  string         `json:"decided_by,omitempty"` // set in the event: person, timeout, cancel or limit
+	AnsweredBy string         `json:"answered_by,omitempty"`
+}
+
+// ElicitationAnswered acknowledges an answer.
+type ElicitationAnswered struct {
+	RunID      string `json:"run_id"`
+	RequestID  string `json:"request_id"`
+	Action     string `json:"action"`
+	AnsweredBy string `json:"answered_by,omitempty"`
 }
 
 // Run states.
@@ -306,6 +364,11 @@ type Run struct {
 	Attempt int `json:"attempt,omitempty"`
 	// Pending lists the permission requests waiting for an answer.
 	Pending []PermissionRequest `json:"pending_permissions,omitempty"`
+	// PendingElicitations lists the elicitation requests waiting for an
+	// answer.
+	PendingElicitations []ElicitationRequest `json:"pending_elicitations,omitempty"`
+	// Author is the mention's author, as the turn request named it.
+	Author string `json:"author,omitempty"`
 	// Result is the run's final done or error event once it ended.
 	Result *Event `json:"result,omitempty"`
 	// TraceID and SpanID name the run's root span when the daemon traces
@@ -373,7 +436,11 @@ type Version struct {
 const (
 	CapabilityRuns        = "runs"        // runs outlive connections; GET /v1/runs, re-attach with after=SEQ
 	CapabilityPermissions = "permissions" // permission_request events and answers
-	CapabilityKeepalive   = "keepalive"   // keepalive lines on idle streams
+	CapabilityElicitation = "elicitation" // elicitation_request events and answers
+	// CapabilityApprovers: answers name who answered (answered_by), and a
+	// binding's approvers decide who may (403 not_an_approver).
+	CapabilityApprovers = "approvers"
+	CapabilityKeepalive = "keepalive" // keepalive lines on idle streams
 	// CapabilityLeanStream: ?lean=true on POST /v1/turns and
 	// GET /v1/runs/{run}/events sends the reply once.
 	CapabilityLeanStream = "lean_stream"
@@ -998,8 +1065,8 @@ type Error struct {
 }
 
 // MaxIDBytes is the longest id the API takes, in bytes of UTF-8: channel,
-// binding, message, thread root, run, permission request, option and
-// project ids. An id is valid UTF-8 without control characters; anything
+// binding, message, thread root, run, permission and elicitation request,
+// option, project and user (author, answered_by) ids. An id is valid UTF-8 without control characters; anything
 // else is refused with CodeInvalidID naming the field.
 const MaxIDBytes = 256
 
@@ -1029,9 +1096,11 @@ const (
 	CodeInternal          = "internal"
 	CodeRunEnded          = "run_ended"        // the run already ended; nothing to cancel
 	CodeEventsGone        = "events_gone"      // the events asked for fell out of the run's buffer
-	CodeUnknownRequest    = "unknown_request"  // no such permission request on the run
+	CodeUnknownRequest    = "unknown_request"  // no such permission or elicitation request on the run
 	CodeBadOption         = "bad_option"       // the option id is not one the agent offered
-	CodeAlreadyAnswered   = "already_answered" // the permission request was answered already
+	CodeAlreadyAnswered   = "already_answered" // the permission or elicitation request was answered already
+	CodeNotAnApprover     = "not_an_approver"  // the binding's approvers do not include who answered (answered_by)
+	CodeInvalidContent    = "invalid_content"  // an elicitation answer's content does not fit the requested schema
 	CodeBudgetExceeded    = "budget_exceeded"  // a daily budget of the binding or channel is spent until it resets
 	CodeInvalidOption     = "invalid_option"   // a session option id or value the binding's agent does not list
 	CodeStoreDamaged      = "store_damaged"    // the state file has a page the store cannot read; residentd repair fixes it

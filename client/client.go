@@ -336,6 +336,19 @@ func (c *Client) Answer(ctx context.Context, runID, requestID, optionID string) 
 	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/permissions/"+url.PathEscape(requestID), apitype.PermissionAnswer{OptionID: optionID}, nil)
 }
 
+// AnswerAs is Answer naming who answers (answered_by, the chat's user id),
+// which a binding with approvers requires.
+func (c *Client) AnswerAs(ctx context.Context, runID, requestID, optionID, by string) error {
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/permissions/"+url.PathEscape(requestID), apitype.PermissionAnswer{OptionID: optionID, AnsweredBy: by}, nil)
+}
+
+// AnswerElicitation answers elicitation request requestID of run runID:
+// Action accept with the filled-in form as Content, decline or cancel;
+// AnsweredBy names who answers.
+func (c *Client) AnswerElicitation(ctx context.Context, runID, requestID string, ans apitype.ElicitationAnswer) error {
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/elicitations/"+url.PathEscape(requestID), ans, nil)
+}
+
 // Version returns the daemon's version, API version and capabilities.
 func (c *Client) Version(ctx context.Context) (apitype.Version, error) {
 	var out apitype.Version

@@ -56,11 +56,13 @@ func (f *keyFlags) bind(fs *flag.FlagSet) {
 type streamFlags struct {
 	json bool
 	ask  string
+	as   string
 }
 
 func (f *streamFlags) bind(fs *flag.FlagSet, ask string) {
 	fs.BoolVar(&f.json, "json", false, "print every event as a JSON line")
 	fs.StringVar(&f.ask, "ask", "auto", ask)
+	fs.StringVar(&f.as, "as", "", "the chat's user id the answers given here name (answered_by)")
 }
 
 // printer shows a run's events on stdout and, as --ask says, asks the
@@ -70,7 +72,7 @@ func (f *streamFlags) printer(ctx context.Context, e *cmdEnv) (*printer, error) 
 	if err != nil {
 		return nil, err
 	}
-	p := &printer{ctx: ctx, c: e.client, out: e.stdout, json: f.json}
+	p := &printer{ctx: ctx, c: e.client, out: e.stdout, json: f.json, as: f.as}
 	if asking {
 		p.in = bufio.NewReader(e.stdin)
 	}
@@ -80,12 +82,13 @@ func (f *streamFlags) printer(ctx context.Context, e *cmdEnv) (*printer, error) 
 type mentionFlags struct {
 	keyFlags
 	streamFlags
-	message, thread, run string
+	message, thread, run, author string
 }
 
 func (f *mentionFlags) bind(fs *flag.FlagSet) {
 	f.keyFlags.bind(fs)
-	f.streamFlags.bind(fs, "answer the agent's permission requests from stdin: auto (when stdin is a terminal), yes or no")
+	f.streamFlags.bind(fs, "answer the agent's permission and elicitation requests from stdin: auto (when stdin is a terminal), yes or no")
+	fs.StringVar(&f.author, "author", "", "the chat's user id of the mention's author (the approver when the binding's approvers are author)")
 	fs.StringVar(&f.message, "message", "", "message id of the mention")
 	fs.StringVar(&f.thread, "thread", "", "thread root id, if the mention is in a thread")
 	fs.StringVar(&f.run, "run", "", "run id (default: generated)")
@@ -100,7 +103,7 @@ func runMention(ctx context.Context, e *cmdEnv, f *mentionFlags) error {
 	if err != nil {
 		return err
 	}
-	req := apitype.TurnRequest{Channel: f.channel, Binding: f.binding, MessageID: f.message, RunID: f.run, Text: text}
+	req := apitype.TurnRequest{Channel: f.channel, Binding: f.binding, MessageID: f.message, RunID: f.run, Text: text, Author: f.author}
 	if f.thread != "" {
 		req.ThreadRoot = &f.thread
 	}
@@ -135,6 +138,7 @@ type printer struct {
 	out  io.Writer
 	json bool
 	in   *bufio.Reader
+	as   string // answered_by of the answers given here
 }
 
 func (p *printer) event(ev apitype.Event) {
@@ -161,6 +165,14 @@ func (p *printer) event(ev apitype.Event) {
 	case apitype.EventPermissionDecision:
 		if d := ev.Decision; !p.json && d != nil {
 			fmt.Fprintf(p.out, "[permission %s: %s, by %s]\n", d.Tool, d.Kind, d.DecidedBy)
+		}
+	case apitype.EventElicitationRequest:
+		if ev.Elicitation != nil {
+			p.elicitation(ev.RunID, *ev.Elicitation)
+		}
+	case apitype.EventElicitationAnswer:
+		if a := ev.Elicited; !p.json && a != nil {
+			fmt.Fprintf(p.out, "[form %s: %s, by %s]\n", a.RequestID, a.Action, a.DecidedBy)
 		}
 	case apitype.EventBudget:
 		if b := ev.Budget; !p.json && b != nil {
@@ -215,7 +227,7 @@ func (p *printer) permission(runID string, pr apitype.PermissionRequest) {
 			fmt.Fprintf(out, "%q is not one of the options\n", strings.TrimSpace(line))
 			continue
 		}
-		if err := p.c.Answer(p.ctx, runID, pr.ID, id); err != nil {
+		if err := p.c.AnswerAs(p.ctx, runID, pr.ID, id, p.as); err != nil {
 			// Another client may have answered first; the stream says how.
 			fmt.Fprintln(out, err)
 		}

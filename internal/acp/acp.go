@@ -47,8 +47,16 @@ type Spec struct {
 	Permission permission.Policy // how permission requests are answered; "" is permission.Deny
 	// Ask answers the requests Permission puts to a person; without it they
 	// are answered cancelled.
-	Ask        AskFunc
+	Ask AskFunc
+	// Elicit answers the agent's forms (elicitation/create); with it the
+	// client advertises form elicitation at initialize. Without it no
+	// form is advertised and any that comes is answered cancel.
+	Elicit     ElicitFunc
 	MCPServers []sdk.McpServer
+	// SystemPrompt goes with every session request (new, load, resume,
+	// fork) as the session's system prompt (append), when the agent
+	// advertises that it takes one (SystemPromptTaken); "" sends none.
+	SystemPrompt string
 	// SessionMeta, called once initialize said who the agent is, returns
 	// the _meta to send with every session/new, session/load and
 	// session/resume: the agent's own session settings (a binding's
@@ -279,6 +287,8 @@ type Agent struct {
 	workCh   chan struct{}   // closed and replaced when working changes
 	closed   bool
 	limit    error // the first output limit the agent hit (ErrLimit)
+
+	elicit elicitState // forms in flight (elicit.go)
 }
 
 // earlyUpdates are the updates of a session id the caller has not
@@ -422,8 +432,9 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	resp, err := a.conn.Initialize(ictx, sdk.InitializeRequest{
 		ProtocolVersion: sdk.ProtocolVersionNumber,
 		ClientCapabilities: sdk.ClientCapabilities{
-			Fs:       sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
-			Terminal: false,
+			Fs:          sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
+			Terminal:    false,
+			Elicitation: elicitationCapability(spec.Elicit),
 		},
 		ClientInfo: &sdk.Implementation{Name: "residentd", Version: "1"},
 	})
@@ -472,6 +483,7 @@ func (a *Agent) spawn(path string) error {
 	// connection and the logger are set.
 	pr, pw := io.Pipe()
 	a.in = &capsWriter{w: p.Stdin()}
+	a.in.sys.text = a.spec.SystemPrompt
 	a.conn = sdk.NewClientSideConnection(&client{a: a}, a.in, pr)
 	a.conn.SetLogger(newSlog(a.log))
 	// The pump ends when the agent's stdout does (the process exited or

@@ -28,6 +28,8 @@ type capsWriter struct {
 	wmu  sync.Mutex
 	mu   sync.Mutex
 	done bool // the initialize line went by
+
+	sys sysPrompt // the system prompt the session requests carry (sysprompt.go)
 }
 
 var capsKey = []byte(`"clientCapabilities":{`)
@@ -38,6 +40,14 @@ func (c *capsWriter) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	done := c.done
 	c.mu.Unlock()
+	if done {
+		if q := c.sys.add(p); len(q) != len(p) {
+			if _, err := c.w.Write(q); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
 	if done || !bytes.Contains(p, []byte(`"method":"initialize"`)) {
 		return c.w.Write(p)
 	}

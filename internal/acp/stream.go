@@ -119,6 +119,9 @@ func (a *Agent) dispatch(line []byte) bool {
 		if bytes.Contains(line, []byte(`"stopReason"`)) && !bytes.Contains(line, []byte(`"method"`)) {
 			a.promptAnswered()
 		}
+		if a.intercept(line) {
+			return true
+		}
 		// The answer to a prompt sent here is this package's (prompt.go).
 		return a.promptsN.Load() > 0 && a.takeAnswer(line)
 	}

@@ -143,19 +143,20 @@ func lazyRegexp(expr string) func() *regexp.Regexp {
 }
 
 type options struct {
-	state     string
-	history   int
-	record    string
-	noLoad    bool
-	noClose   bool
-	noResume  bool
-	fork      bool // advertise session/fork
-	noOptions bool
-	image     bool // advertise promptCapabilities.image
-	embedded  bool // advertise promptCapabilities.embeddedContext
-	noModes   bool
-	askMode   string // the id of the mode that asks before each tool call ("" for manual)
-	denyTools string // comma-separated tool kinds its own rules take away ([[tool:KIND]] fails unasked)
+	state        string
+	history      int
+	record       string
+	noLoad       bool
+	noClose      bool
+	noResume     bool
+	fork         bool // advertise session/fork
+	systemPrompt bool // advertise sessionCapabilities.systemPrompt (sysprompt.go)
+	noOptions    bool
+	image        bool // advertise promptCapabilities.image
+	embedded     bool // advertise promptCapabilities.embeddedContext
+	noModes      bool
+	askMode      string // the id of the mode that asks before each tool call ("" for manual)
+	denyTools    string // comma-separated tool kinds its own rules take away ([[tool:KIND]] fails unasked)
 	// agentInfo is the name@version the agent gives at initialize: its
 	// own, another agent's (--agent-info), or none ("-").
 	agentInfo string
@@ -190,6 +191,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noLoad, "no-load", false, "do not advertise the loadSession capability")
 	fs.BoolVar(&o.noClose, "no-close", false, "do not advertise session/close")
 	fs.BoolVar(&o.noResume, "no-resume", false, "do not advertise session/resume")
+	fs.BoolVar(&o.systemPrompt, "system-prompt", false, "advertise sessionCapabilities.systemPrompt (unstable in ACP): take the system prompt a session request carries; the reply adds system=yes when it starts as --expect-framing says")
 	fs.BoolVar(&o.fork, "fork", false, "advertise session/fork (unstable in ACP): a new session starts with a copy of another's history")
 	fs.BoolVar(&o.noOptions, "no-options", false, "list no session config options (model, mode, verbose)")
 	fs.BoolVar(&o.image, "image", false, "advertise promptCapabilities.image: take image blocks in a prompt")
@@ -265,7 +267,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		time.Sleep(o.slow)
 	}
 
-	out := &lockedWriter{w: stdout}
+	out := &lockedWriter{w: stdout, systemPrompt: o.systemPrompt}
 	b := &builtin{
 		opts:     o,
 		out:      out,
@@ -277,6 +279,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// read until b.conn is set, or a request that arrives at once (the
 	// client writes initialize as soon as the process starts) would be
 	// handled by a builtin with no connection to answer on.
+	if o.systemPrompt {
+		stdin = b.sys.readSystemPrompts(stdin)
+	}
 	in := &gatedReader{r: stdin, open: make(chan struct{}), stall: make(chan struct{}), onData: b.flushLate}
 	b.stall = sync.OnceFunc(func() { close(in.stall) })
 	conn := acp.NewAgentSideConnection(b, out, in)
@@ -326,15 +331,25 @@ func blockForever() {
 // of the prompt answers written, so that what the agent says "after the
 // prompt returned" comes after its answer on the wire.
 type lockedWriter struct {
-	mu       sync.Mutex
-	w        io.Writer
-	answers  int           // prompt answers written so far
-	answered chan struct{} // closed and replaced when one is written
+	mu        sync.Mutex
+	w         io.Writer
+	answers   int           // prompt answers written so far
+	answered  chan struct{} // closed and replaced when one is written
+	elicitFor string        // the session of the next elicitation request (elicit.go)
+	// systemPrompt: advertise sessionCapabilities.systemPrompt in the
+	// initialize answer (sysprompt.go).
+	systemPrompt bool
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if q := l.scoped(l.advertised(p)); len(q) != len(p) {
+		if _, err := l.w.Write(q); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	n, err := l.w.Write(p)
 	if err == nil && isPromptAnswer(p) {
 		l.answers++
@@ -422,6 +437,7 @@ type builtin struct {
 	// a session is in it while a turn runs. Guarded by mu.
 	steering map[string][]string
 	conn     *acp.AgentSideConnection
+	sys      systemPrompt // the sessions' system prompt (--system-prompt)
 	out      *lockedWriter
 	stderr   io.Writer
 	exit     chan int
@@ -686,6 +702,9 @@ func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptRe
 		fault = m[len(m)-1][1]
 	}
 	reply := Summary(text, b.opts.framing, n)
+	if b.opts.systemPrompt {
+		reply += b.systemSummary()
+	}
 	b.mu.Lock()
 	if b.steering == nil {
 		b.steering = map[string][]string{}
@@ -1078,6 +1097,7 @@ func (b *builtin) directives(ctx context.Context, id, text string) (refused int)
 	for _, m := range switchModeDirective().FindAllStringSubmatch(text, -1) {
 		b.switchMode(ctx, id, m[1])
 	}
+	b.elicit(ctx, id, text)
 	return refused
 }
 

@@ -40,7 +40,7 @@ func TestEveryFaultDirectiveAndFlagDocumented(t *testing.T) {
 	}
 
 	// Directives: the literal start of each directive's expression.
-	for _, re := range []func() *regexp.Regexp{faultDirective, readDirective, writeDirective, writeCwdDirective, permDirective, compactDirective} {
+	for _, re := range []func() *regexp.Regexp{faultDirective, readDirective, writeDirective, writeCwdDirective, permDirective, compactDirective, elicitDirective} {
 		lit, _, _ := strings.Cut(re().String(), "(")
 		lit = strings.ReplaceAll(lit, `\`, "")
 		if !strings.Contains(doc, lit) {

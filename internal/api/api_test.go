@@ -75,6 +75,7 @@ func peerMain(sock string) int {
 // env is a daemon with the built-in agent, served on a real socket.
 type env struct {
 	d     *daemon.Daemon
+	h     *daemontest.Daemon // what Restart restarts
 	inbox *inbox.Inbox
 	srv   *Server
 	sock  string
@@ -137,7 +138,7 @@ func newEnvWith(t *testing.T, opts func(*ServerOptions, *daemon.Daemon), tweak .
 		opts(&so, h.Daemon)
 	}
 	srv, sock := serve(t, filepath.Join("s", "api.sock"), so)
-	e := &env{d: h.Daemon, inbox: h.Inbox, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
+	e := &env{d: h.Daemon, h: h, inbox: h.Inbox, srv: srv, sock: sock, c: &client.Client{Socket: sock}, hc: unixHTTP(sock)}
 	t.Cleanup(func() { e.c.Close() })
 	return e
 }

@@ -54,10 +54,13 @@ func newCapEnv(t *testing.T) *capEnv {
 	steer.Bursts = config.BurstsSteer
 	thread := builtin("b-thread")
 	thread.Scope = config.ScopeThread
+	approve := builtin("b-approve")
+	approve.Permission, approve.PermissionTimeout = permission.Ask, config.Duration(time.Hour)
+	approve.Approvers = config.Approvers{Users: []string{"u-ana"}}
 	wt := builtin("b-wt")
 	wt.Dir, wt.Workspace = testkit.GitRepo(t), workspace.Worktree
 	cfg := config.Config{
-		Bindings: []config.Binding{builtin("b-builtin", "--cost", "0.4"), ask, co, steer, thread, wt},
+		Bindings: []config.Binding{builtin("b-builtin", "--cost", "0.4"), ask, co, steer, thread, wt, approve},
 		Runs:     config.Runs{Keepalive: config.Duration(200 * time.Millisecond)},
 		Budgets:  config.Budgets{Timezone: "UTC", Bindings: map[string]float64{"b-builtin": 100}},
 	}
@@ -234,6 +237,37 @@ var capabilityProbes = []struct {
 		if d := evs[len(evs)-1]; d.Decision == nil || d.Decision.DecidedBy != apitype.DecidedByPerson {
 			t.Fatalf("run-perm's decision %+v", d)
 		}
+	}},
+	{apitype.CapabilityElicitation, func(t *testing.T, e *capEnv) {
+		e.detach(t, "b-ask", "ch-form", "run-form", "", "@agent [[elicit:deploy]]")
+		_, evs := e.events(t, "/v1/runs/run-form/events?until=elicitation_request")
+		asked := evs[len(evs)-1]
+		if asked.Event != apitype.EventElicitationRequest {
+			t.Fatalf("run-form: %s, want an elicitation request", kinds(evs))
+		}
+		e.want(t, http.StatusBadRequest, http.MethodPost, "/v1/runs/run-form/elicitations/"+asked.Elicitation.ID, `{"action":"accept","content":{"env":"moon","confirm":true}}`)
+		e.want(t, http.StatusOK, http.MethodPost, "/v1/runs/run-form/elicitations/"+asked.Elicitation.ID, `{"action":"accept","content":{"env":"staging","confirm":true}}`)
+		_, evs = e.events(t, "/v1/runs/run-form/events?until=elicitation_answer")
+		if a := evs[len(evs)-1]; a.Elicited == nil || a.Elicited.Action != apitype.ElicitAccept || a.Elicited.DecidedBy != apitype.DecidedByPerson {
+			t.Fatalf("run-form's answer %+v", a)
+		}
+		e.end(t, "run-form")
+	}},
+	{apitype.CapabilityApprovers, func(t *testing.T, e *capEnv) {
+		e.detach(t, "b-approve", "ch-approve", "run-approve", "", "@agent [[permission:execute]]")
+		_, evs := e.events(t, "/v1/runs/run-approve/events?until=permission_request")
+		asked := evs[len(evs)-1]
+		if asked.Event != apitype.EventPermissionRequest {
+			t.Fatalf("run-approve: %s, want a permission request", kinds(evs))
+		}
+		path := "/v1/runs/run-approve/permissions/" + asked.Permission.ID
+		e.want(t, http.StatusForbidden, http.MethodPost, path, `{"option_id":"allow","answered_by":"u-bo"}`)
+		e.want(t, http.StatusOK, http.MethodPost, path, `{"option_id":"allow","answered_by":"u-ana"}`)
+		_, evs = e.events(t, "/v1/runs/run-approve/events?until=permission_decision")
+		if d := evs[len(evs)-1]; d.Decision == nil || d.Decision.AnsweredBy != "u-ana" {
+			t.Fatalf("run-approve's decision %+v", d)
+		}
+		e.end(t, "run-approve")
 	}},
 	{apitype.CapabilityKeepalive, func(t *testing.T, e *capEnv) {
 		e.feed(t, "9223372036854775807", func(ev apitype.FeedEvent) bool { return ev.Event == apitype.EventKeepalive })

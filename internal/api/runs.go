@@ -25,6 +25,7 @@ var Features = []string{
 	apitype.CapabilityBurstsCoalesce, apitype.CapabilityBurstsSteer, apitype.CapabilityContextHeld, apitype.CapabilityThreadScope,
 	apitype.CapabilitySessionOptions, apitype.CapabilityBudgets, apitype.CapabilityExactMoney,
 	apitype.CapabilityConfigReload, apitype.CapabilityTraces, apitype.CapabilityAgentTools, apitype.CapabilityWorktrees,
+	apitype.CapabilityElicitation, apitype.CapabilityApprovers,
 }
 
 // APIVersion is the local API's version: /v1 only grows (new endpoints,
@@ -56,7 +57,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	if req.ThreadRoot != nil {
 		thread = *req.ThreadRoot
 	}
-	if err := checkIDs(field("channel_id", req.Channel), field("binding_id", req.Binding), field("message_id", req.MessageID), field("thread_root_id", thread), field("run_id", req.RunID)); err != nil {
+	if err := checkIDs(field("channel_id", req.Channel), field("binding_id", req.Binding), field("message_id", req.MessageID), field("thread_root_id", thread), field("run_id", req.RunID), field("author", req.Author)); err != nil {
 		fail(w, err)
 		return
 	}
@@ -119,8 +120,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // untilKinds are the event kinds ?until= may name: a run's events
 // (keepalive lines are not).
 var untilKinds = []string{apitype.EventQueued, apitype.EventRestoring, apitype.EventStarted, apitype.EventUpdate,
-	apitype.EventPermissionRequest, apitype.EventPermissionDecision, apitype.EventBudget, apitype.EventInterrupted,
-	apitype.EventDone, apitype.EventError}
+	apitype.EventPermissionRequest, apitype.EventPermissionDecision, apitype.EventElicitationRequest, apitype.EventElicitationAnswer,
+	apitype.EventBudget, apitype.EventInterrupted, apitype.EventDone, apitype.EventError}
 
 // checkUntil validates ?until=: the event kind after whose first event the
 // stream ends; "" for none.
@@ -361,10 +362,31 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, reqID := r.PathValue("run"), r.PathValue("request")
-	if err := checkIDs(inPath("run", id), inPath("request", reqID), field("option_id", req.OptionID)); err != nil {
+	if err := checkIDs(inPath("run", id), inPath("request", reqID), field("option_id", req.OptionID), field("answered_by", req.AnsweredBy)); err != nil {
 		fail(w, err)
 		return
 	}
-	err := s.turns.Answer(id, reqID, req.OptionID)
-	reply(w, http.StatusOK, apitype.PermissionAnswered{RunID: id, RequestID: reqID, OptionID: req.OptionID}, err)
+	err := s.turns.AnswerAs(id, reqID, req.OptionID, req.AnsweredBy)
+	reply(w, http.StatusOK, apitype.PermissionAnswered{RunID: id, RequestID: reqID, OptionID: req.OptionID, AnsweredBy: req.AnsweredBy}, err)
+}
+
+// elicited takes an answer to an elicitation request: accept with the
+// form's content, decline or cancel.
+func (s *Server) elicited(w http.ResponseWriter, r *http.Request) {
+	var req apitype.ElicitationAnswer
+	if err := decode(w, r, MaxSmallBody, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if req.Action == "" || req.RequestID != "" || req.DecidedBy != "" {
+		fail(w, fmt.Errorf("%w: the answer is {action, content, answered_by}: action accept (with content), decline or cancel", errBadRequest))
+		return
+	}
+	id, reqID := r.PathValue("run"), r.PathValue("request")
+	if err := checkIDs(inPath("run", id), inPath("request", reqID), field("answered_by", req.AnsweredBy)); err != nil {
+		fail(w, err)
+		return
+	}
+	err := s.turns.AnswerElicitation(id, reqID, req)
+	reply(w, http.StatusOK, apitype.ElicitationAnswered{RunID: id, RequestID: reqID, Action: req.Action, AnsweredBy: req.AnsweredBy}, err)
 }

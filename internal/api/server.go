@@ -50,7 +50,10 @@ type Turns interface {
 	// Feed announces every run's start and end (GET /v1/events).
 	RunFeed() *run.Feed
 	Cancel(runID string) error
-	Answer(runID, requestID, optionID string) error
+	// AnswerAs answers a permission request as person by ("" names
+	// nobody); AnswerElicitation an elicitation request.
+	AnswerAs(runID, requestID, optionID, by string) error
+	AnswerElicitation(runID, requestID string, ans apitype.ElicitationAnswer) error
 	Budgets() (apitype.Budgets, error)
 	Status() apitype.Health // live, busy, queued, max_live, bindings
 }
@@ -197,6 +200,7 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("GET /v1/events", s.runFeed)
 	mux.HandleFunc("POST /v1/runs/{run}/cancel", s.cancel)
 	mux.HandleFunc("POST /v1/runs/{run}/permissions/{request}", s.answer)
+	mux.HandleFunc("POST /v1/runs/{run}/elicitations/{request}", s.elicited)
 	mux.HandleFunc("GET /v1/sessions", s.sessions)
 	mux.HandleFunc("POST /v1/sessions/fresh", s.fresh)
 	mux.HandleFunc("GET /v1/sessions/options", s.sessionOptions)
@@ -347,13 +351,13 @@ func classify(err error) (int, string) {
 // statusOf is the HTTP status that carries an error code.
 func statusOf(code string) int {
 	switch code {
-	case apitype.CodeBadRequest, apitype.CodeInvalidMessage, apitype.CodeInvalidAttachment, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption, apitype.CodeNestingTooDeep, apitype.CodeInvalidID:
+	case apitype.CodeBadRequest, apitype.CodeInvalidContent, apitype.CodeInvalidMessage, apitype.CodeInvalidAttachment, apitype.CodeBadOption, apitype.CodeBadCursor, apitype.CodeInvalidOption, apitype.CodeNestingTooDeep, apitype.CodeInvalidID:
 		return http.StatusBadRequest
 	case apitype.CodeBudgetExceeded:
 		return http.StatusTooManyRequests
 	case apitype.CodeMissingCapability, apitype.CodeBadCapability:
 		return http.StatusUnauthorized
-	case apitype.CodeForbidden, apitype.CodeForbiddenOrigin, apitype.CodeOutOfScope, apitype.CodeAgentForbidden:
+	case apitype.CodeForbidden, apitype.CodeNotAnApprover, apitype.CodeForbiddenOrigin, apitype.CodeOutOfScope, apitype.CodeAgentForbidden:
 		return http.StatusForbidden
 	case apitype.CodeUnknownBinding, apitype.CodeUnknownRun, apitype.CodeUnknownThread, apitype.CodeNotFound, apitype.CodeUnknownRequest:
 		return http.StatusNotFound

@@ -63,6 +63,12 @@ type Binding struct {
 	// BriefEvery re-sends the full brief every N warm turns when it lives in
 	// the framing, so a session that compacted its history gets it back.
 	BriefEvery int `json:"brief_every,omitempty"`
+	// SystemPlacement says where the framing goes: "system_prompt" (the
+	// default: the session's system prompt, on session/new, load, resume
+	// and fork, where the agent advertises it takes one; the first turn
+	// otherwise) or "turn" (always the first turn of a cold or restored
+	// process).
+	SystemPlacement string `json:"system_placement,omitempty"`
 
 	// Supervised and Resident go into every mention payload. Resident keeps
 	// the key's process between turns, and with it a watermark (see
@@ -100,6 +106,14 @@ type Binding struct {
 	// PermissionTimeout is how long a permission request put to a person
 	// (policy ask or read-only+ask) waits before it is rejected; default 5m.
 	PermissionTimeout Duration `json:"permission_timeout,omitempty"`
+	// Approvers decides who may answer the agent's permission and
+	// elicitation requests: "any" (default), "author" (the mention's
+	// author) or a list of the chat's user ids.
+	Approvers Approvers `json:"approvers,omitzero"`
+	// Elicitation tells the agent at initialize that a person may be asked
+	// to fill in a form (ACP elicitation); on by default. Off, no form is
+	// advertised, and claude-agent-acp keeps its AskUserQuestion tool off.
+	Elicitation *bool `json:"elicitation,omitempty"`
 
 	// Limits bound the agent's whole process tree.
 	Limits Limits `json:"limits,omitempty"`
@@ -768,6 +782,11 @@ func (c *Config) Validate() error {
 		}
 		if err := b.BriefPlacement.Check(); err != nil {
 			return fmt.Errorf("%w: binding %q: brief_placement: %v", ErrInvalid, b.ID, err)
+		}
+		switch b.SystemPlacement {
+		case "", SystemInPrompt, SystemInTurn:
+		default:
+			return fmt.Errorf("%w: binding %q: system_placement %q: use system_prompt or turn", ErrInvalid, b.ID, b.SystemPlacement)
 		}
 		switch b.RestoreMethod {
 		case "", RestoreAuto, RestoreResume, RestoreLoad:

@@ -43,12 +43,12 @@ var BindingClasses = map[string]Class{
 	"handle": NextTurn, "runtime": NextTurn,
 	"command": ReplaceProcess, "args": ReplaceProcess, "env": ReplaceProcess, "dir": ReplaceProcess,
 	"system": NewSession, "system_file": NewSession,
-	"brief": NextTurn, "brief_placement": NextTurn, "brief_every": NextTurn,
+	"brief": NextTurn, "brief_placement": NextTurn, "brief_every": NextTurn, "system_placement": ReplaceProcess,
 	"supervised": NextTurn, "resident": ReplaceProcess, "saved_session": ReplaceProcess,
 	"restore": NextTurn, "restore_method": NextTurn, "start_timeout": NextTurn,
 	"session_options": NextTurn, "permission": NextTurn,
 	"tools": ReplaceProcess, "omit_own_posts": NextTurn,
-	"turn_timeout": NextTurn, "permission_timeout": NextTurn,
+	"turn_timeout": NextTurn, "permission_timeout": NextTurn, "approvers": AtOnce, "elicitation": ReplaceProcess,
 	"limits": ReplaceProcess, "usage_totals": ReplaceProcess, "prices": NextTurn,
 	"retry_interrupted": NextTurn, "bursts": NextTurn,
 	"scope": NextTurn,
@@ -206,7 +206,8 @@ func keepRestart(o, n reflect.Value, prefix string) {
 func (b *Binding) SameProcess(n *Binding) bool {
 	return b.Command == n.Command && slices.Equal(b.Args, n.Args) && maps.Equal(b.Env, n.Env) && b.Dir == n.Dir &&
 		b.Resident == n.Resident && b.SavedSession == n.SavedSession && samePtr(b.Tools, n.Tools) &&
-		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals
+		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals && b.SystemPlacement == n.SystemPlacement &&
+		b.Forms() == n.Forms()
 }
 
 func samePtr[T comparable](a, b *T) bool {

@@ -52,17 +52,19 @@ func (d *Daemon) ask(ctx context.Context, native string, tc apitype.ToolCall, op
 	defer stop()
 	// The request's span lasts until its answer.
 	_, span := tracing.Start(a.ctx, "permission")
-	id, by := a.r.Ask(actx, tc, options, a.timeout)
+	dec := a.r.Decide(actx, tc, options, a.timeout)
+	id, by := dec.OptionID, dec.DecidedBy
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("residentd.tool.id", tc.ID), attribute.String("residentd.tool.kind", tc.Kind), attribute.String("residentd.tool.title", tc.Title),
-			attribute.String("residentd.permission.decided_by", by), attribute.String("residentd.permission.option", id))
+			attribute.String("residentd.permission.decided_by", by), attribute.String("residentd.permission.option", id),
+			attribute.String("residentd.permission.answered_by", dec.AnsweredBy))
 	}
 	span.End()
 	lvl := zap.InfoLevel
 	if by == apitype.DecidedByLimit {
 		lvl = zap.DebugLevel // an agent flooding requests does not flood the log; the run's events say it
 	}
-	d.log.Log(lvl, "permission decided", append([]zap.Field{zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by)},
-		tracing.LogFields(trace.SpanFromContext(a.ctx))...)...)
+	d.log.Log(lvl, "permission decided", append([]zap.Field{zap.String("run", a.r.ID), zap.String("tool", tc.Title), zap.String("option", id), zap.String("decided_by", by),
+		zap.String("answered_by", dec.AnsweredBy)}, tracing.LogFields(trace.SpanFromContext(a.ctx))...)...)
 	return id
 }

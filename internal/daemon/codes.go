@@ -9,6 +9,7 @@ import (
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/acp"
 	"github.com/residentd/residentd/internal/channel"
+	"github.com/residentd/residentd/internal/elicit"
 	"github.com/residentd/residentd/internal/pool"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/store"
@@ -33,6 +34,9 @@ var errorCodes = []struct {
 	{run.ErrUnknownRequest, apitype.CodeUnknownRequest},
 	{run.ErrBadOption, apitype.CodeBadOption},
 	{run.ErrAlreadyAnswered, apitype.CodeAlreadyAnswered},
+	{run.ErrBadAction, apitype.CodeBadRequest},
+	{elicit.ErrBadContent, apitype.CodeInvalidContent},
+	{ErrNotAnApprover, apitype.CodeNotAnApprover},
 	{ErrRunEnded, apitype.CodeRunEnded},
 	{ErrInterrupted, apitype.CodeInterrupted},
 	{store.ErrDamaged, apitype.CodeStoreDamaged},

@@ -195,7 +195,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	// The keeper reads the daemon's clock, which tests may swap.
 	d.keeper, err = resident.New(resident.Options{
-		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, MCPSpare: o.MCPSpare, Ask: d.ask,
+		Config: o.Config, Store: o.Store, Metrics: o.Metrics, Log: d.log, MCP: o.MCP, MCPSpare: o.MCPSpare, Ask: d.ask, Elicit: d.elicitForm,
 		Now: func() time.Time { return d.now() }, BackoffBase: o.BackoffBase, BackoffCap: o.BackoffCap,
 		Runs: d.runs, AgentQuiet: o.AgentQuiet, OnSpare: o.OnSpare,
 	})

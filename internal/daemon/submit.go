@@ -129,6 +129,7 @@ func (d *Daemon) newTurn(req apitype.TurnRequest, b config.Binding, open func(ru
 		endSpan(span, err)
 		return nil, err
 	}
+	r.SetAuthor(req.Author)
 	t := &turn{d: d, r: r, b: b, req: req, ctx: ctx, cancel: cancel, lane: d.laneLocked(r.Key)}
 	d.live[r.ID] = t
 	d.wg.Add(1)
@@ -243,9 +244,15 @@ func (d *Daemon) Runs() []apitype.Run { return d.runs.List() }
 
 // Answer answers permission request requestID of run runID with optionID.
 func (d *Daemon) Answer(runID, requestID, optionID string) error {
-	r, err := d.Run(runID)
+	return d.AnswerAs(runID, requestID, optionID, "")
+}
+
+// AnswerAs is Answer by person by (the chat's user id; "" names nobody),
+// who must be one of the binding's approvers.
+func (d *Daemon) AnswerAs(runID, requestID, optionID, by string) error {
+	r, err := d.approver(runID, by)
 	if err != nil {
 		return err
 	}
-	return r.Answer(requestID, optionID)
+	return r.AnswerBy(requestID, optionID, by)
 }

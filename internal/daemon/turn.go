@@ -342,7 +342,7 @@ func (t *turn) input(req apitype.TurnRequest, listed []string) lease.Input {
 		maxRcpt = 3
 	}
 	return lease.Input{
-		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: t.prep.BriefCount, BriefDue: t.prep.BriefDue,
+		Framing: b.Framing, Brief: b.Brief, Placement: b.BriefPlacement, BriefEvery: b.BriefEvery, BriefCount: t.prep.BriefCount, BriefDue: t.prep.BriefDue, SystemPrompt: t.prep.SystemPrompt,
 		SeenFacts: t.prep.Facts, Missed: t.prep.Missed,
 		Mention: delivery.Payload{
 			ChannelID: req.Channel, MessageID: req.MessageID, RunID: req.RunID, BindingID: b.ID, Runtime: b.Runtime,

@@ -120,8 +120,14 @@ func TestCodexColdWarm(t *testing.T) {
 	if len(cold) != 1 {
 		t.Fatalf("the cold turn made %d model calls, want 1", len(cold))
 	}
-	if u := cold[0].users(); !strings.Contains(u[len(u)-1], codexFraming) {
-		t.Fatalf("the cold call's last user message lacks the framing: %.400s", u[len(u)-1])
+	// codex-acp 2.6 takes the framing as the session's system prompt
+	// (append): it reaches the model as developer instructions, and no user
+	// message carries it.
+	if u := cold[0].users(); strings.Contains(strings.Join(u, "\n"), codexFraming) {
+		t.Fatalf("a user message of the cold call carries the framing: %.400s", u[len(u)-1])
+	}
+	if dev := strings.Join(cold[0].messages("developer"), "\n") + cold[0].Instructions; !strings.Contains(dev, codexFraming) {
+		t.Fatalf("the cold call's developer messages and instructions lack the framing")
 	}
 	codexUsage(t, r1, 1)
 

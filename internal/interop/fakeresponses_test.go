@@ -45,10 +45,11 @@ type codexTool struct {
 
 // responsesRequest is the part of a Responses API request the tests read.
 type responsesRequest struct {
-	Model  string         `json:"model"`
-	Stream bool           `json:"stream"`
-	Input  []responseItem `json:"input"`
-	Text   struct {
+	Model        string         `json:"model"`
+	Stream       bool           `json:"stream"`
+	Instructions string         `json:"instructions"`
+	Input        []responseItem `json:"input"`
+	Text         struct {
 		Format *struct {
 			Type string `json:"type"`
 		} `json:"format"`

@@ -30,6 +30,13 @@ type Input struct {
 	// BriefDue: the agent compacted its history since the brief last went
 	// out, so this warm turn carries it in full (delivery.InFraming).
 	BriefDue bool
+	// SystemPrompt: the session took the framing (and, with
+	// delivery.InFraming, the brief) as its system prompt when it was
+	// opened or reopened, so no turn carries them: a cold turn is its
+	// replay, a restored one its newest turn, and a warm one never sends
+	// the brief again on the brief_every count (a compaction keeps the
+	// system prompt).
+	SystemPrompt bool
 	// SeenFacts is the facts JSON the warm process was last given
 	// (delivery.InFraming); a restored turn compares with the newest stored
 	// user turn's instead, and with SeenFacts when the key has none (a
@@ -227,34 +234,48 @@ func Compose(in Input) (Output, error) {
 		}
 		return out, nil
 	}
-	framed := in.Shape != Warm
+	framed := in.Shape != Warm && !in.SystemPrompt
 	turn := delivery.UserTurn(in.Mention, brief, block)
 	out.Turn = turn
 	out.Stored = delivery.StoredTurn(in.Mention)
 	out.BriefSent = true
 	out.BriefCount = in.BriefCount
 
-	if !framed && !blank {
+	if !framed && !replay && !catchUp {
 		out.Text = turn
 		return out, nil
 	}
-	system, err := in.Framing()
+	lead, err := in.framing(&out)
 	if err != nil {
 		return Output{}, fmt.Errorf("lease: compose: %w", err)
 	}
-	out.Framing = system
 	if catchUp {
 		turns := append(missed[:len(missed):len(missed)], session.Turn{Role: session.RoleUser, Text: turn})
-		out.Text = system + "\n\n" + delivery.CaughtUp + "\n\n" + delivery.BuildPrompt(turns)
+		out.Text = lead + delivery.CaughtUp + "\n\n" + delivery.BuildPrompt(turns)
 		return out, nil
 	}
 	if !replay {
-		out.Text = system + "\n\n" + turn
+		out.Text = lead + turn
 		return out, nil
 	}
 	turns := append(conv[:len(conv):len(conv)], session.Turn{Role: session.RoleUser, Text: turn})
-	out.Text = system + "\n\n" + delivery.BuildPrompt(turns)
+	out.Text = lead + delivery.BuildPrompt(turns)
 	return out, nil
+}
+
+// framing is what a cold or restored turn starts with: the framing and a
+// blank line, or nothing when the session has it as its system prompt.
+// out.Framing records what went.
+func (in Input) framing(out *Output) (string, error) {
+	if in.SystemPrompt {
+		return "", nil
+	}
+	system, err := in.Framing()
+	if err != nil {
+		return "", err
+	}
+	out.Framing = system
+	return system + "\n\n", nil
 }
 
 // floor composes a turn with the brief in the framing, at the floor of
@@ -273,16 +294,19 @@ func floor(in Input, out *Output, brief, block string, blank bool, conv, missed 
 	m := in.Mention.Mention().JSON()
 	out.Facts, out.Stored = facts, m
 	if in.Shape == Cold || blank {
-		system, err := in.Framing()
-		if err != nil {
-			return err
+		lead := ""
+		if !in.SystemPrompt {
+			system, err := in.Framing()
+			if err != nil {
+				return err
+			}
+			system += "\n\n" + brief
+			out.Framing, lead = system, system+"\n\n"
 		}
-		system += "\n\n" + brief
-		out.Framing = system
 		out.BriefSent, out.BriefCount = true, 0
 		out.Turn = delivery.FloorTurn(nil, m, block)
 		turns := append(conv[:len(conv):len(conv)], session.Turn{Role: session.RoleUser, Text: out.Turn})
-		out.Text = system + "\n\n" + delivery.FactsPrefix + facts + "\n\n" + delivery.BuildPrompt(turns)
+		out.Text = lead + delivery.FactsPrefix + facts + "\n\n" + delivery.BuildPrompt(turns)
 		return nil
 	}
 	var before [4]string
@@ -309,7 +333,7 @@ func floor(in Input, out *Output, brief, block string, blank bool, conv, missed 
 		}
 	}
 	out.BriefCount = in.BriefCount + 1
-	if in.BriefDue || out.BriefCount >= in.BriefEvery {
+	if in.BriefDue || (out.BriefCount >= in.BriefEvery && !in.SystemPrompt) {
 		// A session that compacted its history (reported, or assumed every
 		// BriefEvery turns) gets the brief back.
 		before[2], out.BriefSent, out.BriefCount = brief, true, 0

@@ -71,6 +71,8 @@ type Options struct {
 	MCPSpare SpareMCPServers
 	// Ask puts every agent's permission requests to whoever runs its turn.
 	Ask acp.AskFunc
+	// Elicit puts every agent's forms to whoever runs its turn.
+	Elicit acp.ElicitFunc
 	// Now is the clock; tests inject one.
 	Now func() time.Time
 	// BackoffBase and BackoffCap shape the crash-loop backoff: after the
@@ -98,6 +100,7 @@ type Keeper struct {
 	mcp      MCPServers
 	mcpSpare SpareMCPServers
 	ask      acp.AskFunc
+	elicit   acp.ElicitFunc
 	now      func() time.Time
 
 	backoffBase, backoffCap time.Duration
@@ -185,7 +188,7 @@ func New(o Options) (*Keeper, error) {
 		o.Now = time.Now
 	}
 	kp := &Keeper{
-		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, mcpSpare: o.MCPSpare, ask: o.Ask, now: o.Now,
+		st: o.Store, m: o.Metrics, log: o.Log, mcp: o.MCP, mcpSpare: o.MCPSpare, ask: o.Ask, elicit: o.Elicit, now: o.Now,
 		backoffBase: o.BackoffBase, backoffCap: o.BackoffCap,
 		health: map[string]*health{}, warned: map[string]bool{}, keyLoops: map[session.Key]*keyLoop{},
 		runs: o.Runs, agentQuiet: o.AgentQuiet, onSpare: o.OnSpare,

@@ -118,8 +118,12 @@ func (s *Process) takeMissed() int {
 	return n
 }
 
-// compacted makes the next warm turn carry the full brief.
+// compacted makes the next warm turn carry the full brief, unless the
+// brief is in the session's system prompt, which a compaction keeps.
 func (s *Process) compacted() {
+	if s.a.SystemPromptTaken() {
+		return
+	}
 	s.mu.Lock()
 	s.briefDue = true
 	s.mu.Unlock()
@@ -511,8 +515,9 @@ func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 	sort.Strings(env)
 	env = kp.residencyEnv(b, env)
 	return acp.Spec{
-		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, SessionMeta: kp.sessionMeta(b),
-		MCPServers: []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
+		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, Elicit: kp.formsOf(b), SessionMeta: kp.sessionMeta(b),
+		SystemPrompt: kp.systemPrompt(b),
+		MCPServers:   []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
 		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(), StartTimeout: startLimit(b),
 	}, nil
 }
@@ -770,4 +775,25 @@ func openCgroups(cfg *config.Config, prefix string, log *zap.Logger) *child.Cgro
 func limitsOf(b config.Binding) child.Limits {
 	l := b.Limits
 	return child.Limits{MemoryMax: int64(l.MemoryMax), PidsMax: l.PidsMax, CPUWeight: l.CPUWeight, NoFile: l.NoFile}
+}
+
+// systemPrompt is the text b's sessions get as their system prompt where
+// the agent takes one; a framing file that cannot be read leaves it in the
+// turn, whose compose reports the error.
+func (kp *Keeper) systemPrompt(b config.Binding) string {
+	text, err := b.SystemPrompt()
+	if err != nil {
+		kp.log.Warn("framing not readable for the system prompt; it goes in the first turn", zap.String("binding", b.ID), zap.Error(err))
+		return ""
+	}
+	return text
+}
+
+// formsOf is the ElicitFunc b's agents get: none when b turns forms off, so
+// none is advertised.
+func (kp *Keeper) formsOf(b config.Binding) acp.ElicitFunc {
+	if !b.Forms() {
+		return nil
+	}
+	return kp.elicit
 }

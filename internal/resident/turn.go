@@ -31,6 +31,9 @@ type Prepared struct {
 	// Missed is how many of the newest stored turns the process's session
 	// lacks: a set-aside session reopened, for its first turn to carry.
 	Missed int
+	// SystemPrompt: the session has the binding's framing (and a brief in
+	// the framing) as its system prompt, so no turn carries it.
+	SystemPrompt bool
 }
 
 // Prepare readies process p for a turn of key k: it takes what of binding b
@@ -53,7 +56,7 @@ func (kp *Keeper) Prepare(ctx context.Context, limit time.Duration, k session.Ke
 	}
 	kp.spareWanted(b.ID) // any turn keeps the binding's spares; a taken one is replaced now
 	n, due, facts := p.Brief()
-	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts, Worktree: p.worktreeFact(), Missed: p.takeMissed()}, nil
+	return Prepared{Pid: p.Pid(), BriefCount: n, BriefDue: due, Facts: facts, Worktree: p.worktreeFact(), Missed: p.takeMissed(), SystemPrompt: p.a.SystemPromptTaken()}, nil
 }
 
 // Settlement is how a turn that reached the agent ended.

@@ -63,9 +63,9 @@ func (l Limits) withDefaults() Limits {
 // Errors callers tell apart with errors.Is.
 var (
 	ErrInUse           = errors.New("run id already in use")
-	ErrUnknownRequest  = errors.New("no such permission request")
+	ErrUnknownRequest  = errors.New("no such permission or elicitation request")
 	ErrBadOption       = errors.New("not one of the options the agent offered")
-	ErrAlreadyAnswered = errors.New("permission request already answered")
+	ErrAlreadyAnswered = errors.New("request already answered")
 )
 
 // Run is one turn's run. The daemon creates it with Registry.New, reports
@@ -109,6 +109,11 @@ type Run struct {
 	pending  map[string]*ask
 	answered map[string]bool
 	nextAsk  int
+	elicits  map[string]*elicitWait // elicitation requests waiting; they count against Limits.Pending with pending
+	// author is the mention's author as the turn request named it ("" when
+	// it named none): the approver when the binding's approvers are
+	// "author".
+	author string
 }
 
 type line struct {
@@ -126,6 +131,7 @@ type line struct {
 type ask struct {
 	req    apitype.PermissionRequest
 	answer chan string // buffered: the chosen option id
+	by     string      // who answered (answered_by), set with the answer
 	done   bool        // answered, timed out or cancelled
 }
 
@@ -192,6 +198,9 @@ func (r *Run) Finish(ev apitype.Event, err error) {
 	r.qReason, r.qPos = "", 0
 	for _, a := range r.pending {
 		a.done = true
+	}
+	for _, e := range r.elicits {
+		e.done = true
 	}
 	r.mu.Unlock()
 	if r.reg != nil {
@@ -389,6 +398,8 @@ func (r *Run) Snapshot() apitype.Run {
 		}
 	}
 	sort.Slice(out.Pending, func(i, j int) bool { return out.Pending[i].ID < out.Pending[j].ID })
+	out.PendingElicitations = r.pendingElicitationsLocked()
+	out.Author = r.author
 	return out
 }
 
@@ -401,15 +412,23 @@ func (r *Run) Snapshot() apitype.Run {
 // (decided by the limit) and only its decision is an event: an agent that
 // floods requests holds no more than the limit's memory and goroutines.
 func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.PermissionOption, timeout time.Duration) (optionID, decidedBy string) {
+	d := r.Decide(ctx, tc, options, timeout)
+	return d.OptionID, d.DecidedBy
+}
+
+// Decide is Ask returning the whole decision, with who answered
+// (answered_by) when a person did.
+func (r *Run) Decide(ctx context.Context, tc apitype.ToolCall, options []apitype.PermissionOption, timeout time.Duration) apitype.PermissionDecision {
+	var optionID, decidedBy string
 	r.mu.Lock()
 	if r.result != nil {
 		r.mu.Unlock()
-		return "", apitype.DecidedByCancel
+		return apitype.PermissionDecision{Tool: tc.Title, Kind: "cancelled", DecidedBy: apitype.DecidedByCancel}
 	}
 	if r.pending == nil {
 		r.pending, r.answered = map[string]*ask{}, map[string]bool{}
 	}
-	if len(r.pending) >= r.limits.Pending {
+	if len(r.pending)+len(r.elicits) >= r.limits.Pending {
 		r.nextAsk++
 		id := "perm-" + strconv.Itoa(r.nextAsk)
 		r.answered[id] = true
@@ -419,7 +438,7 @@ func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.Pe
 		}
 		r.appendLocked(apitype.Event{Event: apitype.EventPermissionDecision, Decision: d})
 		r.mu.Unlock()
-		return d.OptionID, apitype.DecidedByLimit
+		return *d
 	}
 	r.nextAsk++
 	a := &ask{
@@ -457,6 +476,9 @@ func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.Pe
 	delete(r.pending, a.req.ID)
 	r.answered[a.req.ID] = true
 	d := &apitype.PermissionDecision{RequestID: a.req.ID, Tool: tc.Title, OptionID: optionID, Kind: "cancelled", DecidedBy: decidedBy}
+	if decidedBy == apitype.DecidedByPerson {
+		d.AnsweredBy = a.by
+	}
 	for _, o := range options {
 		if o.ID == optionID {
 			d.Kind = o.Kind
@@ -465,7 +487,7 @@ func (r *Run) Ask(ctx context.Context, tc apitype.ToolCall, options []apitype.Pe
 	if r.result == nil {
 		r.appendLocked(apitype.Event{Event: apitype.EventPermissionDecision, Decision: d})
 	}
-	return optionID, decidedBy
+	return *d
 }
 
 func toPolicyOptions(options []apitype.PermissionOption) []permission.Option {
@@ -479,7 +501,11 @@ func toPolicyOptions(options []apitype.PermissionOption) []permission.Option {
 // Answer chooses optionID for permission request requestID. The first
 // answer wins; a second, or one after the request timed out or was
 // cancelled, gets ErrAlreadyAnswered.
-func (r *Run) Answer(requestID, optionID string) error {
+func (r *Run) Answer(requestID, optionID string) error { return r.AnswerBy(requestID, optionID, "") }
+
+// AnswerBy is Answer naming who answered (the chat's user id; "" for
+// nobody named), kept in the decision.
+func (r *Run) AnswerBy(requestID, optionID, by string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.pending[requestID]
@@ -495,7 +521,7 @@ func (r *Run) Answer(requestID, optionID string) error {
 	for i, o := range a.req.Options {
 		ids[i] = o.ID
 		if o.ID == optionID {
-			a.done = true
+			a.done, a.by = true, by
 			a.answer <- optionID
 			return nil
 		}
