@@ -4,6 +4,7 @@ package acp
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"sync"
 )
@@ -28,6 +29,9 @@ type capsWriter struct {
 	wmu  sync.Mutex
 	mu   sync.Mutex
 	done bool // the initialize line went by
+	// offer is the Spec's protocol when it offers v2 (v2.go): the
+	// initialize line goes out in v2's shape.
+	offer string
 }
 
 var capsKey = []byte(`"clientCapabilities":{`)
@@ -40,6 +44,20 @@ func (c *capsWriter) Write(p []byte) (int, error) {
 	c.mu.Unlock()
 	if done || !bytes.Contains(p, []byte(`"method":"initialize"`)) {
 		return c.w.Write(p)
+	}
+	if c.offer != "" {
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if err := json.Unmarshal(p, &req); err == nil {
+			c.mu.Lock()
+			c.done = true
+			c.mu.Unlock()
+			if _, err := c.w.Write(v2InitLine(req.ID, c.offer)); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
 	}
 	i := bytes.Index(p, capsKey)
 	if i < 0 {
