@@ -763,7 +763,7 @@ type RestoreReport struct {
 
 // RestoreStep is one way of reopening a saved session, and how it ended.
 type RestoreStep struct {
-	Method  string  `json:"method"`         // resume or load
+	Method  string  `json:"method"`         // resume, load, or status (session/status asked first)
 	Native  string  `json:"native_session"` // the saved session
 	Pid     int     `json:"pid"`            // the process it ran on
 	Result  string  `json:"result"`         // see the Restore* constants
@@ -781,6 +781,9 @@ const (
 	RestoreFailed  = "failed"  // the agent answered with an error
 	RestoreUnknown = "unknown" // the agent answered that it does not know the session
 	RestoreExited  = "exited"  // the agent exited
+	// RestoreOpen: session/status said another process has the session
+	// open (reported; the ladder goes on).
+	RestoreOpen = "open"
 )
 
 // Spare is an agent process spawned and initialized ahead for a binding,

@@ -506,6 +506,7 @@ func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 		Command: b.Command, Args: b.Args, Env: env, Dir: dir, Permission: b.Permission, Ask: kp.ask, SessionMeta: kp.sessionMeta(b),
 		MCPServers: []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
 		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(), StartTimeout: startLimit(b),
+		Protocol: b.Protocol,
 	}, nil
 }
 
