@@ -1,0 +1,121 @@
+package api
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/residentd/residentd/apitype"
+	"github.com/residentd/residentd/internal/config"
+)
+
+// v2Bindings adds b-v1 (protocol 1), b-v2 (protocol 2) and b-auto (auto)
+// of the built-in agent, sharing the built-in binding's --state.
+func v2Bindings(c *config.Config) {
+	base := c.Bindings[0]
+	for _, p := range []struct{ id, protocol string }{{"b-v1", "1"}, {"b-v2", "2"}, {"b-auto", "auto"}} {
+		b := base
+		b.ID, b.Protocol = p.id, p.protocol
+		b.Args = append([]string(nil), base.Args...)
+		c.Bindings = append(c.Bindings, b)
+	}
+}
+
+// TestProtocolsOverTheSocket: the built-in agent over ACP v1 and v2
+// through the daemon and its socket: cold and warm turns answer alike,
+// with each turn's own usage; over v2 background work the agent lists
+// after its idle keeps the session working, what it says when the work
+// ends is an agent run, and the session is idle again.
+func TestProtocolsOverTheSocket(t *testing.T) {
+	e := newEnv(t, v2Bindings)
+	ctx := context.Background()
+	for _, b := range []string{"b-v1", "b-v2", "b-auto"} {
+		for i, text := range []string{"@agent one", "@agent two"} {
+			ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-" + b, Binding: b, Text: text}, nil)
+			if err != nil {
+				t.Fatalf("%s turn %d: %v", b, i+1, err)
+			}
+			if !strings.Contains(ev.Text, "turn="+string(rune('1'+i))) || ev.Usage == nil || ev.Usage.InputTokens == 0 {
+				t.Fatalf("%s turn %d: %+v", b, i+1, ev)
+			}
+		}
+	}
+	feed := feedReader(t, e, 0)
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-b-v2", Binding: "b-v2", Text: "@agent work on [[bg:subagent:1s]]"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	working := func() bool {
+		ss, err := e.c.Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(ss, func(s apitype.Session) bool { return s.Channel == "ch-b-v2" })
+		return i >= 0 && ss[i].Working
+	}
+	if !working() {
+		t.Fatal("a session whose agent lists background work is not working")
+	}
+	var agentRun string
+	for agentRun == "" {
+		a := nextFeed(t, feed)
+		if a.Event == apitype.FeedRunEnded && a.Kind == apitype.RunKindAgent {
+			agentRun = a.RunID
+		}
+	}
+	run, err := e.c.Run(ctx, agentRun)
+	if err != nil || run.Result == nil || !strings.Contains(run.Result.Text, "background subagent") || run.Channel != "ch-b-v2" {
+		t.Fatalf("agent run after the turn %s: %+v, %v", ev.RunID, run, err)
+	}
+	// The agent's idle with the emptied list came right after what it
+	// said, before the agent run's quiet end.
+	if working() {
+		t.Fatal("the session still works after its background work ended and its agent run with it")
+	}
+}
+
+// TestRestoreAsksStatusOverTheSocket: over v2 a restore first asks
+// session/status; a saved session the agent says is gone is neither
+// resumed nor loaded: the restoring event says so and a new session
+// answers.
+func TestRestoreAsksStatusOverTheSocket(t *testing.T) {
+	var state string
+	e := newEnv(t, v2Bindings, func(c *config.Config) {
+		state = filepath.Join(c.StateDir, "builtin-agent")
+		c.MaxLive = 1
+	})
+	ctx := context.Background()
+	first, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-a", Binding: "b-v2", Text: "@agent one"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another key takes the only slot: ch-a's process is evicted.
+	if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-b", Binding: "b-v2", Text: "@agent other"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(state, first.Native+".jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	var events []apitype.Event
+	ev, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch-a", Binding: "b-v2", Text: "@agent again"}, func(ev apitype.Event) { events = append(events, ev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var methods []string
+	sawGone := false
+	for _, x := range events {
+		if x.Event == apitype.EventRestoring {
+			methods = append(methods, x.Method)
+			sawGone = sawGone || x.Method == "status" && x.Result == apitype.RestoreUnknown && x.Native == first.Native
+		}
+	}
+	if !sawGone || slices.Contains(methods, "resume") || slices.Contains(methods, "load") {
+		t.Fatalf("restoring events %v: want status unknown and no resume or load", methods)
+	}
+	if ev.Native == first.Native || !strings.Contains(ev.Text, "turn=1") {
+		t.Fatalf("the turn after a gone session: native %s (was %s), text %q", ev.Native, first.Native, ev.Text)
+	}
+}
