@@ -642,6 +642,14 @@ type Session struct {
 	// (background work it reported, output between prompts): the process
 	// is then neither reaped idle nor evicted, up to background_limit.
 	Working bool `json:"working,omitempty"`
+	// AgentState is the session's work state as an ACP v2 agent last
+	// reported it (running, idle, requires_action); empty when it
+	// reported none.
+	AgentState string `json:"agent_state,omitempty"`
+	// Background is the work an ACP v2 agent lists as still running in
+	// the session (terminals, tool calls, subagents); absent when it lists
+	// none or never reported any.
+	Background []BackgroundItem `json:"background,omitempty"`
 	// RestoreStopped is set when the binding's restores stopped (see
 	// Health.RestoreStopped): its next processes start cold.
 	RestoreStopped bool `json:"restore_stopped,omitempty"`
@@ -821,6 +829,35 @@ type FreshRequest struct {
 	// next session gets a new one from the repository's HEAD. Without it
 	// start fresh keeps the worktree as it is.
 	ResetWorktree bool `json:"reset_worktree,omitempty"`
+}
+
+// BackgroundItem is one piece of work an ACP v2 agent lists as still
+// running in a session after its turn.
+type BackgroundItem struct {
+	Type string `json:"type"`    // terminal, tool_call, subagent (or a newer version's)
+	ID   string `json:"item_id"` // its terminalId, toolCallId or subagent sessionId
+	// Cancelable: the agent lets it be cancelled on its own
+	// (POST /v1/sessions/background/cancel).
+	Cancelable bool `json:"cancelable"`
+}
+
+// BackgroundCancelRequest asks the agent of a key's live process to cancel
+// one item of its background work (terminal/cancel, tool_call/cancel).
+type BackgroundCancelRequest struct {
+	Channel    string  `json:"channel_id"`
+	Binding    string  `json:"binding_id"`
+	ThreadRoot *string `json:"thread_root_id,omitempty"`
+	Type       string  `json:"type"`    // terminal or tool_call
+	Item       string  `json:"item_id"` // as the session's background list names it
+}
+
+// BackgroundCancelResponse says the agent accepted the cancel; the
+// session's background list leaves the item out once the agent reports it
+// ended.
+type BackgroundCancelResponse struct {
+	Native string `json:"native_session"`
+	Type   string `json:"type"`
+	Item   string `json:"item_id"`
 }
 
 // FreshResponse says whether a process was (or, behind a running turn,

@@ -119,3 +119,56 @@ func TestRestoreAsksStatusOverTheSocket(t *testing.T) {
 		t.Fatalf("the turn after a gone session: native %s (was %s), text %q", ev.Native, first.Native, ev.Text)
 	}
 }
+
+// TestCancelBackgroundItemOverTheSocket: the session's row lists the work
+// the v2 agent left running, with what it lets be cancelled; a cancel of
+// one item over the API ends it alone, and the list then leaves it out;
+// a subagent (no cancel advertised) and an item of a v1 session are not
+// found.
+func TestCancelBackgroundItemOverTheSocket(t *testing.T) {
+	e := newEnv(t, v2Bindings)
+	ctx := context.Background()
+	if _, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-auto", Text: "@agent [[bg:terminal:1h]] [[bg:tool_call:1h]] [[bg:subagent:1h]]"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	row := func() apitype.Session {
+		ss, err := e.c.Sessions(ctx)
+		if err != nil || len(ss) != 1 {
+			t.Fatalf("sessions: %+v, %v", ss, err)
+		}
+		return ss[0]
+	}
+	s := row()
+	if s.AgentState != "idle" || len(s.Background) != 3 || !s.Working {
+		t.Fatalf("row after the turn: %+v", s)
+	}
+	ids := map[string]apitype.BackgroundItem{}
+	for _, it := range s.Background {
+		ids[it.Type] = it
+	}
+	if !ids["terminal"].Cancelable || !ids["tool_call"].Cancelable || ids["subagent"].Cancelable {
+		t.Fatalf("cancelable: %+v", s.Background)
+	}
+	cancel := func(binding, typ, item string) int {
+		code, _ := e.raw(t, "POST", "/v1/sessions/background/cancel", `{"channel_id":"ch","binding_id":"`+binding+`","type":"`+typ+`","item_id":"`+item+`"}`)
+		return code
+	}
+	if code := cancel("b-auto", "terminal", ids["terminal"].ID); code != 200 {
+		t.Fatalf("cancel the terminal: %d", code)
+	}
+	// The agent answered after it reported the terminal ended and the new
+	// list (its updates come before its answer).
+	s = row()
+	if len(s.Background) != 2 || slices.ContainsFunc(s.Background, func(it apitype.BackgroundItem) bool { return it.Type == "terminal" }) {
+		t.Fatalf("after cancelling the terminal: %+v", s.Background)
+	}
+	if code := cancel("b-auto", "tool_call", ids["subagent"].ID); code != 404 {
+		t.Fatalf("cancel a subagent as a tool call: %d, want 404", code)
+	}
+	if code := cancel("b-auto", "subagent", ids["subagent"].ID); code != 400 {
+		t.Fatalf("cancel of type subagent: %d, want 400", code)
+	}
+	if code := cancel("b-v1", "terminal", "term-x"); code != 404 {
+		t.Fatalf("cancel on a key with no process: %d, want 404", code)
+	}
+}

@@ -54,7 +54,7 @@ var BindingClasses = map[string]Class{
 	"scope": NextTurn,
 	"spare": AtOnce, "spare_at_start": Restart, "spare_session": NewProcesses,
 	"workspace": NewSession,
-	"protocol": ReplaceProcess, "background_limit": AtOnce,
+	"protocol":  ReplaceProcess, "background_limit": AtOnce,
 }
 
 // SettingClasses is how each daemon setting (its JSON path) takes effect on
