@@ -501,7 +501,7 @@ func (a *Agent) spawn(path string) error {
 	pr, pw := io.Pipe()
 	a.in = &capsWriter{w: p.Stdin()}
 	if a.spec.Protocol == ProtocolV2 || a.spec.Protocol == ProtocolAuto {
-		a.in.offer = a.spec.Protocol
+		a.in.offer, a.in.v2 = a.spec.Protocol, &a.v2
 		a.initWait.Store(true)
 	}
 	a.conn = sdk.NewClientSideConnection(&client{a: a}, a.in, pr)

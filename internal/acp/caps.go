@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // SessionCapabilities is clientCapabilities.session as residentd sends it
@@ -30,8 +31,10 @@ type capsWriter struct {
 	mu   sync.Mutex
 	done bool // the initialize line went by
 	// offer is the Spec's protocol when it offers v2 (v2.go): the
-	// initialize line goes out in v2's shape.
+	// initialize line goes out in v2's shape. v2 is set once the agent
+	// answered v2: requests whose shape differs are rewritten.
 	offer string
+	v2    *atomic.Bool
 }
 
 var capsKey = []byte(`"clientCapabilities":{`)
@@ -42,6 +45,12 @@ func (c *capsWriter) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	done := c.done
 	c.mu.Unlock()
+	if done && c.v2 != nil && c.v2.Load() && bytes.Contains(p, []byte(`"session/set_config_option"`)) {
+		if _, err := c.w.Write(setOptionLine(p)); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	if done || !bytes.Contains(p, []byte(`"method":"initialize"`)) {
 		return c.w.Write(p)
 	}

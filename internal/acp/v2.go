@@ -152,8 +152,12 @@ type v2Permission struct {
 
 // v2In rewrites a line of a v2 agent into the v1 line the SDK reads, where
 // the two differ for the SDK: a permission request names its tool call as
-// a subject (a tool call, or a command with its terminal or tool call).
+// a subject (a tool call, or a command with its terminal or tool call); a
+// session config option is named by configId (v1: id).
 func v2In(line []byte) []byte {
+	if bytes.Contains(line, []byte(`"configOptions"`)) {
+		return renameOptionIDs(line, "configId", "id")
+	}
 	if !bytes.Contains(line, []byte(`"session/request_permission"`)) {
 		return line
 	}
@@ -190,6 +194,71 @@ func v2In(line []byte) []byte {
 	out, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": p.ID, "method": p.Method, "params": params})
 	if err != nil {
 		return line
+	}
+	return append(out, '\n')
+}
+
+// renameOptionIDs renames the key from to to in each config option a line
+// lists (an answer's result.configOptions, a config_option_update's
+// params.update.configOptions), where to is not set already.
+func renameOptionIDs(line []byte, from, to string) []byte {
+	var m map[string]any
+	if json.Unmarshal(line, &m) != nil {
+		return line
+	}
+	lists := []any{}
+	if r, ok := m["result"].(map[string]any); ok {
+		lists = append(lists, r["configOptions"])
+	}
+	if p, ok := m["params"].(map[string]any); ok {
+		if u, ok := p["update"].(map[string]any); ok {
+			lists = append(lists, u["configOptions"])
+		}
+	}
+	changed := false
+	for _, l := range lists {
+		opts, _ := l.([]any)
+		for _, o := range opts {
+			opt, ok := o.(map[string]any)
+			if _, has := opt[to]; ok && !has && opt[from] != nil {
+				opt[to] = opt[from]
+				delete(opt, from)
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return line
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return line
+	}
+	return append(out, '\n')
+}
+
+// setOptionLine gives session/set_config_option v2's shape: the value's
+// type (id for a select's value, boolean), which v1 leaves out for ids.
+func setOptionLine(p []byte) []byte {
+	var m map[string]any
+	if json.Unmarshal(p, &m) != nil {
+		return p
+	}
+	params, ok := m["params"].(map[string]any)
+	if !ok || params["type"] != nil {
+		return p
+	}
+	switch params["value"].(type) {
+	case string:
+		params["type"] = "id"
+	case bool:
+		params["type"] = "boolean"
+	default:
+		return p
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return p
 	}
 	return append(out, '\n')
 }

@@ -133,6 +133,8 @@ func (s *v2shim) in(line []byte) []byte {
 	switch m.Method {
 	case acp.AgentMethodSessionPrompt:
 		return s.prompt(m, line)
+	case acp.AgentMethodSessionSetConfigOption:
+		return setOptionV1(line)
 	case "terminal/cancel", "tool_call/cancel":
 		s.cancelItem(m)
 		return nil
@@ -307,6 +309,13 @@ func (s *v2shim) answer(m message, p []byte) []byte {
 	switch {
 	case isInit && len(m.Result) > 0:
 		return s.initAnswer(m)
+	case bytes.Contains(m.Result, []byte(`"configOptions"`)) || bytes.Contains(m.Result, []byte(`"modes"`)):
+		var res map[string]any
+		if json.Unmarshal(m.Result, &res) != nil {
+			return p
+		}
+		v2Options(res)
+		return encode(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": res})
 	case pend.session != "":
 		idle := map[string]any{}
 		if len(m.Error) > 0 {
@@ -362,6 +371,33 @@ func (s *v2shim) initAnswer(m message) []byte {
 	return encode(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
 }
 
+// setOptionV1 is session/set_config_option as the SDK reads it: a
+// select's value without v2's type "id".
+func setOptionV1(line []byte) []byte {
+	var m map[string]any
+	if json.Unmarshal(line, &m) != nil {
+		return line
+	}
+	if p, ok := m["params"].(map[string]any); ok && p["type"] == "id" {
+		delete(p, "type")
+		return encode(m)
+	}
+	return line
+}
+
+// v2Options gives the config options a result or update lists v2's shape
+// (configId, not id) and drops what v2 has not (session modes).
+func v2Options(holder map[string]any) {
+	delete(holder, "modes")
+	opts, _ := holder["configOptions"].([]any)
+	for _, o := range opts {
+		if opt, ok := o.(map[string]any); ok && opt["id"] != nil {
+			opt["configId"] = opt["id"]
+			delete(opt, "id")
+		}
+	}
+}
+
 // update gives a v1 update its v2 shape.
 func (s *v2shim) update(m message, p []byte) []byte {
 	var n struct {
@@ -380,6 +416,8 @@ func (s *v2shim) update(m message, p []byte) []byte {
 		}
 	case "plan", "current_mode_update":
 		return nil // no such update in v2
+	case "config_option_update":
+		v2Options(n.Update)
 	default:
 		return p
 	}
