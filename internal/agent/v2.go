@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -134,6 +135,9 @@ func (s *v2shim) in(line []byte) []byte {
 	case acp.AgentMethodSessionPrompt:
 		return s.prompt(m, line)
 	case acp.AgentMethodSessionSetConfigOption:
+		if s.setSessionMode(m) {
+			return nil
+		}
 		return setOptionV1(line)
 	case "terminal/cancel", "tool_call/cancel":
 		s.cancelItem(m)
@@ -385,17 +389,88 @@ func setOptionV1(line []byte) []byte {
 	return line
 }
 
+// sessionModeOption is the config option that stands, over v2 (which has
+// no session modes), for the agent's session modes: category mode.
+const sessionModeOption = "session_mode"
+
 // v2Options gives the config options a result or update lists v2's shape
-// (configId, not id) and drops what v2 has not (session modes).
+// (configId, not id), and the session modes v2 has not as the config
+// option of category mode (the agent's own "mode" option, a model
+// setting, keeps no category then).
 func v2Options(holder map[string]any) {
-	delete(holder, "modes")
 	opts, _ := holder["configOptions"].([]any)
+	modes, _ := holder["modes"].(map[string]any)
+	delete(holder, "modes")
 	for _, o := range opts {
-		if opt, ok := o.(map[string]any); ok && opt["id"] != nil {
+		opt, ok := o.(map[string]any)
+		if !ok {
+			continue
+		}
+		if opt["id"] != nil {
 			opt["configId"] = opt["id"]
 			delete(opt, "id")
 		}
+		if modes != nil && opt["category"] == "mode" {
+			delete(opt, "category")
+		}
 	}
+	if modes == nil {
+		return
+	}
+	avail, _ := modes["availableModes"].([]any)
+	values := make([]any, 0, len(avail))
+	for _, m := range avail {
+		if mm, ok := m.(map[string]any); ok {
+			values = append(values, map[string]any{"value": mm["id"], "name": mm["name"]})
+		}
+	}
+	holder["configOptions"] = append(opts, map[string]any{"configId": sessionModeOption, "name": "Session mode", "category": "mode",
+		"type": "select", "currentValue": modes["currentModeId"], "options": values})
+}
+
+// setSessionMode serves session/set_config_option of the option that
+// stands for the session modes (session/set_mode of the SDK's agent) and
+// reports whether m was one.
+func (s *v2shim) setSessionMode(m message) bool {
+	var p struct {
+		SessionID string `json:"sessionId"`
+		ConfigID  string `json:"configId"`
+		Value     string `json:"value"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil || p.ConfigID != sessionModeOption {
+		return false
+	}
+	b := s.b
+	b.record(map[string]any{"method": acp.AgentMethodSessionSetConfigOption, "session": p.SessionID, "option": p.ConfigID, "value": p.Value})
+	if _, err := b.SetSessionMode(context.Background(), acp.SetSessionModeRequest{SessionId: acp.SessionId(p.SessionID), ModeId: acp.SessionModeId(p.Value)}); err != nil {
+		msg := err.Error()
+		var re *acp.RequestError
+		if errors.As(err, &re) {
+			msg = re.Message
+		}
+		s.write(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32602, "message": msg}})
+		return true
+	}
+	s.write(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": b.optionsOf(p.SessionID)})
+	return true
+}
+
+// optionsOf is session id's config options and modes as v2 lists them.
+func (b *builtin) optionsOf(id string) map[string]any {
+	b.mu.Lock()
+	sess := b.sessions[id]
+	b.mu.Unlock()
+	res := map[string]any{"configOptions": []any{}}
+	if sess == nil {
+		return res
+	}
+	raw, _ := json.Marshal(map[string]any{"configOptions": b.configOptions(sess), "modes": b.modes(sess)})
+	_ = json.Unmarshal(raw, &res)
+	if res["configOptions"] == nil {
+		res["configOptions"] = []any{}
+	}
+	v2Options(res)
+	return res
 }
 
 // update gives a v1 update its v2 shape.
@@ -414,8 +489,13 @@ func (s *v2shim) update(m message, p []byte) []byte {
 		if _, ok := n.Update["messageId"]; !ok {
 			n.Update["messageId"] = s.b.messageOf(n.SessionID)
 		}
-	case "plan", "current_mode_update":
+	case "plan":
 		return nil // no such update in v2
+	case "current_mode_update":
+		// v2 has no modes: the option that stands for them changed.
+		u := s.b.optionsOf(n.SessionID)
+		u["sessionUpdate"] = "config_option_update"
+		n.Update = u
 	case "config_option_update":
 		v2Options(n.Update)
 	default:
