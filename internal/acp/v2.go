@@ -339,30 +339,25 @@ func (a *Agent) takeRaw(line []byte) bool {
 }
 
 // v2Turn is a prompt sent to a v2 agent: whether its {messageId} came,
-// whether the session ran since it was sent (or was idle when it was
-// sent), and the end its idle reported if that came before the answer.
+// whether the session was idle then, and whether it ran since.
 type v2Turn struct {
 	native    string
 	acked     bool
 	messageID string
+	idleAtAck bool
 	ran       bool
-	end       *promptAnswer
 }
 
-// v2Sent registers prompt id of session native with a v2 agent. a.mu is
-// not held.
+// v2Sent registers prompt id of session native with a v2 agent.
 func (a *Agent) v2Sent(id uint64, native string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := a.v2sessionLocked(native)
-	// A session busy with work of its own when the prompt goes ends that
-	// work first: its idle is not this turn's end.
-	a.v2turns[id] = &v2Turn{native: native, ran: s.state != stateRunning && s.state != stateRequiresAction}
+	a.v2turns[id] = &v2Turn{native: native}
 }
 
 // v2Ack reads the answer to a prompt sent to a v2 agent: an error ends the
-// prompt at once; {messageId} acknowledges it, and the turn ends with its
-// idle (delivered now if it came first). It reports whether line was one.
+// prompt at once; {messageId} says the agent took it in, and the turn ends
+// with the idle that follows. It reports whether line was one.
 func (a *Agent) v2Ack(line []byte) bool {
 	var rep rawReply
 	if json.Unmarshal(line, &rep) != nil || rep.Method != "" {
@@ -385,15 +380,10 @@ func (a *Agent) v2Ack(line []byte) bool {
 		MessageID string `json:"messageId"`
 	}
 	_ = json.Unmarshal(rep.Result, &res)
+	st := a.v2sessionLocked(t.native).state
 	t.acked, t.messageID = true, res.MessageID
-	end := t.end
-	if end != nil {
-		delete(a.v2turns, n)
-	}
+	t.idleAtAck = st != stateRunning && st != stateRequiresAction
 	a.mu.Unlock()
-	if end != nil {
-		a.answer(n, *end)
-	}
 	return true
 }
 
@@ -405,15 +395,19 @@ func (a *Agent) v2Forget(id uint64) {
 }
 
 // v2Ended ends the prompt of session id that u, an idle state_update with a
-// stop reason, ends, if one waits: the first such idle after the session
-// ran since the prompt went. Repeated snapshots (an idle with no stop
-// reason, or one that came when no prompt of the session waited) end
-// nothing and report no usage twice.
+// stop reason, ends, if one waits. An agent takes a prompt in (answers
+// {messageId}) once the session's earlier work ended, and the prompt's
+// turn runs from then on: its end is the first idle with a stop reason
+// after the answer, once the session ran since (or was idle at the answer,
+// for an agent that reports no running). An idle before the answer ends
+// work of the agent's own; an idle with no stop reason is a snapshot (a
+// background list changed, a resume): neither ends a turn, nor counts its
+// usage.
 func (a *Agent) v2Ended(id string, u *wireUpdate) {
 	if u.Kind != "state_update" || u.State == nil {
 		return
 	}
-	st := u.State.State
+	st := strings.ToLower(u.State.State)
 	a.mu.Lock()
 	var n uint64
 	var t *v2Turn
@@ -422,26 +416,20 @@ func (a *Agent) v2Ended(id string, u *wireUpdate) {
 			n, t = k, x
 		}
 	}
-	if t == nil {
+	if t == nil || !t.acked {
 		a.mu.Unlock()
 		return
 	}
 	if st == stateRunning || st == stateRequiresAction {
 		t.ran = true
 	}
-	if st != stateIdle || u.StopReason == nil || !t.ran {
-		a.mu.Unlock()
-		return
-	}
-	ans := idleAnswer(u)
-	if !t.acked {
-		t.end = &ans // the answer to the prompt comes after its end: it delivers it
+	if st != stateIdle || u.StopReason == nil || !(t.ran || t.idleAtAck) {
 		a.mu.Unlock()
 		return
 	}
 	delete(a.v2turns, n)
 	a.mu.Unlock()
-	a.answer(n, ans)
+	a.answer(n, idleAnswer(u))
 }
 
 // idleAnswer is the prompt answer an idle state_update stands for: its stop

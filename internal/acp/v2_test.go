@@ -2,12 +2,17 @@ package acp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/residentd/residentd/apitype"
 )
 
 // TestV2Negotiated: the built-in agent answers v2 to a binding of protocol
@@ -171,5 +176,109 @@ func TestV2SessionStatus(t *testing.T) {
 	}
 	if got, err := two.SessionStatus(context.Background(), native); err != nil || got != StatusGone {
 		t.Errorf("status once its history is gone: %q, %v; want gone", got, err)
+	}
+}
+
+// TestV2OwnWorkIsNoTurnsEnd: a prompt sent while the agent runs work of
+// its own ([[state:D]]: a cycle after the turn) ends at its own idle, not
+// at the idle that ends the agent's work (which comes before the agent
+// takes the prompt in); while the agent waits for a person the session is
+// requires_action and working, not idle.
+func TestV2OwnWorkIsNoTurnsEnd(t *testing.T) {
+	spec := builtinSpec(t)
+	spec.Protocol = ProtocolV2
+	running := make(chan struct{}, 4)
+	spec.Between = func(native string, u Update) {
+		if strings.Contains(string(u.Raw), `"state":"running"`) {
+			running <- struct{}{}
+		}
+	}
+	asked := make(chan string, 1)
+	spec.Permission = "ask"
+	var a *Agent
+	spec.Ask = func(ctx context.Context, native string, _ apitype.ToolCall, _ []apitype.PermissionOption) string {
+		_, state := a.Background(native)
+		working, _ := a.Working()
+		if !working {
+			state += " (not working)"
+		}
+		asked <- state
+		return "allow"
+	}
+	a = start(t, spec)
+	native := newSession(t, a)
+	if _, err := a.Prompt(context.Background(), native, "one [[state:1h]]", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-running:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent's own work never reported running")
+	}
+	if _, state := a.Background(native); state != stateRunning {
+		t.Fatalf("state during the agent's own work: %q", state)
+	}
+	res, err := a.Prompt(context.Background(), native, "two [[permission:execute]]", nil)
+	if err != nil || !strings.Contains(res.Text, "turn=2") || res.StopReason != "end_turn" {
+		t.Fatalf("the prompt sent during the agent's own work: %+v, %v", res, err)
+	}
+	if got := <-asked; got != stateRequiresAction {
+		t.Fatalf("while the agent waited for a person: %q, want requires_action and working", got)
+	}
+	if _, state := a.Background(native); state != stateIdle {
+		t.Fatalf("after the turn: %q", state)
+	}
+}
+
+// TestV2StateReading: how state_updates read, as the schema says: unknown
+// (and a state of a newer version) keeps the last confirmed state;
+// requires_action is work; an omitted or null background list is not
+// reported and keeps the last list, [] is none; an item is cancelable
+// where its terminal_update or tool_call_update advertised cancel.
+func TestV2StateReading(t *testing.T) {
+	a := &Agent{log: zap.NewNop(), working: map[string]bool{}, workCh: make(chan struct{}), v2sessions: map[string]*v2Session{}}
+	apply := func(line string) {
+		var u wireUpdate
+		if err := json.Unmarshal([]byte(line), &u); err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if u.Kind == "state_update" {
+			a.stateLocked("s", u.State, u.Background)
+		} else {
+			a.cancelCapLocked("s", &u)
+		}
+	}
+	for _, step := range []struct {
+		line    string
+		state   string
+		items   int
+		working bool
+	}{
+		{`{"sessionUpdate":"state_update","state":"running"}`, stateRunning, -1, true},
+		{`{"sessionUpdate":"state_update","state":"unknown"}`, stateRunning, -1, true},
+		{`{"sessionUpdate":"state_update","state":"requires_action","background":null}`, stateRequiresAction, -1, true},
+		{`{"sessionUpdate":"terminal_update","terminalId":"t1","capabilities":{"cancel":{}}}`, stateRequiresAction, -1, true},
+		{`{"sessionUpdate":"state_update","state":"idle","stopReason":"end_turn","background":[{"type":"terminal","terminalId":"t1"},{"type":"subagent","sessionId":"c1"}]}`, stateIdle, 2, true},
+		{`{"sessionUpdate":"state_update","state":"paused-in-a-newer-version"}`, stateIdle, 2, true},
+		{`{"sessionUpdate":"state_update","state":"idle"}`, stateIdle, 2, true},
+		{`{"sessionUpdate":"terminal_update","terminalId":"t1","exitStatus":{"exitCode":0},"capabilities":null}`, stateIdle, 2, true},
+		{`{"sessionUpdate":"state_update","state":"idle","background":[]}`, stateIdle, 0, false},
+	} {
+		apply(step.line)
+		items, state := a.Background("s")
+		working, _ := a.Working()
+		if state != step.state || (step.items >= 0 && len(items) != step.items) || (step.items < 0 && items != nil) || working != step.working {
+			t.Fatalf("after %s: state %q items %+v working %v; want %q, %d items, working %v", step.line, state, items, working, step.state, step.items, step.working)
+		}
+		if len(items) == 2 && items[0].Cancelable == strings.Contains(step.line, "exitStatus") {
+			t.Fatalf("after %s: terminal cancelable %v", step.line, items[0].Cancelable)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.v2sessions["s"].cancel["terminal:t1"] {
+		t.Fatal("an exited terminal (capabilities null) still counts as cancelable")
 	}
 }

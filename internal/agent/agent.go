@@ -445,6 +445,7 @@ type builtin struct {
 	late [][]byte
 
 	shim     *v2shim              // serves ACP v2 (v2.go)
+	cycles   map[string]*bgWork   // session -> its own cycle running ([[state:D]])
 	items    map[string][]*bgItem // session -> its listed background items (v2)
 	messages map[string]string    // session -> the messageId of its reply chunks (v2)
 }
@@ -853,16 +854,10 @@ func (b *builtin) afterwards(id, text string) {
 	b.startItems(id, text)
 	if m := stateDirective().FindStringSubmatch(text); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {
-			// A cycle of the agent's own after the turn: running until it
-			// ends, as v2's state_update says it (the top-level string).
-			_ = b.state(id, "running", nil)
-			b.startWork(id, d, b.afterAnswer(func(cancelled bool) {
-				stop := "end_turn"
-				if cancelled {
-					stop = "cancelled"
-				}
-				_ = b.state(id, "idle", map[string]any{"stopReason": stop})
-			}))
+			// A cycle of the agent's own after the turn: running from
+			// its answer on until it ends, as v2's state_update says it
+			// (the top-level string).
+			b.ownCycle(id, d)
 		}
 	}
 }

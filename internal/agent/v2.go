@@ -202,6 +202,7 @@ func (s *v2shim) prompt(m message, line []byte) []byte {
 	fwd, msg := v2Prefix+strconv.Itoa(s.n), fmt.Sprintf("msg-%d", s.n)
 	s.prompts[fwd] = v2pending{id: m.ID, session: p.SessionID, message: msg}
 	s.mu.Unlock()
+	s.b.endCycle(p.SessionID)
 	s.b.setMessage(p.SessionID, msg+"-reply")
 	_ = s.b.sendRaw(context.Background(), p.SessionID, map[string]any{"sessionUpdate": "user_message", "messageId": msg, "content": p.Prompt})
 	s.write(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": map[string]any{"messageId": msg}})
@@ -721,5 +722,55 @@ func (b *builtin) markOpen(id string) {
 func (b *builtin) resumeSnapshot(id string) {
 	if b.v2On() {
 		_ = b.state(id, "idle", nil)
+	}
+}
+
+// ownCycle runs a cycle of the agent's own in session id after the
+// running prompt's answer: state running, then, d later, idle with stop
+// reason end_turn. A session/cancel ends it (cancelled), and so does a
+// prompt the session takes in meanwhile: a session has one foreground
+// work at a time, so the agent ends its own before the prompt's starts.
+func (b *builtin) ownCycle(id string, d time.Duration) {
+	answer := b.out.answerCount() + 1
+	go func() {
+		b.out.waitAnswers(answer, time.Minute)
+		_ = b.state(id, "running", nil)
+		w := b.startWork(id, d, func(cancelled bool) {
+			b.mu.Lock()
+			delete(b.cycles, id)
+			b.mu.Unlock()
+			stop := "end_turn"
+			if cancelled {
+				stop = "cancelled"
+			}
+			_ = b.state(id, "idle", map[string]any{"stopReason": stop})
+		})
+		b.mu.Lock()
+		if b.cycles == nil {
+			b.cycles = map[string]*bgWork{}
+		}
+		b.cycles[id] = w
+		b.mu.Unlock()
+	}()
+}
+
+// endCycle ends session id's own cycle, if one runs, before a prompt is
+// taken in.
+func (b *builtin) endCycle(id string) {
+	b.mu.Lock()
+	w := b.cycles[id]
+	delete(b.cycles, id)
+	if w != nil {
+		list := b.background[id]
+		for i, x := range list {
+			if x == w {
+				b.background[id] = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+	}
+	b.mu.Unlock()
+	if w != nil {
+		w.end(true)
 	}
 }

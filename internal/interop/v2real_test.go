@@ -31,7 +31,9 @@ func promptsAnsweredAtOnce(t *testing.T, msgs []rpc) int {
 		if ans[i] == nil || !strings.Contains(string(ans[i].Result), `"messageId"`) || strings.Contains(string(ans[i].Result), `"stopReason"`) {
 			t.Fatalf("session/prompt %s answered %+v, want {messageId}", r.ID, ans[i])
 		}
-		at := slices.IndexFunc(msgs, func(m rpc) bool { return &m == ans[i] || (m.Dir == "out" && m.Method == "" && string(m.ID) == string(r.ID)) })
+		at := slices.IndexFunc(msgs, func(m rpc) bool {
+			return &m == ans[i] || (m.Dir == "out" && m.Method == "" && string(m.ID) == string(r.ID))
+		})
 		ended := slices.IndexFunc(msgs[at:], func(m rpc) bool {
 			return m.Dir == "out" && m.Method == "session/update" && strings.Contains(updateShape(m.Params), "stopReason=")
 		})
