@@ -172,3 +172,57 @@ func TestCancelBackgroundItemOverTheSocket(t *testing.T) {
 		t.Fatalf("cancel on a key with no process: %d, want 404", code)
 	}
 }
+
+// TestRestoreReportsASessionOpenElsewhere: a binding whose saved_session
+// one key's process has open: another key's restore asks session/status
+// first, which says open (another live process has it), and reports it in
+// its restoring events and the session's restore report, then goes on and
+// resumes it.
+func TestRestoreReportsASessionOpenElsewhere(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		b := c.Bindings[0]
+		b.ID, b.Protocol, b.SavedSession = "b-shared", "2", "nat-shared"
+		b.Args = append([]string(nil), b.Args...)
+		state := filepath.Join(c.StateDir, "builtin-agent")
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(state, "nat-shared.jsonl"), []byte(`{"session":{"id":"nat-shared","cwd":"/","mcp_servers":[]}}`+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.Bindings = append(c.Bindings, b)
+	})
+	ctx := context.Background()
+	statuses := func(ch string) []string {
+		var out []string
+		_, err := e.c.Turn(ctx, apitype.TurnRequest{Channel: ch, Binding: "b-shared", Text: "@agent hi"}, func(ev apitype.Event) {
+			if ev.Event == apitype.EventRestoring && ev.Method == "status" {
+				out = append(out, ev.Result)
+			}
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", ch, err)
+		}
+		return out
+	}
+	if got := statuses("ch-a"); len(got) != 0 {
+		t.Fatalf("the first restore of the saved session reported %v; want nothing (saved)", got)
+	}
+	if got := statuses("ch-b"); !slices.Equal(got, []string{apitype.RestoreOpen}) {
+		t.Fatalf("the second key's restore reported %v; want [open]", got)
+	}
+	ss, err := e.c.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if s.Channel != "ch-b" {
+			continue
+		}
+		if s.Restore == nil || len(s.Restore.Steps) < 2 || s.Restore.Steps[0].Method != "status" || s.Restore.Steps[0].Result != apitype.RestoreOpen || s.RestoredBy != "resume" {
+			t.Fatalf("ch-b's restore report: %+v (restored by %q)", s.Restore, s.RestoredBy)
+		}
+		return
+	}
+	t.Fatalf("no session row for ch-b: %+v", ss)
+}
