@@ -42,10 +42,11 @@ const (
 const v2Prefix = "v2prompt-"
 
 type v2shim struct {
-	b    *builtin
-	mode string
-	on   atomic.Bool
-	out  io.Writer // the process's stdout
+	b       *builtin
+	mode    string
+	on      atomic.Bool
+	decided atomic.Bool // the initialize went by: on says which version
+	out     io.Writer   // the process's stdout
 
 	mu      sync.Mutex
 	initID  string               // the initialize request's id, as sent
@@ -92,9 +93,15 @@ type shimReader struct {
 	br      *bufio.Reader
 	pending []byte
 	err     error
+	raw     bool // v1 was chosen: bytes pass as they come, no line read whole
 }
 
 func (r *shimReader) Read(p []byte) (int, error) {
+	if r.raw && len(r.pending) == 0 {
+		// As the agent reads stdin without the shim: a read takes what
+		// is there, so an agent that stops reading leaves the pipe full.
+		return r.br.Read(p)
+	}
 	for len(r.pending) == 0 {
 		if r.err != nil {
 			return 0, r.err
@@ -103,6 +110,9 @@ func (r *shimReader) Read(p []byte) (int, error) {
 		r.err = err
 		if len(line) > 0 {
 			r.pending = r.s.in(line)
+			if !r.s.on.Load() && r.s.decided.Load() {
+				r.raw = true
+			}
 		}
 	}
 	n := copy(p, r.pending)
@@ -126,6 +136,7 @@ func (s *v2shim) in(line []byte) []byte {
 		return line
 	}
 	if m.Method == "initialize" {
+		defer s.decided.Store(true)
 		return s.initialize(m, line)
 	}
 	if !s.on.Load() {

@@ -205,7 +205,7 @@ func keepRestart(o, n reflect.Value, prefix string) {
 func (b *Binding) SameProcess(n *Binding) bool {
 	return b.Command == n.Command && slices.Equal(b.Args, n.Args) && maps.Equal(b.Env, n.Env) && b.Dir == n.Dir &&
 		b.Resident == n.Resident && b.SavedSession == n.SavedSession && samePtr(b.Tools, n.Tools) &&
-		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals
+		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals && b.Protocol == n.Protocol
 }
 
 func samePtr[T comparable](a, b *T) bool {
