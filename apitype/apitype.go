@@ -415,6 +415,10 @@ const (
 	// worktrees, reset_worktree in start fresh, 409
 	// worktree_has_changes, the roster tool's worktrees).
 	CapabilityWorktrees = "worktrees"
+	// CapabilityBackgroundWork: a binding's protocol may be 2 or auto (ACP
+	// v2): agent_state and background in the sessions listing, POST
+	// /v1/sessions/background/cancel, restoring status.
+	CapabilityBackgroundWork = "background_work"
 )
 
 // Usage is the token usage the agent reported for a turn.

@@ -25,6 +25,7 @@ var Features = []string{
 	apitype.CapabilityBurstsCoalesce, apitype.CapabilityBurstsSteer, apitype.CapabilityContextHeld, apitype.CapabilityThreadScope,
 	apitype.CapabilitySessionOptions, apitype.CapabilityBudgets, apitype.CapabilityExactMoney,
 	apitype.CapabilityConfigReload, apitype.CapabilityTraces, apitype.CapabilityAgentTools, apitype.CapabilityWorktrees,
+	apitype.CapabilityBackgroundWork,
 }
 
 // APIVersion is the local API's version: /v1 only grows (new endpoints,
