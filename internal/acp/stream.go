@@ -359,6 +359,8 @@ type wireUpdate struct {
 	State      *wireState      `json:"state"`
 	StopReason *string         `json:"stopReason"`
 	Background json.RawMessage `json:"background"`
+	// user_message, user_message_chunk (v2): the message a prompt became
+	MessageID string `json:"messageId"`
 	// terminal_update, tool_call_update (v2): the item's terminal and
 	// capabilities (cancel)
 	TerminalID   string          `json:"terminalId"`

@@ -339,11 +339,13 @@ func (a *Agent) takeRaw(line []byte) bool {
 }
 
 // v2Turn is a prompt sent to a v2 agent: whether its {messageId} came,
-// whether the session was idle then, and whether it ran since.
+// and, for an agent that sends no user message naming that id, whether
+// the session was idle at the answer and ran since.
 type v2Turn struct {
 	native    string
 	acked     bool
 	messageID string
+	byAnswer  bool // the agent sent no user message of the prompt's id before its answer
 	idleAtAck bool
 	ran       bool
 }
@@ -356,8 +358,10 @@ func (a *Agent) v2Sent(id uint64, native string) {
 }
 
 // v2Ack reads the answer to a prompt sent to a v2 agent: an error ends the
-// prompt at once; {messageId} says the agent took it in, and the turn ends
-// with the idle that follows. It reports whether line was one.
+// prompt at once; {messageId} names the user message the prompt became,
+// whose turn's end (see v2Ended) ends the prompt — now, when it came
+// before the answer (the schema fixes no order between the two). It
+// reports whether line was one.
 func (a *Agent) v2Ack(line []byte) bool {
 	var rep rawReply
 	if json.Unmarshal(line, &rep) != nil || rep.Method != "" {
@@ -380,10 +384,19 @@ func (a *Agent) v2Ack(line []byte) bool {
 		MessageID string `json:"messageId"`
 	}
 	_ = json.Unmarshal(rep.Result, &res)
-	st := a.v2sessionLocked(t.native).state
+	s := a.v2sessionLocked(t.native)
 	t.acked, t.messageID = true, res.MessageID
-	t.idleAtAck = st != stateRunning && st != stateRequiresAction
+	t.byAnswer = res.MessageID == "" || s.lastUser != res.MessageID
+	t.idleAtAck = s.state != stateRunning && s.state != stateRequiresAction
+	var end *promptAnswer
+	if !t.byAnswer && s.end != nil {
+		end = s.end
+		delete(a.v2turns, n)
+	}
 	a.mu.Unlock()
+	if end != nil {
+		a.answer(n, *end)
+	}
 	return true
 }
 
@@ -394,42 +407,61 @@ func (a *Agent) v2Forget(id uint64) {
 	a.mu.Unlock()
 }
 
-// v2Ended ends the prompt of session id that u, an idle state_update with a
-// stop reason, ends, if one waits. An agent takes a prompt in (answers
-// {messageId}) once the session's earlier work ended, and the prompt's
-// turn runs from then on: its end is the first idle with a stop reason
-// after the answer, once the session ran since (or was idle at the answer,
-// for an agent that reports no running). An idle before the answer ends
-// work of the agent's own; an idle with no stop reason is a snapshot (a
-// background list changed, a resume): neither ends a turn, nor counts its
-// usage.
+// v2Ended follows a session's turns as a v2 agent reports them and ends
+// the prompt whose turn ended. A prompt becomes a user message (a
+// user_message or user_message_chunk with the messageId its answer
+// names); that message's turn ends at the first idle with a stop reason
+// after it, once the session ran (running, requires_action) since or was
+// running when it came. So an
+// idle that ends work of the agent's own before the prompt was taken in
+// ends no prompt, and neither does a snapshot (an idle with no stop
+// reason: a background list changed, a resume) nor a repeated idle,
+// whose usage is not counted again. For an agent that names no user
+// message, the prompt ends at the first idle with a stop reason after its
+// answer, once the session ran since (or was idle at the answer).
 func (a *Agent) v2Ended(id string, u *wireUpdate) {
-	if u.Kind != "state_update" || u.State == nil {
-		return
-	}
-	st := strings.ToLower(u.State.State)
 	a.mu.Lock()
-	var n uint64
+	s := a.v2sessionLocked(id)
 	var t *v2Turn
+	var n uint64
 	for k, x := range a.v2turns {
 		if x.native == id {
 			n, t = k, x
 		}
 	}
-	if t == nil || !t.acked {
-		a.mu.Unlock()
-		return
+	done := false
+	var ans promptAnswer
+	switch {
+	case (u.Kind == "user_message" || u.Kind == "user_message_chunk") && u.MessageID != "":
+		if u.MessageID != s.lastUser {
+			// Its turn may have started first (codex-acp reports running
+			// before the user message).
+			s.lastUser, s.end = u.MessageID, nil
+			s.ranSince = s.state == stateRunning || s.state == stateRequiresAction
+		}
+	case u.Kind != "state_update" || u.State == nil:
+	case u.State.State == stateRunning || u.State.State == stateRequiresAction:
+		s.ranSince = true
+		if t != nil && t.acked {
+			t.ran = true
+		}
+	case u.State.State == stateIdle && u.StopReason != nil:
+		ans = idleAnswer(u)
+		if s.ranSince && s.end == nil && s.lastUser != "" {
+			s.end = &ans
+			done = t != nil && t.acked && !t.byAnswer && t.messageID == s.lastUser
+		}
+		if t != nil && t.acked && t.byAnswer && (t.ran || t.idleAtAck) {
+			done = true
+		}
 	}
-	if st == stateRunning || st == stateRequiresAction {
-		t.ran = true
+	if done {
+		delete(a.v2turns, n)
 	}
-	if st != stateIdle || u.StopReason == nil || !(t.ran || t.idleAtAck) {
-		a.mu.Unlock()
-		return
-	}
-	delete(a.v2turns, n)
 	a.mu.Unlock()
-	a.answer(n, idleAnswer(u))
+	if done {
+		a.answer(n, ans)
+	}
 }
 
 // idleAnswer is the prompt answer an idle state_update stands for: its stop
@@ -471,7 +503,12 @@ type BackgroundItem struct {
 
 // v2Session is what a v2 agent said of one session's work.
 type v2Session struct {
-	state      string // the last confirmed state: running, idle, requires_action ("" before any)
+	state string // the last confirmed state: running, idle, requires_action ("" before any)
+	// lastUser is the newest user message's id, ranSince whether the
+	// session ran since it, end the idle that ended its turn (see v2Ended).
+	lastUser   string
+	ranSince   bool
+	end        *promptAnswer
 	background []BackgroundItem
 	reported   bool            // the agent listed background work for it (on every update from then on)
 	cancel     map[string]bool // "type:id" -> the agent advertises cancel for it

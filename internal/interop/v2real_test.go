@@ -141,6 +141,7 @@ func TestCodexOverV2(t *testing.T) {
 	for _, text := range []string{"@codex hello", "@codex again"} {
 		r := h.turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-codex", Text: text}, nil)
 		if r.err != nil || !strings.Contains(r.done.Text, "Codex over v2.") || r.done.Usage == nil || r.done.Usage.InputTokens <= 0 {
+			dumpTap(t, tap)
 			t.Fatalf("%s: %+v, %v", text, r.done, r.err)
 		}
 	}
@@ -161,5 +162,15 @@ func TestCodexOverV2(t *testing.T) {
 	logShapes(t, "codex-acp 2.6", seen)
 	if prompts != 3 || seen["in session/resume"] == 0 {
 		t.Fatalf("%d prompts, resume %d", prompts, seen["in session/resume"])
+	}
+}
+
+// dumpTap logs each process's record, for a failure's reader.
+func dumpTap(t *testing.T, dir string) {
+	t.Helper()
+	for _, msgs := range tapRecords(t, dir) {
+		for _, m := range msgs {
+			t.Log(abbreviate(m))
+		}
 	}
 }
