@@ -120,6 +120,7 @@ func TestClaude0101OverV2(t *testing.T) {
 		}
 	}
 	logShapes(t, "claude-agent-acp 0.101", seen)
+	resumeSnapshotFirst(t, recs)
 	if prompts != 4 || seen["in session/resume"] == 0 || seen["out answer to session/resume"] == 0 {
 		t.Fatalf("%d prompts, resume %d", prompts, seen["in session/resume"])
 	}
@@ -152,7 +153,9 @@ func TestCodexOverV2(t *testing.T) {
 	}
 	seen := map[string]int{}
 	prompts := 0
-	for _, msgs := range tapRecords(t, tap) {
+	recs := tapRecords(t, tap)
+	resumeSnapshotFirst(t, recs)
+	for _, msgs := range recs {
 		v2Negotiated(t, msgs)
 		prompts += promptsAnsweredAtOnce(t, msgs)
 		for k, n := range checkV2Wire(t, s, msgs) {
