@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,7 +35,11 @@ func TestBuiltinV2WireMatchesSchema(t *testing.T) {
 			t.Fatalf("%s: %v", text, r.err)
 		}
 	}
-	rows := h.d.Sessions()
+	// A turn that fails ends with idle, stop reason error and the error.
+	if r := h.turn(ctx, apitype.TurnRequest{Channel: "ch-fail", Binding: "b-builtin", Text: "@agent [[fault:fail-turn]]"}, nil); r.err == nil || !strings.Contains(r.err.Error(), "induced failure") {
+		t.Fatalf("a failing turn over v2: %v", r.err)
+	}
+	rows := slices.DeleteFunc(h.d.Sessions(), func(s apitype.Session) bool { return s.Channel != "ch" })
 	if len(rows) == 1 && (rows[0].Options["model"] != "builtin-large" || rows[0].Options["verbose"] != "true") {
 		t.Fatalf("session options over v2: %+v", rows[0].Options)
 	}
@@ -77,6 +82,7 @@ func TestBuiltinV2WireMatchesSchema(t *testing.T) {
 		"in session/set_config_option", "out answer to session/set_config_option",
 		"in session/status", "out answer to session/status", "in session/resume", "out answer to session/resume",
 		"out session/update state_update idle background=[]",
+		"out session/update state_update idle stopReason=error background=[]",
 	} {
 		if seen[want] == 0 {
 			t.Errorf("no %q on the wire", want)
