@@ -1290,6 +1290,7 @@ func (b *builtin) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (
 	b.mu.Lock()
 	delete(b.sessions, string(p.SessionId))
 	b.mu.Unlock()
+	b.unmarkOpen(string(p.SessionId))
 	return acp.CloseSessionResponse{}, nil
 }
 

@@ -728,6 +728,17 @@ func (b *builtin) markOpen(id string) {
 	_ = os.WriteFile(b.statePath(id, ".open"), []byte(strconv.Itoa(os.Getpid())), 0o600)
 }
 
+// unmarkOpen removes this process's open mark of session id (closed).
+func (b *builtin) unmarkOpen(id string) {
+	if b.opts.state == "" || !validID(id) {
+		return
+	}
+	path := b.statePath(id, ".open")
+	if raw, err := os.ReadFile(path); err == nil && string(bytes.TrimSpace(raw)) == strconv.Itoa(os.Getpid()) {
+		_ = os.Remove(path)
+	}
+}
+
 // resumeSnapshot sends, in v2, the state snapshot a session/resume gives
 // before its answer: idle, with the session's background list.
 func (b *builtin) resumeSnapshot(id string) {
