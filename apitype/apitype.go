@@ -482,6 +482,10 @@ const (
 	// worktrees, reset_worktree in start fresh, 409
 	// worktree_has_changes, the roster tool's worktrees).
 	CapabilityWorktrees = "worktrees"
+	// CapabilityBackgroundWork: a binding's protocol may be 2 or auto (ACP
+	// v2): agent_state and background in the sessions listing, POST
+	// /v1/sessions/background/cancel, restoring status.
+	CapabilityBackgroundWork = "background_work"
 )
 
 // Usage is the token usage the agent reported for a turn.
@@ -709,6 +713,14 @@ type Session struct {
 	// (background work it reported, output between prompts): the process
 	// is then neither reaped idle nor evicted, up to background_limit.
 	Working bool `json:"working,omitempty"`
+	// AgentState is the session's work state as an ACP v2 agent last
+	// reported it (running, idle, requires_action); empty when it
+	// reported none.
+	AgentState string `json:"agent_state,omitempty"`
+	// Background is the work an ACP v2 agent lists as still running in
+	// the session (terminals, tool calls, subagents); absent when it lists
+	// none or never reported any.
+	Background []BackgroundItem `json:"background,omitempty"`
 	// RestoreStopped is set when the binding's restores stopped (see
 	// Health.RestoreStopped): its next processes start cold.
 	RestoreStopped bool `json:"restore_stopped,omitempty"`
@@ -857,7 +869,7 @@ type RestoreReport struct {
 
 // RestoreStep is one way of reopening a saved session, and how it ended.
 type RestoreStep struct {
-	Method  string  `json:"method"`         // resume or load
+	Method  string  `json:"method"`         // resume, load, or status (session/status asked first)
 	Native  string  `json:"native_session"` // the saved session
 	Pid     int     `json:"pid"`            // the process it ran on
 	Result  string  `json:"result"`         // see the Restore* constants
@@ -875,6 +887,9 @@ const (
 	RestoreFailed  = "failed"  // the agent answered with an error
 	RestoreUnknown = "unknown" // the agent answered that it does not know the session
 	RestoreExited  = "exited"  // the agent exited
+	// RestoreOpen: session/status said another process has the session
+	// open (reported; the ladder goes on).
+	RestoreOpen = "open"
 )
 
 // Spare is an agent process spawned and initialized ahead for a binding,
@@ -912,6 +927,35 @@ type FreshRequest struct {
 	// next session gets a new one from the repository's HEAD. Without it
 	// start fresh keeps the worktree as it is.
 	ResetWorktree bool `json:"reset_worktree,omitempty"`
+}
+
+// BackgroundItem is one piece of work an ACP v2 agent lists as still
+// running in a session after its turn.
+type BackgroundItem struct {
+	Type string `json:"type"`    // terminal, tool_call, subagent (or a newer version's)
+	ID   string `json:"item_id"` // its terminalId, toolCallId or subagent sessionId
+	// Cancelable: the agent lets it be cancelled on its own
+	// (POST /v1/sessions/background/cancel).
+	Cancelable bool `json:"cancelable"`
+}
+
+// BackgroundCancelRequest asks the agent of a key's live process to cancel
+// one item of its background work (terminal/cancel, tool_call/cancel).
+type BackgroundCancelRequest struct {
+	Channel    string  `json:"channel_id"`
+	Binding    string  `json:"binding_id"`
+	ThreadRoot *string `json:"thread_root_id,omitempty"`
+	Type       string  `json:"type"`    // terminal or tool_call
+	Item       string  `json:"item_id"` // as the session's background list names it
+}
+
+// BackgroundCancelResponse says the agent accepted the cancel; the
+// session's background list leaves the item out once the agent reports it
+// ended.
+type BackgroundCancelResponse struct {
+	Native string `json:"native_session"`
+	Type   string `json:"type"`
+	Item   string `json:"item_id"`
 }
 
 // FreshResponse says whether a process was (or, behind a running turn,

@@ -63,6 +63,10 @@ type Spec struct {
 	// permission controls, see internal/policy). nil sends none.
 	SessionMeta func(Info) map[string]any
 
+	// Protocol is the ACP version to speak: ProtocolV1 ("" too),
+	// ProtocolV2, or ProtocolAuto (offer v2, take what the agent answers).
+	Protocol string
+
 	Grace        time.Duration // SIGTERM -> SIGKILL on Close (default 5s)
 	CancelGrace  time.Duration // session/cancel -> kill (default 5s)
 	EarlyHold    time.Duration // how long updates for a session not yet known are held (default 5s)
@@ -289,6 +293,18 @@ type Agent struct {
 	limit    error // the first output limit the agent hit (ErrLimit)
 
 	elicit elicitState // forms in flight (elicit.go)
+	// ACP v2 (v2.go): whether the agent answered v2, the version it
+	// answered, whether the initialize answer is still awaited, what it
+	// advertised; under mu: each session's work as it reports it, the
+	// prompts awaiting their idle, the raw requests awaiting answers.
+	v2         atomic.Bool
+	protocol   atomic.Int32
+	initWait   atomic.Bool
+	v2caps     v2Caps
+	v2sessions map[string]*v2Session
+	v2turns    map[uint64]*v2Turn
+	calls      map[uint64]chan rawAnswer
+	callsN     atomic.Int32
 }
 
 // earlyUpdates are the updates of a session id the caller has not
@@ -418,6 +434,10 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 		working:  make(map[string]bool),
 		workCh:   make(chan struct{}),
 		prompts:  make(map[uint64]waiting),
+
+		v2sessions: make(map[string]*v2Session),
+		v2turns:    make(map[uint64]*v2Turn),
+		calls:      make(map[uint64]chan rawAnswer),
 	}
 	a.promptID.Store(promptIDBase)
 	a.servers.Store(&spec.MCPServers)
@@ -441,7 +461,15 @@ func Start(ctx context.Context, spec Spec, log *zap.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, a.StartFailed(a.callErr(ictx, "initialize", err))
 	}
-	if resp.ProtocolVersion != sdk.ProtocolVersionNumber {
+	if !a.v2.Load() {
+		a.protocol.Store(int32(resp.ProtocolVersion))
+	}
+	if spec.Protocol == ProtocolV2 && !a.v2.Load() {
+		return nil, a.StartFailed(fmt.Errorf("acp: initialize: the binding's protocol is 2 and the agent answered ACP version %d: %w", resp.ProtocolVersion, ErrProtocol))
+	}
+	if a.v2.Load() {
+		a.log.Info("agent speaks ACP v2", zap.Bool("session_status", a.v2caps.status))
+	} else if resp.ProtocolVersion != sdk.ProtocolVersionNumber {
 		a.log.Warn("agent speaks another ACP protocol version", zap.Int("agent_version", int(resp.ProtocolVersion)), zap.Int("client_version", sdk.ProtocolVersionNumber))
 	}
 	a.canLoad = resp.AgentCapabilities.LoadSession
@@ -484,6 +512,10 @@ func (a *Agent) spawn(path string) error {
 	pr, pw := io.Pipe()
 	a.in = &capsWriter{w: p.Stdin()}
 	a.in.sys.text = a.spec.SystemPrompt
+	if a.spec.Protocol == ProtocolV2 || a.spec.Protocol == ProtocolAuto {
+		a.in.offer, a.in.v2 = a.spec.Protocol, &a.v2
+		a.initWait.Store(true)
+	}
 	a.conn = sdk.NewClientSideConnection(&client{a: a}, a.in, pr)
 	a.conn.SetLogger(newSlog(a.log))
 	// The pump ends when the agent's stdout does (the process exited or
@@ -970,6 +1002,10 @@ func (a *Agent) PromptMeta(ctx context.Context, native, text string, atts []Atta
 	r.line = line
 	answered := make(chan promptAnswer, 1)
 	a.awaitAnswer(id, waiting{ch: answered, r: r})
+	if a.v2.Load() {
+		a.v2Sent(id, native) // its end is an idle state_update (v2.go)
+		defer a.v2Forget(id)
+	}
 	// The write goroutine ends when the line is written or cannot be (the
 	// agent's stdin closed: Close, or its exit); Prompt waits for it
 	// either way, since the line is the route's buffer.

@@ -4,8 +4,10 @@ package acp
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // SessionCapabilities is clientCapabilities.session as residentd sends it
@@ -30,6 +32,11 @@ type capsWriter struct {
 	done bool // the initialize line went by
 
 	sys sysPrompt // the system prompt the session requests carry (sysprompt.go)
+	// offer is the Spec's protocol when it offers v2 (v2.go): the
+	// initialize line goes out in v2's shape. v2 is set once the agent
+	// answered v2: requests whose shape differs are rewritten.
+	offer string
+	v2    *atomic.Bool
 }
 
 var capsKey = []byte(`"clientCapabilities":{`)
@@ -41,7 +48,14 @@ func (c *capsWriter) Write(p []byte) (int, error) {
 	done := c.done
 	c.mu.Unlock()
 	if done {
-		if q := c.sys.add(p); len(q) != len(p) {
+		// The session requests carry the system prompt; over v2 a
+		// set_config_option takes v2's shape.
+		q := c.sys.add(p)
+		changed := len(q) != len(p)
+		if c.v2 != nil && c.v2.Load() && bytes.Contains(q, []byte(`"session/set_config_option"`)) {
+			q, changed = setOptionLine(q), true
+		}
+		if changed {
 			if _, err := c.w.Write(q); err != nil {
 				return 0, err
 			}
@@ -50,6 +64,20 @@ func (c *capsWriter) Write(p []byte) (int, error) {
 	}
 	if done || !bytes.Contains(p, []byte(`"method":"initialize"`)) {
 		return c.w.Write(p)
+	}
+	if c.offer != "" {
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if err := json.Unmarshal(p, &req); err == nil {
+			c.mu.Lock()
+			c.done = true
+			c.mu.Unlock()
+			if _, err := c.w.Write(v2InitLine(req.ID, c.offer)); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
 	}
 	i := bytes.Index(p, capsKey)
 	if i < 0 {

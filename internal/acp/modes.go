@@ -52,6 +52,11 @@ func (a *Agent) Modes(native string) (current string, available []string, listed
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.modes.listed && a.v2.Load() {
+		if o, ok := modeOption(r.options); ok {
+			return o.Current, slices.Clone(o.Values), true
+		}
+	}
 	return r.modes.current, slices.Clone(r.modes.available), r.modes.listed
 }
 
@@ -64,6 +69,15 @@ func (a *Agent) SetMode(ctx context.Context, native, mode string) error {
 	if r == nil {
 		return fmt.Errorf("acp: %s: session was not created or loaded on this agent (pid %d)", op, a.pid)
 	}
+	r.mu.Lock()
+	o, byOption := modeOption(r.options)
+	byOption = byOption && !r.modes.listed && a.v2.Load()
+	r.mu.Unlock()
+	if byOption {
+		// ACP v2 has no session modes: the mode is a config option.
+		_, err := a.SetOption(ctx, native, o.ID, mode)
+		return err
+	}
 	if _, err := a.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: sdk.SessionId(native), ModeId: sdk.SessionModeId(mode)}); err != nil {
 		return a.callErr(ctx, op, err)
 	}
@@ -71,4 +85,15 @@ func (a *Agent) SetMode(ctx context.Context, native, mode string) error {
 	r.modes.current = mode
 	r.mu.Unlock()
 	return nil
+}
+
+// modeOption is the config option that sets the session's mode (category
+// mode), where the agent lists one: ACP v2's place for the modes.
+func modeOption(opts []Option) (Option, bool) {
+	for _, o := range opts {
+		if o.Category == "mode" && o.Kind == OptionSelect {
+			return o, true
+		}
+	}
+	return Option{}, false
 }

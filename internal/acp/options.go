@@ -24,6 +24,10 @@ type Option struct {
 	Kind    string // OptionSelect or OptionBoolean
 	Current string
 	Values  []string // what a select lists, groups flattened, in its order
+	// Category is the agent's word for what a select sets (model, mode,
+	// thought_level, …); over ACP v2 the session mode is the option of
+	// category mode.
+	Category string
 }
 
 // Accepts reports whether value is one the option lists.
@@ -46,6 +50,9 @@ func options(in []sdk.SessionConfigOption) []Option {
 		case c.Select != nil:
 			s := c.Select
 			o := Option{ID: string(s.Id), Name: s.Name, Kind: OptionSelect, Current: string(s.CurrentValue)}
+			if s.Category != nil {
+				o.Category = string(*s.Category)
+			}
 			if u := s.Options.Ungrouped; u != nil {
 				for _, v := range *u {
 					o.Values = append(o.Values, string(v.Value))

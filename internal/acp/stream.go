@@ -94,6 +94,11 @@ func (a *Agent) pump(src io.Reader, out *io.PipeWriter) {
 				continue
 			}
 		}
+		if a.initWait.Load() {
+			line = a.initAnswer(line) // the answer to an offer of v2 (v2.go)
+		} else if a.v2.Load() {
+			line = v2In(line)
+		}
 		if len(bytes.TrimSpace(line)) > 0 && !a.dispatch(line) {
 			if _, werr := out.Write(line); werr != nil {
 				return // the SDK's connection is gone
@@ -122,7 +127,14 @@ func (a *Agent) dispatch(line []byte) bool {
 		if a.intercept(line) {
 			return true
 		}
-		// The answer to a prompt sent here is this package's (prompt.go).
+		// The answer to a request sent here is this package's (prompt.go,
+		// v2.go).
+		if a.callsN.Load() > 0 && a.takeRaw(line) {
+			return true
+		}
+		if a.v2.Load() && a.promptsN.Load() > 0 && a.v2Ack(line) {
+			return true
+		}
 		return a.promptsN.Load() > 0 && a.takeAnswer(line)
 	}
 	// One target for every line, zeroed first: a decode into pointers or
@@ -192,7 +204,10 @@ func (a *Agent) route(id string, u *wireUpdate) {
 		}
 	}
 	if u.Kind == "state_update" && u.State != nil {
-		a.stateLocked(id, u.State)
+		a.stateLocked(id, u.State, u.Background)
+	}
+	if u.Kind == "terminal_update" || (u.Kind == "tool_call_update" && len(u.Capabilities) > 0) {
+		a.cancelCapLocked(id, u)
 	}
 	if len(u.Meta) > 0 {
 		a.claudeTasksLocked(u)
@@ -213,6 +228,9 @@ func (a *Agent) route(id string, u *wireUpdate) {
 	r.mu.Lock()
 	a.deliverLocked(r, id, u, sub)
 	r.mu.Unlock()
+	if sub == "" && a.v2.Load() {
+		a.v2Ended(id, u) // after the update: the turn's last
+	}
 }
 
 // claudeTasksLocked follows claude-agent-acp's background tasks as it
@@ -241,20 +259,6 @@ func (a *Agent) claudeTasksLocked(u *wireUpdate) {
 		}
 		a.workChangedLocked()
 	}
-}
-
-// stateLocked follows an ACP v2 (Preview) state_update of session id: a
-// state of working, running, busy or background is work the agent does
-// whether or not a prompt is in flight; any other state (idle) ends it.
-// a.mu is held.
-func (a *Agent) stateLocked(id string, st *wireState) {
-	switch strings.ToLower(st.State) {
-	case "working", "running", "busy", "background":
-		a.working["state:"+id] = true
-	default:
-		delete(a.working, "state:"+id)
-	}
-	a.workChangedLocked()
 }
 
 // workChangedLocked stamps a change of working and wakes WaitIdle. a.mu
@@ -353,8 +357,17 @@ type wireUpdate struct {
 	Description string `json:"description"`
 	// subagent_update: the subagent's session and its work state
 	SubSession string `json:"sessionId"`
-	// state_update (ACP v2 Preview): the session's work state
-	State *wireState `json:"state"`
+	// state_update: the session's work state, an idle's stop reason, the
+	// work still running (raw: omitted or null is "not reported")
+	State      *wireState      `json:"state"`
+	StopReason *string         `json:"stopReason"`
+	Background json.RawMessage `json:"background"`
+	// user_message, user_message_chunk (v2): the message a prompt became
+	MessageID string `json:"messageId"`
+	// terminal_update, tool_call_update (v2): the item's terminal and
+	// capabilities (cancel)
+	TerminalID   string          `json:"terminalId"`
+	Capabilities json.RawMessage `json:"capabilities"`
 
 	raw json.RawMessage
 }

@@ -127,9 +127,14 @@ var (
 	// running) that ends that long after the prompt returned: the
 	// subagent's output, its end, and the agent's own follow-up.
 	backgroundDirective = lazyRegexp(`\[\[background:([0-9a-z.]+)\]\]`)
-	// stateDirective reports background work the ACP v2 (Preview) way:
-	// state_update working after the prompt returned, idle D later.
+	// stateDirective reports a cycle of the agent's own after the turn:
+	// state_update running after the prompt returned, idle D later.
 	stateDirective = lazyRegexp(`\[\[state:([0-9a-z.]+)\]\]`)
+	// bgDirective (ACP v2) reports background work the turn leaves
+	// running, listed on its idle and every state after until it ends D
+	// later or is cancelled: a terminal or a tool call (each cancellable
+	// on its own) or a subagent session.
+	bgDirective = lazyRegexp(`\[\[bg:(terminal|tool_call|subagent):([0-9a-z.]+)\]\]`)
 	// callsDirective makes the turn N model calls, each reported on its own.
 	callsDirective = lazyRegexp(`\[\[calls:([0-9]+)\]\]`)
 	// writeCwdDirective makes the agent write a file into its session's
@@ -174,6 +179,7 @@ type options struct {
 	stderr    []string // lines written to stderr at start (--stderr)
 	exe       string   // re-exec target for the grandchild fault
 	stdoutRaw io.Writer
+	protocol  string // auto, 1 or 2: the ACP versions served (v2.go)
 }
 
 // Main runs the built-in agent over stdin/stdout until stdin closes and
@@ -214,6 +220,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		o.stderr = append(o.stderr, s)
 		return nil
 	})
+	fs.StringVar(&o.protocol, "protocol", protocolAuto, "ACP versions served: auto (the version the client asks for at initialize, 1 or 2), 1 or 2 (v2 only: a v1 client's initialize is refused)")
 	fs.IntVar(&o.holdMiB, "grandchild-mib", 0, "MiB of memory the child of --fault grandchild touches and keeps while it holds")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -239,6 +246,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if o.askMode == "" || o.askMode == modeAuto {
 		fmt.Fprintf(stderr, "builtin: --ask-mode %q: name a mode other than %s\n", o.askMode, modeAuto)
+		return 2
+	}
+	if o.protocol != protocolAuto && o.protocol != protocolV1 && o.protocol != protocolV2 {
+		fmt.Fprintf(stderr, "builtin: --protocol %q: use auto, 1 or 2\n", o.protocol)
 		return 2
 	}
 	if o.fault != "" && !knownFaults[o.fault] {
@@ -275,6 +286,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		sessions: make(map[string]*session),
 		exit:     make(chan int, 1),
 	}
+	b.shim = &v2shim{b: b, mode: o.protocol, out: stdout, prompts: map[string]v2pending{}, asks: map[string]string{}}
+	out.w = b.shim
+	stdin = b.shim.reader(stdin)
 	// The connection reads stdin from the moment it exists; hold the first
 	// read until b.conn is set, or a request that arrives at once (the
 	// client writes initialize as soon as the process starts) would be
@@ -454,6 +468,11 @@ type builtin struct {
 	// late is the replay --fault late-replay writes when the next request
 	// arrives after a session/load's answer.
 	late [][]byte
+
+	shim     *v2shim              // serves ACP v2 (v2.go)
+	cycles   map[string]*bgWork   // session -> its own cycle running ([[state:D]])
+	items    map[string][]*bgItem // session -> its listed background items (v2)
+	messages map[string]string    // session -> the messageId of its reply chunks (v2)
 }
 
 var (
@@ -532,6 +551,7 @@ func (b *builtin) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.
 	b.mu.Lock()
 	b.sessions[s.ID] = s
 	b.mu.Unlock()
+	b.markOpen(s.ID)
 	if b.opts.fault == FaultEarlyUpdate {
 		// As agents announce their commands: before the client knows the id.
 		_ = b.send(ctx, s.ID, acp.SessionUpdate{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{
@@ -639,7 +659,7 @@ func (w *bgWork) end(cancelled bool) {
 
 // startWork runs done(false) d from now unless session/cancel for id ends
 // the work first (done(true)).
-func (b *builtin) startWork(id string, d time.Duration, done func(cancelled bool)) {
+func (b *builtin) startWork(id string, d time.Duration, done func(cancelled bool)) *bgWork {
 	w := &bgWork{done: done}
 	b.mu.Lock()
 	if b.background == nil {
@@ -661,6 +681,7 @@ func (b *builtin) startWork(id string, d time.Duration, done func(cancelled bool
 		w.end(false)
 	})
 	b.mu.Unlock()
+	return w
 }
 
 func (b *builtin) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
@@ -858,12 +879,13 @@ func (b *builtin) afterwards(id, text string) {
 			}))
 		}
 	}
+	b.startItems(id, text)
 	if m := stateDirective().FindStringSubmatch(text); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {
-			_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "state_update", "state": map[string]any{"state": "working"}})
-			b.startWork(id, d, b.afterAnswer(func(cancelled bool) {
-				_ = b.sendRaw(ctx, id, map[string]any{"sessionUpdate": "state_update", "state": map[string]any{"state": "idle"}})
-			}))
+			// A cycle of the agent's own after the turn: running from
+			// its answer on until it ends, as v2's state_update says it
+			// (the top-level string).
+			b.ownCycle(id, d)
 		}
 	}
 }
@@ -1204,6 +1226,7 @@ func (b *builtin) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest)
 			}
 		}
 	}
+	b.resumeSnapshot(s.ID)
 	return acp.ResumeSessionResponse{ConfigOptions: b.configOptions(s), Modes: b.modes(s)}, nil
 }
 
@@ -1226,6 +1249,7 @@ func (b *builtin) reopen(method, id, cwd string, servers []acp.McpServer, off bo
 	if err != nil {
 		return nil, err
 	}
+	b.markOpen(id)
 	b.mu.Lock()
 	s.Cwd, s.MCPServers = cwd, mcp
 	if s.options == nil {
@@ -1310,6 +1334,7 @@ func (b *builtin) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (
 	b.mu.Lock()
 	delete(b.sessions, string(p.SessionId))
 	b.mu.Unlock()
+	b.unmarkOpen(string(p.SessionId))
 	return acp.CloseSessionResponse{}, nil
 }
 

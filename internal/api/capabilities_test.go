@@ -57,10 +57,12 @@ func newCapEnv(t *testing.T) *capEnv {
 	approve := builtin("b-approve")
 	approve.Permission, approve.PermissionTimeout = permission.Ask, config.Duration(time.Hour)
 	approve.Approvers = config.Approvers{Users: []string{"u-ana"}}
+	v2 := builtin("b-v2")
+	v2.Protocol = "auto"
 	wt := builtin("b-wt")
 	wt.Dir, wt.Workspace = testkit.GitRepo(t), workspace.Worktree
 	cfg := config.Config{
-		Bindings: []config.Binding{builtin("b-builtin", "--cost", "0.4"), ask, co, steer, thread, wt, approve},
+		Bindings: []config.Binding{builtin("b-builtin", "--cost", "0.4"), ask, co, steer, thread, wt, approve, v2},
 		Runs:     config.Runs{Keepalive: config.Duration(200 * time.Millisecond)},
 		Budgets:  config.Budgets{Timezone: "UTC", Bindings: map[string]float64{"b-builtin": 100}},
 	}
@@ -470,6 +472,26 @@ var capabilityProbes = []struct {
 		if r := e.want(t, http.StatusOK, http.MethodPost, "/v1/sessions/fresh", fresh); !strings.Contains(r, `"removed":true`) {
 			t.Fatalf("reset of a clean worktree: %s", r)
 		}
+	}},
+	{apitype.CapabilityBackgroundWork, func(t *testing.T, e *capEnv) {
+		e.want(t, http.StatusAccepted, http.MethodPost, "/v1/turns?stream=false", `{"channel_id":"ch-v2","binding_id":"b-v2","run_id":"run-v2","text":"@agent [[bg:terminal:1h]]"}`)
+		if end := e.end(t, "run-v2"); end.Event != apitype.EventDone {
+			t.Fatalf("run-v2 ended %+v", end)
+		}
+		var l apitype.Sessions
+		if err := json.Unmarshal([]byte(e.want(t, http.StatusOK, http.MethodGet, "/v1/sessions", "")), &l); err != nil {
+			t.Fatal(err)
+		}
+		var item apitype.BackgroundItem
+		for _, s := range l.Sessions {
+			if s.Channel == "ch-v2" && s.AgentState == "idle" && len(s.Background) == 1 {
+				item = s.Background[0]
+			}
+		}
+		if item.Type != "terminal" || !item.Cancelable {
+			t.Fatalf("ch-v2's row: %+v", l.Sessions)
+		}
+		e.want(t, http.StatusOK, http.MethodPost, "/v1/sessions/background/cancel", `{"channel_id":"ch-v2","binding_id":"b-v2","type":"terminal","item_id":"`+item.ID+`"}`)
 	}},
 	{apitype.CapabilityDurableRuns, func(t *testing.T, e *capEnv) {
 		turn := `{"channel_id":"ch-dur","binding_id":"b-builtin","run_id":"run-dur","message_id":"m-dur","text":"@agent remember"}`

@@ -26,6 +26,7 @@ var Features = []string{
 	apitype.CapabilitySessionOptions, apitype.CapabilityBudgets, apitype.CapabilityExactMoney,
 	apitype.CapabilityConfigReload, apitype.CapabilityTraces, apitype.CapabilityAgentTools, apitype.CapabilityWorktrees,
 	apitype.CapabilityElicitation, apitype.CapabilityApprovers,
+	apitype.CapabilityBackgroundWork,
 }
 
 // APIVersion is the local API's version: /v1 only grows (new endpoints,

@@ -74,6 +74,9 @@ type Sessions interface {
 	SessionOptions(k session.Key) (apitype.SessionOptions, error)
 	SetSessionOptions(k session.Key, opts map[string]string) (apitype.SessionOptions, error)
 	Bindings() []apitype.Binding
+	// CancelBackground asks the agent of key k's live process to cancel one
+	// item of its background work.
+	CancelBackground(k session.Key, typ, item string) (apitype.BackgroundCancelResponse, error)
 }
 
 // Reloader reloads the config file (*server.Server, which tells the
@@ -203,6 +206,7 @@ func NewServer(o ServerOptions) *Server {
 	mux.HandleFunc("POST /v1/runs/{run}/elicitations/{request}", s.elicited)
 	mux.HandleFunc("GET /v1/sessions", s.sessions)
 	mux.HandleFunc("POST /v1/sessions/fresh", s.fresh)
+	mux.HandleFunc("POST /v1/sessions/background/cancel", s.cancelBackground)
 	mux.HandleFunc("GET /v1/sessions/options", s.sessionOptions)
 	mux.HandleFunc("PUT /v1/sessions/options", s.setSessionOptions)
 	mux.HandleFunc("GET /v1/budgets", s.budgets)
@@ -472,6 +476,29 @@ func (s *Server) fresh(w http.ResponseWriter, r *http.Request) {
 		k.Thread = *req.ThreadRoot
 	}
 	out, err := s.keys.FreshKey(k, req.ResetWorktree)
+	reply(w, http.StatusOK, out, err)
+}
+
+func (s *Server) cancelBackground(w http.ResponseWriter, r *http.Request) {
+	var req apitype.BackgroundCancelRequest
+	k, err := decodeKeyed(w, r, &req, &req.Channel, &req.Binding)
+	if err == nil && req.ThreadRoot != nil {
+		if *req.ThreadRoot == "" {
+			err = fmt.Errorf("%w: thread_root_id must be null or a message id, not empty", errBadRequest)
+		}
+		k.Thread = *req.ThreadRoot
+	}
+	if err == nil && (req.Type != "terminal" && req.Type != "tool_call" || req.Item == "") {
+		err = fmt.Errorf("%w: type must be terminal or tool_call, and item_id a listed item's", errBadRequest)
+	}
+	if err == nil {
+		err = checkIDs(field("item_id", req.Item))
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out, err := s.keys.CancelBackground(k, req.Type, req.Item)
 	reply(w, http.StatusOK, out, err)
 }
 

@@ -173,6 +173,24 @@ type Binding struct {
 	// of its own of dir, which must then be a repository's top folder with
 	// a commit; see internal/workspace).
 	Workspace string `json:"workspace,omitempty"`
+
+	// Protocol is the ACP version spoken with the binding's agent: "1"
+	// (the default), "2", or "auto" (v2 offered at initialize, the
+	// version the agent answers taken).
+	Protocol string `json:"protocol,omitempty"`
+	// BackgroundLimit, when set, is the binding's own background_limit:
+	// how long one of its processes with work listed or reported running
+	// and no turn in flight is kept from the idle reaper and eviction.
+	BackgroundLimit Duration `json:"background_limit,omitempty"`
+}
+
+// BackgroundLimitOr is the binding's background_limit, or def (the
+// daemon's) when it sets none.
+func (b Binding) BackgroundLimitOr(def Duration) Duration {
+	if b.BackgroundLimit > 0 {
+		return b.BackgroundLimit
+	}
+	return def
 }
 
 // WorktreeOn reports whether each key of the binding works in a git
@@ -797,6 +815,11 @@ func (c *Config) Validate() error {
 		case "", BurstsQueue, BurstsCoalesce, BurstsSteer:
 		default:
 			return fmt.Errorf("%w: binding %q: bursts %q: use queue, coalesce or steer", ErrInvalid, b.ID, b.Bursts)
+		}
+		switch b.Protocol {
+		case "", "1", "2", "auto":
+		default:
+			return fmt.Errorf("%w: binding %q: protocol %q: use 1, 2 or auto", ErrInvalid, b.ID, b.Protocol)
 		}
 		switch b.Scope {
 		case "", ScopeChannel, ScopeThread:

@@ -55,6 +55,7 @@ var BindingClasses = map[string]Class{
 	"spare": AtOnce, "spare_at_start": Restart, "spare_session": NewProcesses,
 	"cache_ttl": NewProcesses, "idle_compaction": NewProcesses, "restore_keeps_cache": AtOnce, "keep_alive": AtOnce,
 	"workspace": NewSession,
+	"protocol":  ReplaceProcess, "background_limit": AtOnce,
 }
 
 // SettingClasses is how each daemon setting (its JSON path) takes effect on
@@ -207,7 +208,8 @@ func (b *Binding) SameProcess(n *Binding) bool {
 	return b.Command == n.Command && slices.Equal(b.Args, n.Args) && maps.Equal(b.Env, n.Env) && b.Dir == n.Dir &&
 		b.Resident == n.Resident && b.SavedSession == n.SavedSession && samePtr(b.Tools, n.Tools) &&
 		b.Limits == n.Limits && b.UsageTotals == n.UsageTotals && b.SystemPlacement == n.SystemPlacement &&
-		b.Forms() == n.Forms()
+		b.Forms() == n.Forms() &&
+		b.Protocol == n.Protocol
 }
 
 func samePtr[T comparable](a, b *T) bool {

@@ -11,6 +11,7 @@ import (
 	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/elicit"
 	"github.com/residentd/residentd/internal/pool"
+	"github.com/residentd/residentd/internal/resident"
 	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/store"
 	"github.com/residentd/residentd/internal/workspace"
@@ -42,6 +43,8 @@ var errorCodes = []struct {
 	{store.ErrDamaged, apitype.CodeStoreDamaged},
 	{store.ErrNoSpace, apitype.CodeStorageFull},
 	{store.ErrNotFound, apitype.CodeNotFound},
+	{resident.ErrNoProcess, apitype.CodeNotFound},
+	{acp.ErrNotCancelable, apitype.CodeNotFound},
 	{run.ErrInUse, apitype.CodeRunInUse},
 	{pool.ErrQueueFull, apitype.CodeQueueFull},
 	{pool.ErrQueueTimeout, apitype.CodeQueueTimeout},

@@ -60,6 +60,12 @@ func (d *Daemon) Sessions() []apitype.Session {
 	return out
 }
 
+// CancelBackground cancels one item of key k's background work (the
+// keeper's).
+func (d *Daemon) CancelBackground(k session.Key, typ, item string) (apitype.BackgroundCancelResponse, error) {
+	return d.keeper.CancelBackground(k, typ, item)
+}
+
 // Spares lists the bindings' spare processes (the keeper's).
 func (d *Daemon) Spares() []apitype.Spare { return d.keeper.Spares() }
 

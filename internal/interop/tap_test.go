@@ -60,7 +60,13 @@ func tapMain() int {
 		mu.Unlock()
 	}
 	cmd := exec.Command(os.Args[1], os.Args[2:]...)
-	cmd.Env = os.Environ()
+	// Without the tap's own variable: the agent may be this binary too
+	// (the built-in agent), which would otherwise be a tap again.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, tapEnv+"=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

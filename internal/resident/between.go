@@ -86,7 +86,11 @@ func (bw *between) working(a *acp.Agent) (bool, time.Time) {
 	if bw.since.IsZero() {
 		bw.since = now
 	}
-	limit := time.Duration(bw.k.conf().BackgroundLimit)
+	conf := bw.k.conf()
+	limit := time.Duration(conf.BackgroundLimit)
+	if b, ok := conf.Binding(bw.key.Binding); ok {
+		limit = time.Duration(b.BackgroundLimitOr(conf.BackgroundLimit))
+	}
 	if now.Sub(bw.since) < limit {
 		return true, last
 	}

@@ -51,6 +51,8 @@ const ceiling = 10
 var (
 	errNoProgress = errors.New("no sign of progress")
 	errCeiling    = errors.New("past the ceiling")
+	// errSessionGone: session/status said the agent does not know it.
+	errSessionGone = errors.New("session/status: the agent does not know the session")
 )
 
 // restoreWay is one way to reopen a saved session, on whichever process
@@ -177,6 +179,16 @@ func (kp *Keeper) restore(ctx context.Context, l *ladder, cands []candidate) (re
 			})
 		}
 		var timedOut, unknown bool
+		if len(ways) > 0 {
+			if err := kp.freshProcess(ctx, l); err != nil {
+				return restored{}, err
+			}
+			if kp.askStatus(ctx, l, c.native) {
+				tried = true
+				kp.notReopened(l, c, true, errSessionGone)
+				continue
+			}
+		}
 		for i, w := range ways {
 			tried = true
 			if err := kp.freshProcess(ctx, l); err != nil {

@@ -519,6 +519,7 @@ func (kp *Keeper) agentSpec(b config.Binding) (acp.Spec, error) {
 		SystemPrompt: kp.systemPrompt(b),
 		MCPServers:   []sdk.McpServer{}, Grace: time.Duration(kp.conf().AgentGrace), CancelGrace: time.Duration(kp.conf().AgentCancelGrace),
 		Cgroups: kp.cgroups, Limits: limitsOf(b), MarkPrefix: kp.st.MarkPrefix(), StartTimeout: startLimit(b),
+		Protocol: b.Protocol,
 	}, nil
 }
 

@@ -23,6 +23,7 @@ func (kp *Keeper) Describe(ses *apitype.Session) {
 		p := v.(*Process)
 		ses.RestoredBy, ses.Usage, ses.Options, ses.Restore = p.restoredBy, p.usedSoFar(), p.currentOptions(), p.restore
 		ses.Working, _ = p.Working()
+		p.background(ses)
 		kp.describeWorktree(ses, p)
 	}
 }
