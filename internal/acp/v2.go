@@ -72,6 +72,9 @@ type v2InitAnswer struct {
 				} `json:"prompt"`
 				Fork   json.RawMessage `json:"fork"`
 				Status json.RawMessage `json:"status"`
+				// SystemPrompt: v2's session.systemPrompt (unstable), v1's
+				// sessionCapabilities.systemPrompt (sysprompt.go reads it).
+				SystemPrompt json.RawMessage `json:"systemPrompt"`
 			} `json:"session"`
 			Meta json.RawMessage `json:"_meta"`
 		} `json:"capabilities"`
@@ -110,6 +113,9 @@ func (a *Agent) initAnswer(line []byte) []byte {
 		}
 		if present(s.Fork) {
 			session["fork"] = map[string]any{}
+		}
+		if present(s.SystemPrompt) {
+			session["systemPrompt"] = s.SystemPrompt
 		}
 		a.v2caps.status = present(s.Status)
 	}

@@ -358,7 +358,8 @@ func (s *v2shim) answer(m message, p []byte) []byte {
 
 // initAnswer is the v2 initialize answer for the SDK's v1 one: v2's
 // baseline (new, resume, close, prompt, cancel), the prompt content the
-// agent takes, fork with --fork, and session/status (unstable).
+// agent takes, fork with --fork, the system prompt with --system-prompt,
+// and session/status (unstable).
 func (s *v2shim) initAnswer(m message) []byte {
 	var r struct {
 		AgentInfo json.RawMessage `json:"agentInfo"`
@@ -379,6 +380,9 @@ func (s *v2shim) initAnswer(m message) []byte {
 	session := map[string]any{"prompt": prompt, "mcp": map[string]any{"stdio": map[string]any{}}, "status": map[string]any{}}
 	if s.b.opts.fork {
 		session["fork"] = map[string]any{}
+	}
+	if s.b.opts.systemPrompt {
+		session["systemPrompt"] = map[string]any{}
 	}
 	result := map[string]any{"protocolVersion": 2, "info": info, "capabilities": map[string]any{"session": session}, "authMethods": []any{}}
 	if len(r.Meta) > 0 && string(r.Meta) != "null" {

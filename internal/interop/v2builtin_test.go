@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/residentd/residentd/apitype"
 	"github.com/residentd/residentd/internal/config"
@@ -19,7 +20,8 @@ import (
 // permission request, background items announced with cancel and listed,
 // terminal/cancel and tool_call/cancel, and after a daemon restart
 // session/status then session/resume with its state snapshot before the
-// answer.
+// answer; the framing in each session request's systemPrompt, and a form
+// (elicitation/create) nobody answers, cancelled at the timeout.
 func TestBuiltinV2WireMatchesSchema(t *testing.T) {
 	s := loadV2Schema(t)
 	tap := t.TempDir()
@@ -28,11 +30,20 @@ func TestBuiltinV2WireMatchesSchema(t *testing.T) {
 	b.Protocol = "2"
 	b.Permission = permission.Allow
 	b.SessionOptions = map[string]string{"model": "builtin-large", "verbose": "true"}
+	// The framing goes in the system prompt of each session request, and a
+	// form nobody answers is cancelled at the permission timeout: both are
+	// on the v2 wire too.
+	b.Args = append(b.Args, "--system-prompt")
+	b.PermissionTimeout = config.Duration(200 * time.Millisecond)
 	h := newHarness(t, tapped(t, b, tap))
 	ctx := testCtx(t)
-	for _, text := range []string{"@agent one [[permission:execute]]", "@agent two [[bg:terminal:1h]] [[bg:tool_call:1h]] [[bg:subagent:100ms]]"} {
-		if r := h.turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil); r.err != nil {
+	for _, text := range []string{"@agent one [[permission:execute]]", "@agent two [[bg:terminal:1h]] [[bg:tool_call:1h]] [[bg:subagent:100ms]]", "@agent four [[elicit:deploy]]"} {
+		r := h.turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: text}, nil)
+		if r.err != nil {
 			t.Fatalf("%s: %v", text, r.err)
+		}
+		if !strings.Contains(r.done.Text, "framing=no") || !strings.Contains(r.done.Text, "system=yes") {
+			t.Fatalf("%s: the framing is not in the system prompt over v2: %q", text, r.done.Text)
 		}
 	}
 	// A turn that fails ends with idle, stop reason error and the error.
@@ -56,7 +67,7 @@ func TestBuiltinV2WireMatchesSchema(t *testing.T) {
 	}
 	h.restart()
 	r := h.turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-builtin", Text: "@agent three"}, nil)
-	if r.err != nil || !strings.Contains(r.done.Text, "turn=3") || r.start.Shape != "restored" {
+	if r.err != nil || !strings.Contains(r.done.Text, "turn=4") || !strings.Contains(r.done.Text, "system=yes") || r.start.Shape != "restored" {
 		t.Fatalf("restored turn: %+v %v", r.done, r.err)
 	}
 	seen := map[string]int{}
@@ -69,6 +80,7 @@ func TestBuiltinV2WireMatchesSchema(t *testing.T) {
 	for _, want := range []string{
 		"in initialize", "out answer to initialize", "in session/new", "out answer to session/new",
 		"in session/prompt", "out answer to session/prompt",
+		"out elicitation/create", "in answer to elicitation/create",
 		"out session/update user_message",
 		"out session/update state_update running background=[]",
 		"out session/update state_update requires_action background=[]",

@@ -78,6 +78,15 @@ func TestClaude0101OverV2(t *testing.T) {
 	if usage[0] <= 0 || usage[1] <= 0 {
 		t.Fatalf("usage per turn: %v", usage)
 	}
+	// Over v2 as over v1 the framing reaches the model in the system text
+	// (session.systemPrompt), not in the first user message.
+	first := api.mainCalls(t, "@claude hello", "@claude again")
+	if len(first) == 0 {
+		t.Fatal("no main model call carries the first mention")
+	}
+	if sys, msgs := systemAndMessages(t, first[0]); !strings.Contains(sys, claudeFraming) || strings.Contains(msgs, claudeFraming) {
+		t.Fatalf("over v2 the framing is in the system text: %v, in the messages: %v", strings.Contains(sys, claudeFraming), strings.Contains(msgs, claudeFraming))
+	}
 	if r := h.turn(ctx, apitype.TurnRequest{Channel: "ch", Binding: "b-claude", Text: "@claude run the slow job BG-PLEASE"}, nil); r.err != nil {
 		t.Fatalf("background turn: %v", r.err)
 	}
