@@ -67,13 +67,18 @@ func (c *capsWriter) Write(p []byte) (int, error) {
 	}
 	if c.offer != "" {
 		var req struct {
-			ID json.RawMessage `json:"id"`
+			ID     json.RawMessage `json:"id"`
+			Params struct {
+				ClientCapabilities struct {
+					Elicitation json.RawMessage `json:"elicitation"`
+				} `json:"clientCapabilities"`
+			} `json:"params"`
 		}
 		if err := json.Unmarshal(p, &req); err == nil {
 			c.mu.Lock()
 			c.done = true
 			c.mu.Unlock()
-			if _, err := c.w.Write(v2InitLine(req.ID, c.offer)); err != nil {
+			if _, err := c.w.Write(v2InitLine(req.ID, c.offer, req.Params.ClientCapabilities.Elicitation)); err != nil {
 				return 0, err
 			}
 			return len(p), nil

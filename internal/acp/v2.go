@@ -43,12 +43,22 @@ const clientInfo = `{"name":"residentd","version":"1"}`
 // 2 or auto) with JSON-RPC id: v2's shape, with, for auto, v1's fields
 // beside it, so that an agent that knows only v1 reads a v1 request (ACP
 // lets an agent answer a version it prefers) and one that knows v2 a v2
-// request (extra fields are open in both schemas).
-func v2InitLine(id json.RawMessage, mode string) []byte {
-	params := `{"protocolVersion":2,"info":` + clientInfo + `,"capabilities":{}}`
+// request (extra fields are open in both schemas). elicitation is the
+// capability the SDK's request carried (forms; none when nobody answers
+// them), the same in both versions.
+func v2InitLine(id json.RawMessage, mode string, elicitation json.RawMessage) []byte {
+	caps := `{}`
+	if present(elicitation) {
+		caps = `{"elicitation":` + string(elicitation) + `}`
+	}
+	params := `{"protocolVersion":2,"info":` + clientInfo + `,"capabilities":` + caps + `}`
 	if mode == ProtocolAuto {
-		params = `{"protocolVersion":2,"info":` + clientInfo + `,"capabilities":{},"clientInfo":` + clientInfo +
-			`,"clientCapabilities":{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false,"session":` + SessionCapabilities + `,"subagents":` + subagentsCapability + `}}`
+		v1 := `"fs":{"readTextFile":true,"writeTextFile":true},"terminal":false,"session":` + SessionCapabilities + `,"subagents":` + subagentsCapability
+		if present(elicitation) {
+			v1 += `,"elicitation":` + string(elicitation)
+		}
+		params = `{"protocolVersion":2,"info":` + clientInfo + `,"capabilities":` + caps + `,"clientInfo":` + clientInfo +
+			`,"clientCapabilities":{` + v1 + `}}`
 	}
 	return []byte(`{"jsonrpc":"2.0","id":` + string(id) + `,"method":"initialize","params":` + params + "}\n")
 }

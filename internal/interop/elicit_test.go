@@ -16,9 +16,19 @@ import (
 // free-text companion); the form reaches the run's stream; an answer
 // outside the options is refused against the form; the accepted answer,
 // by the mention's author (the binding's approvers: author), reaches the
-// model as the tool's result.
+// model as the tool's result. Over ACP v1 and v2 alike.
 func TestClaude0101Elicitation(t *testing.T) {
 	t.Parallel()
+	for _, protocol := range []string{"1", "auto"} {
+		t.Run("protocol="+protocol, func(t *testing.T) {
+			t.Parallel()
+			claudeElicits(t, protocol)
+		})
+	}
+}
+
+// claudeElicits is TestClaude0101Elicitation over protocol (auto: v2).
+func claudeElicits(t *testing.T, protocol string) {
 	api := newFakeAPI(t, "Deploying to staging.")
 	api.tool = &toolUse{marker: "ASK-PLEASE", name: "AskUserQuestion", input: map[string]any{
 		"questions": []any{map[string]any{
@@ -29,10 +39,16 @@ func TestClaude0101Elicitation(t *testing.T) {
 			},
 		}},
 	}}
-	b := claude0101Binding(t, t.TempDir(), api.env())
+	env := api.env()
+	if protocol == "auto" {
+		env["CLAUDE_AGENT_ACP_PROTOCOL"] = "auto"
+	}
+	b := claude0101Binding(t, t.TempDir(), env)
 	b.Permission = permission.Ask
 	b.Approvers = config.Approvers{Mode: config.ApproversAuthor}
-	h := newHarness(t, b)
+	b.Protocol = protocol
+	tap := t.TempDir()
+	h := newHarness(t, tapped(t, b, tap))
 	ctx := testCtx(t)
 	var (
 		asked    *apitype.ElicitationRequest
@@ -81,16 +97,33 @@ func TestClaude0101Elicitation(t *testing.T) {
 	if !strings.Contains(result, "staging") || strings.Contains(result, "is_error=true") {
 		t.Errorf("the model got the tool result %q; want the answer staging", result)
 	}
+	if protocol == "auto" {
+		for _, msgs := range tapRecords(t, tap) {
+			v2Negotiated(t, msgs)
+		}
+	}
 }
 
 // TestCodexElicitation: in Codex's plan collaboration mode (the session
 // option collaboration_mode) the fake model calls request_user_input;
 // codex-acp 2.6 asks it as an elicitation, which reaches the run's stream;
-// the person's answer reaches the model as the tool's output.
+// the person's answer reaches the model as the tool's output. Over ACP v1
+// and v2 alike.
 func TestCodexElicitation(t *testing.T) {
 	t.Parallel()
+	for _, protocol := range []string{"1", "2"} {
+		t.Run("protocol="+protocol, func(t *testing.T) {
+			t.Parallel()
+			codexElicits(t, protocol)
+		})
+	}
+}
+
+// codexElicits is TestCodexElicitation over protocol.
+func codexElicits(t *testing.T, protocol string) {
 	h, api := codexHarness(t, "Deploying to staging.", func(b *config.Binding) {
 		b.SessionOptions = map[string]string{"collaboration_mode": "plan"}
+		b.Protocol = protocol
 	})
 	api.scripts = []toolScript{{marker: "ASK-PLEASE", calls: []codexTool{{name: "request_user_input", args: map[string]any{
 		"questions": []any{map[string]any{"id": "env", "header": "Env", "question": "Which environment should I deploy to?",
