@@ -94,6 +94,9 @@ type ladder struct {
 	hook func()     // the pool's exit hook, for each process the key gets
 	rel  *releases
 	mcp  []sdk.McpServer // the key's servers, for each process's requests
+	// keyRelease revokes the key's servers (keyServers); nil before they
+	// were issued, or once revoked.
+	keyRelease func()
 
 	wt      *workspace.Record // the key's worktree the last way reopened in; nil: the binding's dir
 	tainted bool              // ap's last way timed out: nothing more is asked of it

@@ -239,7 +239,24 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 	// capabilities the process carries are revoked at its exit.
 	rel := &releases{}
 	hook := func() { rel.run(); exited() }
-	var ap *agentProc
+	ap, spare, err := kp.processFor(ctx, b, k, log, hook)
+	if err != nil {
+		return nil, lease.Cold, err
+	}
+	pre := ap.takePre() // a session the spare opened ahead, nil without one
+	if pre != nil {
+		rel.add(pre.release) // revoked at the exit, if not before
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("residentd.spare", spare), attribute.Bool("residentd.spare_session", pre != nil))
+	}
+	return kp.openSession(ctx, &ladder{k: k, b: b, log: log, ap: ap, pre: pre, hook: hook, rel: rel})
+}
+
+// processFor is a process for key k of binding b, bound to k with hook
+// as its exit hook: the binding's spare (one that still fits the binding),
+// else a new one; spare says which.
+func (kp *Keeper) processFor(ctx context.Context, b config.Binding, k session.Key, log *zap.Logger, hook func()) (ap *agentProc, spare bool, err error) {
 	for ap == nil {
 		if ap = kp.takeSpare(b.ID); ap == nil {
 			break
@@ -257,41 +274,37 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 			continue
 		}
 		log.Info("took a spare agent", zap.Int("pid", ap.a.Pid()))
+		return ap, true, nil
 	}
-	spare := ap != nil
-	if ap == nil {
-		kp.makeRoom()
-		if ap, err = kp.startForTurn(ctx, b, k, log); err != nil {
-			return nil, lease.Cold, err
-		}
-		if !ap.bind(k, log, hook) {
-			return nil, lease.Cold, fmt.Errorf("agent pid %d exited before its session opened: %w", ap.a.Pid(), ap.a.ExitErr())
-		}
+	kp.makeRoom()
+	if ap, err = kp.startForTurn(ctx, b, k, log); err != nil {
+		return nil, false, err
 	}
-	pre := ap.takePre() // a session the spare opened ahead, nil without one
-	if pre != nil {
-		rel.add(pre.release) // revoked at the exit, if not before
+	if !ap.bind(k, log, hook) {
+		return nil, false, fmt.Errorf("agent pid %d exited before its session opened: %w", ap.a.Pid(), ap.a.ExitErr())
 	}
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Bool("residentd.spare", spare), attribute.Bool("residentd.spare_session", pre != nil))
-	}
-	// keyServers puts k's own servers in the process's next session
-	// request, once; the release they return is what revokes them.
-	var keyRelease func()
-	l := &ladder{k: k, b: b, log: log, ap: ap, pre: pre, hook: hook, rel: rel}
-	keyServers := func() {
-		if keyRelease != nil {
-			return
-		}
-		servers, release := kp.servers(k, b)
-		keyRelease, l.mcp = release, servers
-		rel.add(release)
-		ap.a.SetMCPServers(servers)
-	}
+	return ap, false, nil
+}
 
+// keyServers puts l's key's own servers in its process's next session
+// request, once; the release they return is what revokes them.
+func (kp *Keeper) keyServers(l *ladder) {
+	if l.keyRelease != nil {
+		return
+	}
+	servers, release := kp.servers(l.k, l.b)
+	l.keyRelease, l.mcp = release, servers
+	l.rel.add(release)
+	l.ap.a.SetMCPServers(servers)
+}
+
+// openSession gives l's process the key's session: a saved one
+// reopened, else a fork of its channel's (a thread key's first), else a
+// new one (the one its spare opened ahead, where it fits).
+func (kp *Keeper) openSession(ctx context.Context, l *ladder) (*Process, lease.Shape, error) {
 	cands, saved, err := kp.restoreCandidates(ctx, l)
 	if err != nil {
-		ap.a.Close()
+		l.ap.a.Close()
 		return nil, lease.Cold, err
 	}
 	var report *apitype.RestoreReport // how the key's saved session fared, for the listing
@@ -299,84 +312,105 @@ func (kp *Keeper) Spawn(ctx context.Context, k session.Key, exited func()) (s *P
 		report = &l.report
 	}
 	if len(cands) > 0 {
-		// The key's own session is reopened: the one opened ahead is
-		// dropped, after the restore so that its close does not compete
-		// with it. A restore that ends cold starts on it instead (on the
-		// process the restore ended on: see restore).
-		keyServers()
-		r, err := kp.restore(ctx, l, cands)
-		ap, pre = l.ap, l.pre
-		if r.how != "" {
-			kp.dropPre(ap, pre, log)
-			pre = nil
-		}
+		p, err := kp.reopenSaved(ctx, l, cands, report)
 		if err != nil {
-			ap.a.Close()
 			return nil, lease.Cold, err
 		}
-		if r.how != "" {
-			p := &Process{a: ap.a, key: k, between: ap.bw, native: r.native, restoredBy: r.how, missed: r.missed, unsaved: r.unsaved,
-				restore: report, binding: b, served: b}
-			p.wt.Store(l.wt) // the cwd it reopened in
-			return kp.live(p), lease.Restored, nil
+		if p != nil {
+			return p, lease.Restored, nil
 		}
 	}
-	a, bw := ap.a, ap.bw
 	// A new session (a fork, session/new) works where the binding says
 	// now: the key's worktree, or its dir.
-	wt, err := kp.newIn(ctx, a, k, b)
+	wt, err := kp.newIn(ctx, l.ap.a, l.k, l.b)
 	if err != nil {
-		a.Close()
+		l.ap.a.Close()
 		return nil, lease.Cold, err
 	}
-	if !saved && k.Thread != "" && a.CanFork() && b.KeepsSession() {
+	if !saved && l.k.Thread != "" && l.ap.a.CanFork() && l.b.KeepsSession() {
 		// A thread key's first session: a fork of its channel's.
-		keyServers()
-		s, err := kp.fork(ctx, a, k, b, bw, log)
+		kp.keyServers(l)
+		s, err := kp.fork(ctx, l.ap.a, l.k, l.b, l.ap.bw, l.log)
 		if err == nil && s != nil {
 			err = kp.openedIn(s, wt)
 		}
 		if err != nil {
-			a.Close()
+			l.ap.a.Close()
 			return nil, lease.Restored, err
 		}
 		if s != nil {
-			kp.dropPre(ap, pre, log)
+			kp.dropPre(l.ap, l.pre, l.log)
 			return s, lease.Restored, nil
 		}
 	}
-	if pre != nil && a.SessionCwd(pre.native) != a.Cwd() {
-		kp.dropPre(ap, pre, log) // opened ahead in another cwd than the key's
-		pre = nil
+	if l.pre != nil && l.ap.a.SessionCwd(l.pre.native) != l.ap.a.Cwd() {
+		kp.dropPre(l.ap, l.pre, l.log) // opened ahead in another cwd than the key's
+		l.pre = nil
 	}
-	if pre != nil {
-		if s := kp.usePre(ap, pre, k, b, keyRelease, report, log); s != nil {
+	if l.pre != nil {
+		if s := kp.usePre(l.ap, l.pre, l.k, l.b, l.keyRelease, report, l.log); s != nil {
 			return s, lease.Cold, nil
 		}
-		keyRelease = nil // revoked: the session opened below gets new ones
+		l.keyRelease = nil // revoked: the session opened below gets new ones
 	}
-	keyServers()
+	p, err := kp.newSession(ctx, l, report)
+	if err != nil {
+		return nil, lease.Cold, err
+	}
+	if err := kp.openedIn(p, wt); err != nil {
+		l.ap.a.Close()
+		return nil, lease.Cold, err
+	}
+	return kp.live(p), lease.Cold, nil
+}
+
+// reopenSaved restores one of the key's saved sessions (cands) on l's
+// process, or on another once a way timed out there; nil when none was
+// reopened: the turn goes on cold, on the process the restore ended on
+// (l.ap), on the session that process opened ahead if any (l.pre).
+func (kp *Keeper) reopenSaved(ctx context.Context, l *ladder, cands []candidate, report *apitype.RestoreReport) (*Process, error) {
+	kp.keyServers(l)
+	r, err := kp.restore(ctx, l, cands)
+	if r.how != "" {
+		// The one opened ahead is dropped after the restore, so that its
+		// close does not compete with it.
+		kp.dropPre(l.ap, l.pre, l.log)
+		l.pre = nil
+	}
+	if err != nil {
+		l.ap.a.Close()
+		return nil, err
+	}
+	if r.how == "" {
+		return nil, nil
+	}
+	p := &Process{a: l.ap.a, key: l.k, between: l.ap.bw, native: r.native, restoredBy: r.how, missed: r.missed, unsaved: r.unsaved,
+		restore: report, binding: l.b, served: l.b}
+	p.wt.Store(l.wt) // the cwd it reopened in
+	return kp.live(p), nil
+}
+
+// newSession opens a new session (session/new) on l's process with the
+// key's servers.
+func (kp *Keeper) newSession(ctx context.Context, l *ladder, report *apitype.RestoreReport) (*Process, error) {
+	kp.keyServers(l)
+	a := l.ap.a
 	t1 := kp.now()
 	_, nspan := tracing.Start(ctx, "session new")
 	native, err := a.NewSession(ctx)
 	if err != nil {
 		nspan.SetStatus(codes.Error, err.Error())
 		nspan.End()
-		return nil, lease.Cold, a.StartFailed(err) // with what the agent said on stderr
+		return nil, a.StartFailed(err) // with what the agent said on stderr
 	}
 	nspan.End()
 	kp.m.ObserveSessionReady("new", kp.now().Sub(t1))
-	log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
+	l.log.Info("session started", zap.String("native", native), zap.Int("pid", a.Pid()))
 	// The id is saved with the first turn's exchange, in its one commit
 	// (saveNative when the turn fails), which carries the agent record too
 	// (RecordAgent waits for the next write): a cold turn costs the turn's
 	// commit and its run's.
-	p := &Process{a: a, key: k, between: bw, native: native, unsaved: b.KeepsSession(), restore: report, binding: b, served: b}
-	if err := kp.openedIn(p, wt); err != nil {
-		a.Close()
-		return nil, lease.Cold, err
-	}
-	return kp.live(p), lease.Cold, nil
+	return &Process{a: a, key: l.k, between: l.ap.bw, native: native, unsaved: l.b.KeepsSession(), restore: report, binding: l.b, served: l.b}, nil
 }
 
 // usePre gives key k the session spare process ap opened ahead: its
