@@ -184,31 +184,7 @@ func TestClaudeFloor(t *testing.T) {
 	home := t.TempDir()
 	br := claudeBinding(t, home, apiR.env())
 	h := newHarness(t, br)
-	var native string
-	for i, ls := range floorLines {
-		if i == warmTurns {
-			// The CLI writes its transcript after it answered: a daemon
-			// stopped before that would find nothing to resume.
-			transcript := filepath.Join(home, ".claude", "projects", "*", native+".jsonl")
-			testkit.WaitFor(t, 30*time.Second, func() bool {
-				m, _ := filepath.Glob(transcript)
-				return len(m) > 0
-			}, testkit.Waiting("claude-agent-acp to write its transcript %s", transcript))
-			h.restart()
-		}
-		for j, l := range ls {
-			h.post(channel.Message{ID: fmt.Sprintf("c%d-%d", i, j), Channel: "ch", Author: "aiko", Body: l})
-		}
-		r := h.mention(ctx, "ch", "b-claude", fmt.Sprintf("q%d", i), floorMention(i+1))
-		want := map[bool]string{true: "warm", false: "cold"}[i > 0]
-		if i == warmTurns {
-			want = "restored"
-		}
-		if r.err != nil || r.done.Shape != want {
-			t.Fatalf("turn %d: %+v %v, want %s", i+1, r.done, r.err, want)
-		}
-		native = r.done.Native
-	}
+	playFloor(t, ctx, h, home, "")
 	if ss := h.d.Sessions(); len(ss) != 1 || ss[0].RestoredBy != "resume" {
 		t.Fatalf("sessions %+v, want one restored by session/resume", ss)
 	}
@@ -244,4 +220,38 @@ func canonicalMessages(body []byte) (string, error) {
 		return s, nil
 	}
 	return s[i:], nil
+}
+
+// playFloor plays the floor conversation through h (claude-agent-acp with
+// its HOME in home): a cold turn, warm turns, a daemon restart once the
+// CLI wrote its transcript, and a restored turn, each of the shape it
+// should have; label starts the message of a turn that fails.
+func playFloor(t *testing.T, ctx context.Context, h *harness, home, label string) {
+	t.Helper()
+	warmTurns := len(floorLines) - 1
+	var native string
+	for i, ls := range floorLines {
+		if i == warmTurns {
+			// The CLI writes its transcript after it answered: a daemon
+			// stopped before that would find nothing to resume.
+			transcript := filepath.Join(home, ".claude", "projects", "*", native+".jsonl")
+			testkit.WaitFor(t, 30*time.Second, func() bool {
+				m, _ := filepath.Glob(transcript)
+				return len(m) > 0
+			}, testkit.Waiting("claude-agent-acp to write its transcript %s", transcript))
+			h.restart()
+		}
+		for j, l := range ls {
+			h.post(channel.Message{ID: fmt.Sprintf("c%d-%d", i, j), Channel: "ch", Author: "aiko", Body: l})
+		}
+		r := h.mention(ctx, "ch", "b-claude", fmt.Sprintf("q%d", i), floorMention(i+1))
+		want := map[bool]string{true: "warm", false: "cold"}[i > 0]
+		if i == warmTurns {
+			want = "restored"
+		}
+		if r.err != nil || r.done.Shape != want {
+			t.Fatalf("%sturn %d: %+v %v, want %s", label, i+1, r.done, r.err, want)
+		}
+		native = r.done.Native
+	}
 }

@@ -3,19 +3,15 @@ package interop
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/residentd/residentd/internal/acp"
-	"github.com/residentd/residentd/internal/channel"
 	"github.com/residentd/residentd/internal/config"
-	"github.com/residentd/residentd/internal/testkit"
 )
 
 // systemAndMessages splits a Messages request into its system text and its
@@ -56,29 +52,7 @@ func floorThrough(t *testing.T, placement string) framingRun {
 	b.SystemPlacement = placement
 	h := newHarness(t, b)
 	warmTurns := len(floorLines) - 1
-	var native string
-	for i, ls := range floorLines {
-		if i == warmTurns {
-			transcript := filepath.Join(home, ".claude", "projects", "*", native+".jsonl")
-			testkit.WaitFor(t, 30*time.Second, func() bool {
-				m, _ := filepath.Glob(transcript)
-				return len(m) > 0
-			}, testkit.Waiting("claude-agent-acp to write its transcript %s", transcript))
-			h.restart()
-		}
-		for j, l := range ls {
-			h.post(channel.Message{ID: fmt.Sprintf("c%d-%d", i, j), Channel: "ch", Author: "aiko", Body: l})
-		}
-		r := h.mention(ctx, "ch", "b-claude", fmt.Sprintf("q%d", i), floorMention(i+1))
-		want := map[bool]string{true: "warm", false: "cold"}[i > 0]
-		if i == warmTurns {
-			want = "restored"
-		}
-		if r.err != nil || r.done.Shape != want {
-			t.Fatalf("%s: turn %d: %+v %v, want %s", placement, i+1, r.done, r.err, want)
-		}
-		native = r.done.Native
-	}
+	playFloor(t, ctx, h, home, placement+": ")
 	var out framingRun
 	first := api.mainCalls(t, "turn 1:", "turn 2:")
 	if len(first) == 0 {
