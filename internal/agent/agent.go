@@ -670,13 +670,7 @@ func (b *builtin) startWork(id string, d time.Duration, done func(cancelled bool
 	// timer's own func waits for b.mu too.
 	w.timer = time.AfterFunc(d, func() {
 		b.mu.Lock()
-		list := b.background[id]
-		for i, x := range list {
-			if x == w {
-				b.background[id] = append(list[:i:i], list[i+1:]...)
-				break
-			}
-		}
+		b.background[id] = without(b.background[id], w)
 		b.mu.Unlock()
 		w.end(false)
 	})
@@ -1340,3 +1334,12 @@ func (b *builtin) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (
 
 // errUnknownSession is returned by session/load for an id this agent cannot restore.
 var errUnknownSession = errors.New("unknown session")
+
+// without is list less its first x, in a new array: a reader holding the
+// old slice is undisturbed.
+func without[T comparable](list []T, x T) []T {
+	if i := slices.Index(list, x); i >= 0 {
+		return append(list[:i:i], list[i+1:]...)
+	}
+	return list
+}

@@ -637,13 +637,7 @@ func (b *builtin) startItems(id, text string) {
 // itemEnded reports item it of session id ended (cancelled or not).
 func (b *builtin) itemEnded(id string, it *bgItem, cancelled bool) {
 	b.mu.Lock()
-	list := b.items[id]
-	for i, x := range list {
-		if x == it {
-			b.items[id] = append(list[:i:i], list[i+1:]...)
-			break
-		}
-	}
+	b.items[id] = without(b.items[id], it)
 	b.mu.Unlock()
 	switch it.typ {
 	case "terminal":
