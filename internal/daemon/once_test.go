@@ -52,7 +52,7 @@ func pointer(prompt string) int {
 	return n
 }
 
-// The recipe of the issue: x1 and the mention xm at T, a turn; then x2 at
+// The recipe: x1 and the mention xm at T, a turn; then x2 at
 // T and x3 at T+1, a second turn. Both x2 and x3 reach the session.
 func TestTieWithWatermarkIsNotLost(t *testing.T) {
 	h, got := recorded(t)

@@ -72,7 +72,7 @@ func shortTeam() TeamOptions {
 // TestTeamRunInvariants plays a short team day through the pool under
 // every policy in every cell: every mention is a turn that ends once, each
 // turn one of cold, restored or warm; the oracle costs no more than any
-// policy that cannot see ahead; the JSON carries the fields the issue
+// policy that cannot see ahead; the JSON carries the fields BENCHMARKS.md
 // names.
 func TestTeamRunInvariants(t *testing.T) {
 	o := shortTeam()
@@ -126,7 +126,7 @@ func checkCell(t *testing.T, c TeamCellReport, mentions float64) {
 	}
 }
 
-// checkJSON: --json's object has the fields the issue names.
+// checkJSON: --json's object has the fields BENCHMARKS.md names.
 func checkJSON(t *testing.T, r *TeamReport) {
 	t.Helper()
 	var buf bytes.Buffer
@@ -178,7 +178,7 @@ func TestTeamRejectsNoDays(t *testing.T) {
 	}
 }
 
-// expiredFirst is the issue's simple cache-aware rule: expired caches go
+// expiredFirst is the simple cache-aware calibration rule: expired caches go
 // first (least recently used first), then the least recently used; a key
 // goes once its cache has expired.
 type expiredFirst struct{ weigh bool }
@@ -187,7 +187,7 @@ func (p expiredFirst) Name() string { return "expired-first" }
 
 // Victim: with weigh, of each class the key least likely back before its
 // cache expires (from its mean return gap, exponential) times its
-// context: the issue's second calibration rule.
+// context: the second calibration rule.
 func (p expiredFirst) Victim(now time.Time, idle []residency.Key) residency.Choice {
 	c := residency.Choice{Index: -1, Reason: "calibration rule"}
 	best, bestExpired := 0.0, false
@@ -218,7 +218,7 @@ func (p expiredFirst) Expire(now time.Time, k residency.Key) (bool, string) {
 
 // TestSavingAgainstSimpleRules: on the default team days, cache TTL 1 h
 // and a restore that loses the cache, the saving policy costs no more
-// than the issue's two calibration rules, and the oracle no more than
+// than the two calibration rules, and the oracle no more than
 // any; -v prints each one's saving against today's policy.
 func TestSavingAgainstSimpleRules(t *testing.T) {
 	pols := pick(TeamPolicies(), TeamBaseline, "saving", "oracle")
