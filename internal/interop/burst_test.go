@@ -125,19 +125,7 @@ func burstOfSix(t *testing.T, bind func(testing.TB, string, map[string]string) c
 	if r := h.mention(ctx, "ch", "b-claude", "w0", "@claude warm up"); r.err != nil {
 		t.Fatalf("warm-up turn: %v", r.err)
 	}
-	release := api.stallModel()
-	defer release()
-	h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: burstFirst})
-	callsFirst := len(api.requests())
-	first, err := h.d.Submit(apitype.TurnRequest{Channel: "ch", Binding: "b-claude", MessageID: "m0", Text: burstFirst})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-api.stalled:
-	case <-ctx.Done():
-		t.Fatal("the running turn never called the model")
-	}
+	first, callsFirst, release := submitWhileStalled(t, ctx, h, &api.fakeModel, "ch", "b-claude", "m0", burstFirst)
 	out := &burst{api: api, callsFirst: callsFirst, callsBefore: len(api.requests()), first: first, turns: map[string]bool{}}
 	start := time.Now()
 	for i := range 6 {

@@ -128,15 +128,7 @@ func claudePolicyTurn(t *testing.T, version string, pol permission.Policy) [4]st
 			if strings.Contains(p.ToolCall.Title, "echo hi-from-bash") {
 				answer = "allow_once"
 			}
-			for _, o := range p.Options {
-				if o.Kind == answer {
-					if err := h.d.Answer(ev.RunID, p.ID, o.ID); err != nil {
-						t.Errorf("answer %s: %v", o.ID, err)
-					}
-					return
-				}
-			}
-			t.Errorf("no %s option in %+v", answer, p.Options)
+			answerWith(t, h, ev.RunID, p, answer)
 		case apitype.EventPermissionDecision:
 			if ev.Decision.DecidedBy == apitype.DecidedByPolicy {
 				decided[ev.Decision.Tool] = true

@@ -170,15 +170,7 @@ func codexPolicyTurn(t *testing.T, h *harness, api *fakeResponses, marker string
 			if p.ToolCall.Kind == "execute" {
 				answer = "allow_once"
 			}
-			for _, o := range p.Options {
-				if o.Kind == answer {
-					if err := h.d.Answer(ev.RunID, p.ID, o.ID); err != nil {
-						t.Errorf("answer %s: %v", o.ID, err)
-					}
-					return
-				}
-			}
-			t.Errorf("no %s option in %+v", answer, p.Options)
+			answerWith(t, h, ev.RunID, p, answer)
 		case apitype.EventPermissionDecision:
 			if ev.Decision.DecidedBy == apitype.DecidedByPolicy {
 				pt.decided[ev.Decision.Tool] = true

@@ -40,20 +40,8 @@ func TestCodexSteer(t *testing.T) {
 		t.Fatalf("warm-up turn: %v", r.err)
 	}
 
-	release := api.stallModel()
-	defer release()
 	const first = "@codex look at the flaky test"
-	h.post(channel.Message{ID: "m0", Channel: "ch", Author: "aiko", Body: first})
-	from := len(api.requests())
-	head, err := h.d.Submit(apitype.TurnRequest{Channel: "ch", Binding: "b-codex", MessageID: "m0", Text: first})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-api.stalled:
-	case <-ctx.Done():
-		t.Fatal("the running turn never called the model")
-	}
+	head, from, release := submitWhileStalled(t, ctx, h, &api.fakeModel, "ch", "b-codex", "m0", first)
 	var burst []*run.Run
 	for i := range 2 {
 		id, text := fmt.Sprintf("s%d", i+1), fmt.Sprintf("@codex also item %d", i+1)

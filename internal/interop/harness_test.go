@@ -22,6 +22,7 @@ import (
 	"github.com/residentd/residentd/internal/daemontest"
 	"github.com/residentd/residentd/internal/inbox"
 	"github.com/residentd/residentd/internal/metrics"
+	"github.com/residentd/residentd/internal/run"
 	"github.com/residentd/residentd/internal/store"
 )
 
@@ -298,4 +299,41 @@ func stopLeavesNoChildren(t *testing.T, h *harness, pid int, want string, native
 			t.Errorf("pid %d still running after stop: %s", p, cmdline(p))
 		}
 	}
+}
+
+// submitWhileStalled posts text as message id on channel ch and submits it
+// to binding with f's model calls stalled, and returns once the turn's
+// model call is waiting: the run, the count of f's requests before it,
+// and the release of the stall.
+func submitWhileStalled(t *testing.T, ctx context.Context, h *harness, f *fakeModel, ch, binding, id, text string) (r *run.Run, before int, release func()) {
+	t.Helper()
+	release = f.stallModel()
+	t.Cleanup(release)
+	h.post(channel.Message{ID: id, Channel: ch, Author: "aiko", Body: text})
+	before = len(f.requests())
+	r, err := h.d.Submit(apitype.TurnRequest{Channel: ch, Binding: binding, MessageID: id, Text: text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-f.stalled:
+	case <-ctx.Done():
+		t.Fatal("the running turn never called the model")
+	}
+	return r, before, release
+}
+
+// answerWith answers permission request p of run with the option of
+// kind (allow_once, reject_once, …) the agent offered.
+func answerWith(t *testing.T, h *harness, runID string, p *apitype.PermissionRequest, kind string) {
+	t.Helper()
+	for _, o := range p.Options {
+		if o.Kind == kind {
+			if err := h.d.Answer(runID, p.ID, o.ID); err != nil {
+				t.Errorf("answer %s: %v", o.ID, err)
+			}
+			return
+		}
+	}
+	t.Errorf("no %s option in %+v", kind, p.Options)
 }
