@@ -17,10 +17,13 @@ var form = apitype.ElicitationRequest{Message: "which env?", Schema: json.RawMes
 func pendingForm(t *testing.T, r *Run) apitype.ElicitationRequest {
 	t.Helper()
 	for {
+		// The channel is taken before the look: a change between the two
+		// closes it, so the wake-up is not lost.
+		changed := r.Wait()
 		if p := r.Snapshot().PendingElicitations; len(p) > 0 {
 			return p[0]
 		}
-		<-r.Wait()
+		<-changed
 	}
 }
 

@@ -220,10 +220,13 @@ var tool = apitype.ToolCall{ID: "call-1", Title: "go test", Kind: "execute"}
 func pendingRequest(t *testing.T, r *Run) apitype.PermissionRequest {
 	t.Helper()
 	for {
+		// The channel is taken before the look: a change between the two
+		// closes it, so the wake-up is not lost.
+		changed := r.Wait()
 		if p := r.Snapshot().Pending; len(p) > 0 {
 			return p[0]
 		}
-		<-r.Wait()
+		<-changed
 	}
 }
 
